@@ -1,0 +1,476 @@
+"""``EnvBase``: the one public env API every backend shares, written once over a small backend hook."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
+
+from . import _rollout
+from .specs import Binary, Categorical, Composite, MultiCategorical, NestedKey, OneHot, TensorSpec
+
+__all__ = ["EnvBase"]
+
+DONE_KEYS = ("done", "terminated", "truncated")
+
+
+def _prefixed(prefix: tuple[str, ...], name: str) -> NestedKey:
+    return (*prefix, name) if prefix else name
+
+
+class EnvBase:
+    """Base class of every batched multi-agent environment.
+
+    A backend (or a user's custom env) writes only the hook: ``__init__`` declaring ``group_map`` and the
+    ``full_*_spec`` Composites, ``_reset(mask)``, ``_step(tensordict)`` and ``_set_seed(seed)``. This class writes
+    ``reset``, ``step``, ``step_and_maybe_reset``, ``rollout``, the key properties, done completion
+    (``done = terminated | truncated`` at every level), ``max_steps`` truncation and input validation.
+
+    Data layout (``B = num_envs``): per-group entries under the group name with batch ``(B, n_agents)``
+    (``td["agents", "observation"]``), shared ``done`` / ``terminated`` / ``truncated`` of shape ``(B, 1)``
+    at the root, rewards under ``("next", group, "reward")``.
+
+    Args:
+        num_envs: number of environments stepped together (the batch size).
+        device: device of every tensor the env reads and writes.
+        max_steps: episode length after which an env reports ``truncated=True``; ``None`` for no limit.
+
+    Attributes:
+        validate_actions: check every step's actions for NaNs and out-of-range discrete values (one fused
+            check, one host sync). Set to ``False`` to skip it once a policy is trusted.
+        allow_done_after_reset: the backend may report ``done`` right after a reset (checked by
+            ``check_env_specs``).
+    """
+
+    validate_actions: bool = True
+    allow_done_after_reset: bool = False
+
+    def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        self.num_envs = num_envs
+        self.batch_size = torch.Size([num_envs])
+        self.device = torch.device(device)
+        self.max_steps = max_steps
+        self._group_map: GroupMap = {}
+        self._agent_names: list[str] | None = None
+        self._specs: dict[str, Composite] = {
+            name: Composite(shape=self.batch_size, device=self.device)
+            for name in ("observation", "action", "reward", "done", "state")
+        }
+        self._keys: dict[str, list[NestedKey]] | None = None
+        self._step_count = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._generator = torch.Generator(device=self.device)
+        self._generator.seed()
+
+    # ------------------------------------------------------------------------------------------------
+    # The backend hook
+    # ------------------------------------------------------------------------------------------------
+    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        """Reset the envs where ``mask`` (``(num_envs,)`` bool; ``None`` = all) is True.
+
+        Return observations (and per-group done entries, if declared) for all envs; rows where ``mask`` is
+        False are replaced by the caller's data.
+        """
+        raise NotImplementedError
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Step every env with the actions in ``tensordict``; return observations, rewards and ``terminated``."""
+        raise NotImplementedError
+
+    def _set_seed(self, seed: int) -> None:
+        """Seed the backend's random state."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------------
+    # Groups and specs
+    # ------------------------------------------------------------------------------------------------
+    @property
+    def group_map(self) -> GroupMap:
+        """Group name -> agent names, in data order."""
+        return self._group_map
+
+    @group_map.setter
+    def group_map(self, group_map: GroupMap | MarlGroupMapType) -> None:
+        agent_names = self._agent_names
+        if isinstance(group_map, MarlGroupMapType):
+            if agent_names is None:
+                raise ValueError("set env.agent_names before resolving a MarlGroupMapType group map")
+            group_map = group_map.get_group_map(agent_names)
+        if agent_names is None:
+            agent_names = [agent for members in group_map.values() for agent in members] if isinstance(
+                group_map, dict
+            ) else []
+        check_marl_grouping(group_map, agent_names)
+        self._group_map = {group: list(members) for group, members in group_map.items()}
+        self._keys = None
+
+    @property
+    def agent_names(self) -> list[str]:
+        """Every agent, in the environment's own order (group order if the env did not declare one)."""
+        if self._agent_names is not None:
+            return list(self._agent_names)
+        return [agent for members in self._group_map.values() for agent in members]
+
+    @agent_names.setter
+    def agent_names(self, names: Sequence[str]) -> None:
+        self._agent_names = list(names)
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.agent_names)
+
+    def _set_spec(self, kind: str, spec: Composite) -> None:
+        if not isinstance(spec, Composite):
+            raise TypeError(f"full_{kind}_spec must be a marl_envs.specs.Composite, got {type(spec).__name__}")
+        if spec.shape != self.batch_size:
+            raise ValueError(
+                f"full_{kind}_spec has shape {tuple(spec.shape)}; expected the batch shape {tuple(self.batch_size)} "
+                f"(spec shapes include the batch: build it with shape=(num_envs,))"
+            )
+        for key, leaf in spec.items(True, True):
+            if leaf.device != self.device:
+                raise ValueError(f"spec {key!r} is on {leaf.device}, the env on {self.device}; build it with device=")
+        self._specs[kind] = spec
+        if kind == "done":
+            self._complete_done_spec()
+        self._keys = None
+
+    def _complete_done_spec(self) -> None:
+        """Every level that declares any done entry gets all three, root always."""
+        spec = self._specs["done"]
+        prefixes = {()} | {key[:-1] for key in spec.keys(True, True) if isinstance(key, tuple)}
+        for prefix in sorted(prefixes, key=len):
+            level = spec[prefix] if prefix else spec
+            shape = (*level.shape, 1)
+            declared = {name: level._specs.pop(name) for name in DONE_KEYS if name in level._specs}
+            others = dict(level._specs)
+            level._specs.clear()  # canonical order: done, terminated, truncated, then anything else
+            for name in DONE_KEYS:
+                level._specs[name] = declared.get(name) or Binary(shape, device=self.device)
+            level._specs.update(others)
+
+    full_observation_spec = property(lambda self: self._specs["observation"],
+                                     lambda self, spec: self._set_spec("observation", spec),
+                                     doc="Composite of every observation entry (per group and at the root).")
+    full_action_spec = property(lambda self: self._specs["action"], lambda self, spec: self._set_spec("action", spec),
+                                doc="Composite of every action entry.")
+    full_reward_spec = property(lambda self: self._specs["reward"], lambda self, spec: self._set_spec("reward", spec),
+                                doc="Composite of every reward entry.")
+    full_done_spec = property(lambda self: self._done_spec(), lambda self, spec: self._set_spec("done", spec),
+                              doc="Composite of the done / terminated / truncated entries, root and per group.")
+    full_state_spec = property(lambda self: self._specs["state"], lambda self, spec: self._set_spec("state", spec),
+                               doc="Composite of inputs other than actions (empty for every built-in backend).")
+
+    def _done_spec(self) -> Composite:
+        if "done" not in self._specs["done"]:
+            self._complete_done_spec()
+        return self._specs["done"]
+
+    def _leaf_or_full(self, kind: str) -> TensorSpec | Composite:
+        keys = self._key_lists()[kind]
+        full = self.full_done_spec if kind == "done" else self._specs[kind]
+        return full[keys[0]] if len(keys) == 1 else full
+
+    action_spec = property(lambda self: self._leaf_or_full("action"),
+                           doc="The action spec if the env has one action key, else the full Composite.")
+    reward_spec = property(lambda self: self._leaf_or_full("reward"),
+                           doc="The reward spec if the env has one reward key, else the full Composite.")
+    observation_spec = property(lambda self: self._leaf_or_full("observation"),
+                                doc="The observation spec if the env has one observation key, else the full Composite.")
+    done_spec = property(lambda self: self._leaf_or_full("done"),
+                         doc="The done spec if the env has one done key, else the full Composite.")
+
+    # ------------------------------------------------------------------------------------------------
+    # Keys
+    # ------------------------------------------------------------------------------------------------
+    def _ordered(self, keys: list[NestedKey]) -> list[NestedKey]:
+        """Root keys first, then by group in group_map order, each keeping spec order."""
+        rank = {group: i for i, group in enumerate(self._group_map)}
+        return sorted(keys, key=lambda k: -1 if isinstance(k, str) else rank.get(k[0], len(rank)))
+
+    def _key_lists(self) -> dict[str, list[NestedKey]]:
+        if self._keys is None:
+            done = self.full_done_spec
+            keys = {kind: self._ordered(self._specs[kind].keys(True, True)) for kind in self._specs}
+            keys["done"] = self._ordered(done.keys(True, True))
+            prefixes = [()] + [(g,) for g in self._group_map if (g, "done") in done]
+            keys["reset"] = [_prefixed(prefix, "_reset") for prefix in prefixes]
+            self._done_prefixes = prefixes
+            self._group_shapes = {
+                g: spec[g].shape for spec in self._specs.values() for g in self._group_map
+                if g in spec and isinstance(spec[g], Composite)
+            }
+            self._keys = keys
+        return self._keys
+
+    action_keys = property(lambda self: list(self._key_lists()["action"]), doc="Every action key, root first.")
+    reward_keys = property(lambda self: list(self._key_lists()["reward"]), doc="Every reward key, root first.")
+    done_keys = property(lambda self: list(self._key_lists()["done"]), doc="Every done/terminated/truncated key.")
+    observation_keys = property(lambda self: list(self._key_lists()["observation"]), doc="Every observation key.")
+    state_keys = property(lambda self: list(self._key_lists()["state"]), doc="Every non-action input key.")
+    reset_keys = property(lambda self: list(self._key_lists()["reset"]),
+                          doc="'_reset' at the root, plus (group, '_reset') for groups with their own done keys.")
+
+    def _single_key(self, kind: str) -> NestedKey:
+        keys = self._key_lists()[kind]
+        if len(keys) != 1:
+            raise KeyError(
+                f"{type(self).__name__} has {len(keys)} {kind} keys {keys}; use env.{kind}_keys instead of env.{kind}_key"
+            )
+        return keys[0]
+
+    action_key = property(lambda self: self._single_key("action"), doc="The single action key (KeyError if several).")
+    reward_key = property(lambda self: self._single_key("reward"), doc="The single reward key (KeyError if several).")
+
+    @property
+    def done_key(self) -> NestedKey:
+        """The root ``"done"`` key."""
+        return "done"
+
+    # ------------------------------------------------------------------------------------------------
+    # Reset
+    # ------------------------------------------------------------------------------------------------
+    def reset(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Reset every env, or those a ``_reset`` entry in ``tensordict`` selects.
+
+        A root ``"_reset"`` ``(B, 1)`` selects envs and supersedes nested ``(group, "_reset")`` entries, which
+        reset each env in which any agent asks for it. Without any ``_reset`` every env is reset. For envs not
+        reset, entries of ``tensordict`` come back unchanged; ``_reset`` and ``"next"`` entries are dropped.
+
+        Returns:
+            A new TensorDict of batch ``(num_envs,)`` holding observations and done flags.
+        """
+        if tensordict is not None:
+            self._check_batch(tensordict, "reset")
+        return self._reset_masked(tensordict, self._reset_mask(tensordict))
+
+    def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
+        if tensordict is None:
+            return None
+        masks = []
+        for key in self.reset_keys:
+            flag = tensordict.get(key, None)
+            if flag is None:
+                continue
+            expected = self.full_done_spec[_prefixed(key[:-1] if isinstance(key, tuple) else (), "done")].shape
+            if flag.shape != expected or flag.dtype != torch.bool:
+                raise ValueError(
+                    f"{key!r} must be a bool tensor of shape {tuple(expected)} (the done shape at its level), "
+                    f"got {flag.dtype} {tuple(flag.shape)}"
+                )
+            masks.append(flag.reshape(self.num_envs, -1).any(-1))
+            if key == "_reset":  # the root supersedes nested entries
+                break
+        if not masks:
+            return None
+        return masks[0] if len(masks) == 1 else torch.stack(masks).any(0)
+
+    def _reset_masked(self, tensordict: TensorDictBase | None, mask: torch.Tensor | None) -> TensorDictBase:
+        if mask is None:
+            self._step_count.zero_()
+        else:
+            self._step_count.masked_fill_(mask, 0)
+        result = self._reset(mask)
+        self._complete_done(result, truncate=False)
+        if tensordict is None:
+            return result
+        out = tensordict.exclude("next", *self.reset_keys)
+        present = set(out.keys(True, True))
+        for key, value in result.items(True, True):
+            if mask is not None and key in present:
+                value = torch.where(mask.view(-1, *([1] * (value.ndim - 1))), value, out.get(key))
+            out.set(key, value)
+        return out
+
+    # ------------------------------------------------------------------------------------------------
+    # Step
+    # ------------------------------------------------------------------------------------------------
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Apply the actions in ``tensordict`` and write the outcome to ``tensordict["next"]``.
+
+        Raises:
+            KeyError: an action entry is missing.
+            ValueError: wrong batch size; an action of the wrong shape, dtype or device; a NaN or
+                out-of-range discrete action. Nothing is applied when this is raised.
+        """
+        self._check_batch(tensordict, "step")
+        self._check_actions(tensordict)
+        out = self._step(tensordict)
+        self._step_count += 1
+        self._complete_done(out, truncate=self.max_steps is not None)
+        tensordict.set("next", out)
+        return tensordict
+
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then reset the envs that are done.
+
+        Returns:
+            ``(tensordict, next_root)``: ``tensordict`` with ``"next"`` holding the terminal data, and the
+            data to act on next, in which done envs already hold the first observation of a new episode.
+        """
+        tensordict = self.step(tensordict)
+        next_root = self._step_mdp(tensordict)
+        done = next_root.get("done").reshape(self.num_envs)
+        if bool(done.any()):
+            next_root = self._reset_masked(next_root, done)
+        return tensordict, next_root
+
+    def _step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The root data of the next step: ``next`` without rewards, plus the actions taken."""
+        next_root = tensordict.get("next").exclude(*self.reward_keys)
+        for key in self.action_keys:
+            next_root.set(key, tensordict.get(key))
+        return next_root
+
+    def _complete_done(self, out: TensorDictBase, truncate: bool) -> None:
+        """Give group entries their (B, n) batch; fill terminated / truncated / done at every done level."""
+        self._key_lists()
+        for group, shape in self._group_shapes.items():  # group sub-TensorDicts have batch (B, n_agents)
+            sub = out.get(group, None)
+            if sub is not None and sub.batch_size != shape:
+                sub.batch_size = shape
+        limit = (self._step_count >= self.max_steps).unsqueeze(-1) if truncate else None
+        for prefix in self._done_prefixes:
+            shape = (self.num_envs, 1) if not prefix else self.full_done_spec[prefix].shape + (1,)
+            term = out.get(_prefixed(prefix, "terminated"), None)
+            if term is None:
+                if prefix:
+                    term = out.get("terminated").unsqueeze(-1).expand(shape)  # a group without its own ends
+                else:
+                    term = torch.zeros(shape, dtype=torch.bool, device=self.device)
+                out.set(_prefixed(prefix, "terminated"), term)
+            trunc = out.get(_prefixed(prefix, "truncated"), None)
+            if limit is not None:
+                hit = limit if not prefix else limit.view(self.num_envs, *([1] * (len(shape) - 1))).expand(shape)
+                trunc = hit if trunc is None else trunc | hit
+            if trunc is None:
+                trunc = torch.zeros(shape, dtype=torch.bool, device=self.device)
+            out.set(_prefixed(prefix, "truncated"), trunc)
+            out.set(_prefixed(prefix, "done"), term | trunc)
+
+    # ------------------------------------------------------------------------------------------------
+    # Validation (construction-time facts are trusted; only the data is checked)
+    # ------------------------------------------------------------------------------------------------
+    def _check_batch(self, tensordict: TensorDictBase, method: str) -> None:
+        if not isinstance(tensordict, TensorDictBase):
+            raise TypeError(f"env.{method}() takes a TensorDict, got {type(tensordict).__name__}")
+        if tensordict.batch_size != self.batch_size:
+            raise ValueError(
+                f"env.{method}() got a TensorDict of batch size {tuple(tensordict.batch_size)}; this env has "
+                f"batch size {tuple(self.batch_size)} (num_envs={self.num_envs})"
+            )
+
+    def _check_actions(self, tensordict: TensorDictBase) -> None:
+        problems = []
+        for key in self.action_keys:
+            spec = self.full_action_spec[key]
+            action = tensordict.get(key, None)
+            if action is None:
+                raise KeyError(f"action {key!r} is missing from the TensorDict; env.action_keys = {self.action_keys}")
+            if action.shape != spec.shape or action.dtype != spec.dtype or action.device != spec.device:
+                raise ValueError(
+                    f"action {key!r} has shape {tuple(action.shape)}, dtype {action.dtype}, device {action.device}; "
+                    f"expected shape {tuple(spec.shape)}, dtype {spec.dtype}, device {spec.device} "
+                    f"(env.full_action_spec[{key!r}].rand() builds a valid one)"
+                )
+            if self.validate_actions:
+                problems.append((key, spec, action))
+        if problems:
+            flags = torch.stack([self._bad_action(spec, action).any() for _, spec, action in problems])
+            if bool(flags.any()):
+                key, spec, action = problems[int(flags.int().argmax())]
+                bad = self._bad_action(spec, action)
+                raise ValueError(
+                    f"action {key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
+                    f"index {bad.nonzero()[0].tolist()}; expected {self._domain(spec)}"
+                )
+
+    @staticmethod
+    def _bad_action(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor:
+        """Bool tensor flagging invalid entries (per one-hot vector for ``OneHot``)."""
+        if action.dtype.is_floating_point:
+            return torch.isnan(action)
+        if isinstance(spec, (Categorical, OneHot, MultiCategorical)):
+            return ~spec._in_domain(action)
+        return torch.zeros((), dtype=torch.bool, device=action.device)
+
+    @staticmethod
+    def _domain(spec: TensorSpec) -> str:
+        if isinstance(spec, Categorical):
+            return f"integers in [0, {spec.n})" + (" allowed by the action mask" if spec.mask is not None else "")
+        if isinstance(spec, OneHot):
+            return f"one-hot vectors over {spec.n} choices"
+        if isinstance(spec, MultiCategorical):
+            return f"integers in [0, nvec) with nvec={spec.nvec.reshape(-1, spec.nvec.shape[-1])[0].tolist()}"
+        return "finite numbers (no NaN)"
+
+    # ------------------------------------------------------------------------------------------------
+    # Random actions, seeding, rollouts
+    # ------------------------------------------------------------------------------------------------
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Write uniformly random actions into ``tensordict`` (a new one if None), honouring action masks.
+
+        A ``(group, "action_mask")`` entry in ``tensordict`` restricts the group's discrete choices.
+        """
+        if tensordict is None:
+            tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        for key in self.action_keys:
+            spec = self.full_action_spec[key]
+            mask_key = (*key[:-1], "action_mask") if isinstance(key, tuple) else "action_mask"
+            mask = tensordict.get(mask_key, None) if isinstance(spec, (Categorical, OneHot)) else None
+            if mask is not None:
+                action = spec.rand(generator=self._generator, mask=mask)
+            else:
+                action = spec.rand(generator=self._generator)
+            tensordict.set(key, action)
+        return tensordict
+
+    def rand_step(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """``step(rand_action(tensordict))``."""
+        if tensordict is None:
+            tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        return self.step(self.rand_action(tensordict))
+
+    def set_seed(self, seed: int) -> None:
+        """Make the env deterministic: same seed and same actions give identical rollouts.
+
+        Seeds the backend and the generator behind ``rand_action``.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        self._generator.manual_seed(seed)
+        self._set_seed(seed)
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        callback: Callable[[EnvBase, TensorDictBase], None] | None = None,
+        auto_reset: bool = True,
+        tensordict: TensorDictBase | None = None,
+        break_when_any_done: bool | None = None,
+        break_when_all_done: bool | None = None,
+    ) -> TensorDictBase:
+        """Run up to ``max_steps`` steps and return a TensorDict of batch ``(num_envs, T)``, last dim "time".
+
+        See ``marl_envs/_rollout.py`` and the concepts guide for the three break modes.
+        """
+        return _rollout.rollout(
+            self, max_steps, policy, callback=callback, auto_reset=auto_reset, tensordict=tensordict,
+            break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
+        )
+
+    def close(self) -> None:
+        """Release backend resources (nothing by default)."""
+
+    def __repr__(self) -> str:
+        groups = ", ".join(f"{g}: {len(m)}" for g, m in self._group_map.items())
+        return (f"{type(self).__name__}(num_envs={self.num_envs}, groups={{{groups}}}, device={self.device}, "
+                f"max_steps={self.max_steps})")

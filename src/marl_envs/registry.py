@@ -1,0 +1,162 @@
+"""Build environments by name: ``make("vmas/balance", num_envs=64)``.
+
+Backend names are derived from the installed libraries (``marl_envs.backends.<backend>.env_names()``), which
+are only imported when a name of theirs is asked for. Users add their own factories with ``register``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._env import EnvBase
+
+__all__ = ["available_envs", "backend_installed", "make", "register"]
+
+
+@dataclass(frozen=True)
+class _Backend:
+    module: str
+    packages: tuple[str, ...]
+    extra: str
+
+
+_BACKENDS: dict[str, _Backend] = {
+    "vmas": _Backend("marl_envs.backends.vmas", ("vmas",), "vmas"),
+    "brax": _Backend("marl_envs.backends.brax", ("jax", "brax"), "brax"),
+    "pettingzoo": _Backend("marl_envs.backends.pettingzoo", ("pettingzoo",), "pettingzoo"),
+}
+_USER_ENVS: dict[str, Callable[..., EnvBase]] = {}
+_NAME_CACHE: dict[str, list[str]] = {}
+
+
+def backend_installed(backend: str) -> bool:
+    """True if the libraries ``backend`` needs can be imported."""
+    spec = _backend(backend)
+    return all(importlib.util.find_spec(package) is not None for package in spec.packages)
+
+
+def _backend(backend: str) -> _Backend:
+    try:
+        return _BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"unknown backend {backend!r}; backends are {sorted(_BACKENDS)}") from None
+
+
+def _backend_module(backend: str):
+    spec = _backend(backend)
+    if not backend_installed(backend):
+        missing = [p for p in spec.packages if importlib.util.find_spec(p) is None]
+        raise ImportError(
+            f"the {backend} backend needs {', '.join(missing)}, which is not installed; "
+            f"install it with: pip install 'marl-envs[{spec.extra}]'"
+        )
+    return importlib.import_module(spec.module)
+
+
+def _backend_names(backend: str) -> list[str]:
+    if backend not in _NAME_CACHE:
+        _NAME_CACHE[backend] = sorted(f"{backend}/{name}" for name in _backend_module(backend).env_names())
+    return _NAME_CACHE[backend]
+
+
+def available_envs(backend: str | None = None) -> list[str]:
+    """Sorted names ``make`` accepts: every installed backend's and the user-registered ones.
+
+    Args:
+        backend: list only this backend's envs (``"vmas"``, ``"brax"``, ``"pettingzoo"``), or ``"user"``
+            for the registered ones.
+
+    Raises:
+        ValueError: unknown backend.
+        ImportError: ``backend`` is named but not installed (the message gives the pip extra).
+    """
+    if backend == "user":
+        return sorted(_USER_ENVS)
+    if backend is not None:
+        return list(_backend_names(backend))
+    names = list(_USER_ENVS)
+    for name in _BACKENDS:
+        if backend_installed(name):
+            names.extend(_backend_names(name))
+    return sorted(names)
+
+
+def _unknown(name: str, candidates: list[str]) -> ValueError:
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    shown = ", ".join(candidates[:12]) + (", ..." if len(candidates) > 12 else "")
+    return ValueError(f"unknown env {name!r}{hint} available: {shown} (marl_envs.available_envs() lists them all)")
+
+
+def _check_kwargs(name: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """Raise TypeError for keywords ``factory`` does not take, with close matches."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for key in kwargs:
+        if key not in accepted:
+            close = difflib.get_close_matches(key, accepted, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{name!r} got an unexpected keyword argument {key!r}{hint} accepted: {accepted}")
+
+
+def make(name: str, **kwargs: Any) -> EnvBase:
+    """Build an environment by name.
+
+    >>> env = make("vmas/balance", num_envs=4, n_agents=3)  # doctest: +SKIP
+    >>> env.group_map  # doctest: +SKIP
+    {'agents': ['agent_0', 'agent_1', 'agent_2']}
+
+    Args:
+        name: ``"<backend>/<env>"`` (see ``available_envs()``) or a name given to ``register``.
+        **kwargs: forwarded to the backend's env class (``num_envs``, ``device``, ``max_steps``, scenario
+            keywords ...).
+
+    Raises:
+        ValueError: unknown name (the message lists close matches).
+        ImportError: the backend's library is not installed (the message names the pip extra).
+        TypeError: a keyword the env does not take.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"env name must be a str like 'vmas/balance', got {name!r}")
+    if name in _USER_ENVS:
+        factory = _USER_ENVS[name]
+        _check_kwargs(name, factory, kwargs)
+        return factory(**kwargs)
+    backend, _, env_name = name.partition("/")
+    if backend in _BACKENDS:
+        module = _backend_module(backend)
+        names = _backend_names(backend)
+        if name not in names:
+            raise _unknown(name, names)
+        return module.make_env(env_name, **kwargs)
+    raise _unknown(name, available_envs())
+
+
+def register(name: str, factory: Callable[..., EnvBase], *, overwrite: bool = False) -> None:
+    """Make ``factory(**kwargs)`` buildable as ``make(name, **kwargs)``.
+
+    Raises:
+        ValueError: ``name`` is empty, already registered (pass ``overwrite=True``), or in a backend's namespace.
+        TypeError: ``factory`` is not callable.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"env name must be a non-empty str, got {name!r}")
+    backend = name.partition("/")[0]
+    if "/" in name and backend in _BACKENDS:
+        raise ValueError(f"names starting with {backend + '/'!r} belong to the {backend} backend; pick another prefix")
+    if not callable(factory):
+        raise TypeError(f"factory for {name!r} must be callable (a class or function returning an env), got {factory!r}")
+    if name in _USER_ENVS and not overwrite:
+        raise ValueError(f"env {name!r} is already registered; pass overwrite=True to replace it")
+    _USER_ENVS[name] = factory

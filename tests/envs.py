@@ -1,0 +1,94 @@
+"""A pure-torch multi-group env written only against the backend hook (CONTRACT section 8)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+import marl_envs
+from marl_envs.specs import Bounded, Categorical, Composite, Unbounded
+
+
+class PredatorPreyCount(marl_envs.EnvBase):
+    """Two groups: ``predator`` (continuous 2-d actions) and ``prey`` (5 discrete actions, masked, own ends).
+
+    Every env counts its steps; the prey group terminates when the count reaches a per-env random threshold
+    and the env terminates with it. Action 4 of the prey is masked out on odd counts.
+    """
+
+    def __init__(self, *, num_envs: int, device="cpu", max_steps=None, group_map=None, n_predators: int = 2):
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        B, n = num_envs, n_predators
+        self.agent_names = [f"predator_{i}" for i in range(n)] + ["prey_0"]
+        self.group_map = group_map or {"predator": self.agent_names[:n], "prey": ["prey_0"]}
+        sizes = {g: len(m) for g, m in self.group_map.items()}
+        self.full_observation_spec = Composite(
+            predator=Composite(observation=Unbounded((B, sizes["predator"], 3), device=device), shape=(B, sizes["predator"]), device=device),
+            prey=Composite(
+                observation=Unbounded((B, 1, 3), device=device),
+                action_mask=marl_envs.specs.Binary((B, 1, 5), device=device),
+                shape=(B, 1), device=device,
+            ),
+            state=Unbounded((B, 4), device=device),
+            shape=(B,), device=device,
+        )
+        self.full_action_spec = Composite(
+            predator=Composite(action=Bounded(-1.0, 1.0, (B, sizes["predator"], 2), device=device), shape=(B, sizes["predator"]), device=device),
+            prey=Composite(action=Categorical(5, (B, 1), device=device), shape=(B, 1), device=device),
+            shape=(B,), device=device,
+        )
+        self.full_reward_spec = Composite(
+            predator=Composite(reward=Unbounded((B, sizes["predator"], 1), device=device), shape=(B, sizes["predator"]), device=device),
+            prey=Composite(reward=Unbounded((B, 1, 1), device=device), shape=(B, 1), device=device),
+            shape=(B,), device=device,
+        )
+        self.full_done_spec = Composite(
+            prey=Composite(terminated=marl_envs.specs.Binary((B, 1, 1), device=device), shape=(B, 1), device=device),
+            shape=(B,), device=device,
+        )
+        self.count = torch.zeros(B, device=device)
+        self.threshold = torch.zeros(B, device=device)
+        self.rng = torch.Generator(device=device)
+        self.rng.manual_seed(0)
+
+    def _set_seed(self, seed: int) -> None:
+        self.rng.manual_seed(seed)
+
+    def _observe(self) -> TensorDict:
+        B = self.num_envs
+        n = len(self.group_map["predator"])
+        base = torch.stack([self.count, self.threshold, self.count / 10], -1)
+        odd = (self.count % 2 == 1).view(B, 1, 1)
+        mask = torch.ones(B, 1, 5, dtype=torch.bool, device=self.device)
+        mask[..., 4] = ~odd[..., 0]
+        return TensorDict(
+            {
+                "predator": {"observation": base.unsqueeze(1).expand(B, n, 3) + torch.arange(n, device=self.device).view(1, n, 1)},
+                "prey": {"observation": base.unsqueeze(1), "action_mask": mask},
+                "state": torch.cat([base, self.count.unsqueeze(-1)], -1),
+            },
+            batch_size=self.batch_size,
+        )
+
+    def _reset(self, mask):
+        fresh = torch.randint(3, 9, (self.num_envs,), generator=self.rng, device=self.device).float()
+        if mask is None:
+            self.count.zero_()
+            self.threshold.copy_(fresh)
+        else:
+            self.count.masked_fill_(mask, 0)
+            self.threshold.copy_(torch.where(mask, fresh, self.threshold))
+        return self._observe()
+
+    def _step(self, td):
+        B = self.num_envs
+        self.count += 1
+        predator_action = td["predator", "action"]
+        prey_action = td["prey", "action"]
+        caught = self.count >= self.threshold
+        out = self._observe()
+        out["predator", "reward"] = predator_action.sum(-1, keepdim=True) + self.count.view(B, 1, 1)
+        out["prey", "reward"] = prey_action.float().unsqueeze(-1) - self.count.view(B, 1, 1)
+        out["prey", "terminated"] = caught.view(B, 1, 1)
+        out["terminated"] = caught.view(B, 1)
+        return out
