@@ -92,3 +92,55 @@ class PredatorPreyCount(marl_envs.EnvBase):
         out["prey", "terminated"] = caught.view(B, 1, 1)
         out["terminated"] = caught.view(B, 1)
         return out
+
+
+class Drift(marl_envs.EnvBase):
+    """One group ``agents``; each agent moves a point by its 1-d action; the env ends when any leaves [-3, 3].
+
+    With ``single_agent=True`` the data sits at the root (``observation``, ``action``, ``reward``), like
+    single-agent Brax envs.
+    """
+
+    def __init__(self, *, num_envs: int, n_agents: int = 2, device="cpu", max_steps=None, single_agent=False):
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        B, n = num_envs, n_agents
+        self.single_agent = single_agent
+        if single_agent:
+            n = 1
+            self.full_observation_spec = Composite(observation=Unbounded((B, 1), device=device), shape=(B,), device=device)
+            self.full_action_spec = Composite(action=Bounded(-1.0, 1.0, (B, 1), device=device), shape=(B,), device=device)
+            self.full_reward_spec = Composite(reward=Unbounded((B, 1), device=device), shape=(B,), device=device)
+        else:
+            self.group_map = {"agents": [f"agent_{i}" for i in range(n)]}
+            group = lambda **specs: Composite(specs, shape=(B, n), device=device)  # noqa: E731
+            self.full_observation_spec = Composite(agents=group(observation=Unbounded((B, n, 1), device=device)), shape=(B,), device=device)
+            self.full_action_spec = Composite(agents=group(action=Bounded(-1.0, 1.0, (B, n, 1), device=device)), shape=(B,), device=device)
+            self.full_reward_spec = Composite(agents=group(reward=Unbounded((B, n, 1), device=device)), shape=(B,), device=device)
+        self.pos = torch.zeros(B, n, 1, device=device)
+        self.rng = torch.Generator(device=device)
+
+    def _set_seed(self, seed):
+        self.rng.manual_seed(seed)
+
+    def _observe(self, reward=None):
+        if self.single_agent:
+            data = {"observation": self.pos[:, 0]}
+            if reward is not None:
+                data["reward"] = reward[:, 0]
+        else:
+            data = {"agents": {"observation": self.pos.clone()}}
+            if reward is not None:
+                data["agents"]["reward"] = reward
+        return TensorDict(data, batch_size=self.batch_size)
+
+    def _reset(self, mask):
+        fresh = torch.rand(self.pos.shape, generator=self.rng, device=self.device) - 0.5
+        self.pos = fresh if mask is None else torch.where(mask.view(-1, 1, 1), fresh, self.pos)
+        return self._observe()
+
+    def _step(self, td):
+        action = td["action"].unsqueeze(1) if self.single_agent else td["agents", "action"]
+        self.pos = self.pos + action
+        out = self._observe(reward=-self.pos.abs())
+        out["terminated"] = (self.pos.abs() > 3).flatten(1).any(-1, keepdim=True)
+        return out

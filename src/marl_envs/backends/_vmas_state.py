@@ -1,0 +1,253 @@
+"""The VMAS backend's private machinery: per-env random streams and the masked (vectorized) partial reset.
+
+VMAS resets either every env (``reset``) or one index per call (``reset_at``). ``masked_reset`` resets any mask
+of envs with one batched reset: it snapshots every tensor reachable from the scenario (world, agents,
+landmarks, sensors, dynamics, the scenario's own attributes), runs a full batched reset, and then puts back
+the rows of the envs that were not selected, so those envs continue exactly as if nothing had happened.
+
+The rule that decides what "put back" means:
+
+* a tensor whose first dim is ``num_envs`` is per-env state: rows selected by the mask keep the fresh values,
+  the other rows get their old values back (``torch.where``), written in place so aliases stay aliases;
+* anything else reachable (Python scalars, tensors without a batch dim, the membership of lists and dicts)
+  is state shared by every env. A reset of a few envs must not change it (it would leak into envs not
+  reset, which raw VMAS ``reset_at`` does), so it is restored as it was.
+
+VMAS draws its randomness from the global torch / numpy / python generators, swapped in and out around each
+public call from one class-level slot shared by every ``Environment``. ``RngStreams`` gives each wrapped env
+its own streams so interleaved envs never perturb each other: the ``main`` stream drives steps and full
+resets (the one ``vmas`` itself would use, so a wrapped env replays raw VMAS exactly), and a separate ``reset``
+stream drives masked resets, so a partial reset never shifts the randomness later steps draw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import random
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+# Objects of these top-level packages are leaves of the state walk (their internals are not VMAS state).
+_FOREIGN_PACKAGES = frozenset(
+    {"torch", "numpy", "pyglet", "gym", "gymnasium", "typing", "enum", "abc", "builtins", "functools",
+     "collections", "tensordict", "re", "pathlib", "logging", "threading"}
+)
+_SCALARS = (int, float, bool, complex, str, bytes, type(None))
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+           types.LambdaType, torch.nn.Module, torch.device, torch.dtype, torch.Generator, enum.Enum)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Random streams
+# ----------------------------------------------------------------------------------------------------
+def _vmas_slot() -> list:
+    from vmas.simulator.environment.environment import Environment
+
+    return Environment.vmas_random_state
+
+
+def _seeded_state(seed: int) -> list:
+    """The (torch, numpy, python) generator states VMAS's own ``seed(seed)`` produces."""
+    saved = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        torch.random.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        return [torch.random.get_rng_state(), np.random.get_state(), random.getstate()]
+    finally:
+        torch.random.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
+
+
+def _derived_seed(*parts: int | bytes) -> int:
+    digest = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else int(part).to_bytes(8, "little", signed=True))
+    return int.from_bytes(digest.digest(), "little") % (2**63 - 1)
+
+
+class RngStreams:
+    """Two private (torch, numpy, python[, cuda]) random streams of one VMAS env: ``main`` and ``reset``.
+
+    ``use(stream)`` swaps a stream into VMAS's class-level slot (and the CUDA generator of the env's device)
+    for the duration of a block and saves it back afterwards, leaving the slot as it was for anyone else.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = torch.device(device)
+        self._cuda = self.device.type == "cuda"
+        slot = _vmas_slot()
+        # Adopt the state VMAS would use next, without drawing from it: wrapping does not advance it.
+        self.main = list(slot[:3]) + ([torch.cuda.get_rng_state(self.device)] if self._cuda else [])
+        self.reset = self._fresh(_derived_seed(slot[0].numpy().tobytes()))
+
+    def _fresh(self, seed: int) -> list:
+        state = _seeded_state(seed)
+        if self._cuda:
+            state.append(torch.Generator(device=self.device).manual_seed(seed).get_state())
+        return state
+
+    def seed(self, seed: int) -> None:
+        """Seed ``main`` exactly as ``vmas.Environment.seed(seed)`` would; derive ``reset`` from it."""
+        self.main = self._fresh(seed)
+        self.reset = self._fresh(_derived_seed(seed, 0x5EED))
+
+    @contextlib.contextmanager
+    def use(self, name: str) -> Iterator[None]:
+        stream = getattr(self, name)
+        slot = _vmas_slot()
+        saved = list(slot)
+        slot[:3] = stream[:3]
+        if self._cuda:
+            saved_cuda = torch.cuda.get_rng_state(self.device)
+            torch.cuda.set_rng_state(stream[3], self.device)
+        try:
+            yield
+        finally:
+            stream[:3] = slot[:3]
+            slot[:] = saved
+            if self._cuda:
+                stream[3] = torch.cuda.get_rng_state(self.device)
+                torch.cuda.set_rng_state(saved_cuda, self.device)
+
+
+# ----------------------------------------------------------------------------------------------------
+# State snapshot and merge
+# ----------------------------------------------------------------------------------------------------
+def _walkable(obj: Any) -> bool:
+    if isinstance(obj, (dict, list, tuple, set, frozenset)):
+        return True
+    if isinstance(obj, _OPAQUE) or isinstance(obj, (torch.Tensor, np.ndarray)) or not hasattr(obj, "__dict__"):
+        return False
+    return type(obj).__module__.partition(".")[0] not in _FOREIGN_PACKAGES
+
+
+def _members(obj: Any) -> dict | list | tuple | None:
+    """The mutable mapping or sequence holding ``obj``'s members (None for sets: membership only)."""
+    if isinstance(obj, (dict, list, tuple)):
+        return obj
+    if isinstance(obj, (set, frozenset)):
+        return None
+    return vars(obj)
+
+
+class StateSnapshot:
+    """Everything reachable from ``roots`` that a reset could change, taken before a masked reset.
+
+    ``merge(mask)`` then makes the live state equal to: the current values on the rows where ``mask`` is True,
+    and the snapshot everywhere else (per-env rows of the other envs, and all shared state).
+    """
+
+    def __init__(self, roots: list[Any], batch_dim: int):
+        self.batch_dim = batch_dim
+        # (container, members-snapshot) for every dict / list / object __dict__ reached
+        self.containers: list[tuple[Any, dict | list | tuple]] = []
+        self.clones: dict[int, torch.Tensor | np.ndarray] = {}  # id(tensor) -> copy of its values
+        self.versions: dict[int, int] = {}  # id(shared tensor) -> its version counter
+        self._keep: list[Any] = []  # keep snapshotted tensors alive so their ids stay unique
+        seen: set[int] = set()
+        stack = list(roots)
+        while stack:
+            obj = stack.pop()
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            members = _members(obj)
+            if members is None:
+                stack.extend(m for m in obj if _walkable(m))
+                continue
+            copy = dict(members) if isinstance(members, dict) else list(members)
+            self.containers.append((obj, copy))
+            for value in copy.values() if isinstance(copy, dict) else copy:
+                if isinstance(value, (torch.Tensor, np.ndarray)):
+                    self._record(value)
+                elif _walkable(value):
+                    stack.append(value)
+
+    def _is_batched(self, value: torch.Tensor | np.ndarray) -> bool:
+        return value.ndim >= 1 and value.shape[0] == self.batch_dim
+
+    def _record(self, value: torch.Tensor | np.ndarray) -> None:
+        key = id(value)
+        if key in self.clones:
+            return
+        self._keep.append(value)
+        if isinstance(value, np.ndarray):
+            self.clones[key] = value.copy()
+        else:
+            self.clones[key] = value.detach().clone()
+            self.versions[key] = value._version
+
+    def merge(self, mask: torch.Tensor) -> None:
+        """Keep the current values on the rows where ``mask`` is True; restore the snapshot everywhere else."""
+        mask_np = None
+        merged: set[int] = set()  # ids of live tensors already merged (aliases share one merge)
+        for container, old in self.containers:
+            live = _members(container)
+            if isinstance(old, list) and len(live) != len(old):
+                live[:] = old  # lists of entities, goals, ... are shared structure
+            elif isinstance(old, dict) and isinstance(container, dict) and live.keys() != old.keys():
+                live.clear()
+                live.update(old)
+            items = old.items() if isinstance(old, dict) else enumerate(old)
+            for key, before in items:
+                now = live.get(key, _MISSING) if isinstance(live, dict) else live[key]
+                if isinstance(before, torch.Tensor):
+                    value = self._merge_tensor(before, now, mask, merged)
+                elif isinstance(before, np.ndarray):
+                    if mask_np is None:
+                        mask_np = mask.cpu().numpy()
+                    value = self._merge_array(before, now, mask_np)
+                elif now is before or (isinstance(before, _SCALARS) and type(now) is type(before) and now == before):
+                    continue
+                else:
+                    value = before
+                if value is not now:
+                    if isinstance(live, tuple):
+                        continue  # immutable: its tensors were merged in place
+                    live[key] = value
+
+    def _merge_tensor(self, before: torch.Tensor, now: Any, mask: torch.Tensor, merged: set[int]) -> Any:
+        old = self.clones[id(before)]
+        if not self._is_batched(before):  # shared: restore it
+            if before._version != self.versions[id(before)]:
+                with torch.no_grad():
+                    before.copy_(old)
+                self.versions[id(before)] = before._version
+            return before
+        if not isinstance(now, torch.Tensor) or now.shape != before.shape or now.dtype != before.dtype:
+            with torch.no_grad():
+                if before._version != self.versions[id(before)]:
+                    before.copy_(old)
+            return before
+        if id(now) in merged:
+            return now
+        merged.add(id(now))
+        keep_new = mask.view(-1, *([1] * (now.ndim - 1)))
+        value = torch.where(keep_new, now, old)
+        if now.stride(0) == 0 or now.requires_grad:
+            return value  # an expanded (or autograd leaf) tensor cannot take the rows in place
+        try:
+            now.copy_(value)
+        except RuntimeError:  # internal overlap: replace instead
+            return value
+        return now
+
+    def _merge_array(self, before: np.ndarray, now: Any, mask: np.ndarray) -> Any:
+        old = self.clones[id(before)]
+        if not self._is_batched(before) or not isinstance(now, np.ndarray) or now.shape != before.shape:
+            before[...] = old
+            return before
+        keep_new = mask.reshape(-1, *([1] * (now.ndim - 1)))
+        now[...] = np.where(keep_new, now, old)
+        return now
+
+
+_MISSING = object()
