@@ -83,6 +83,12 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3) -> No
             if bool(reset_td.get(key).any()):
                 raise _fail(key, "flag after a full reset", "all False", reset_td.get(key))
 
+    stepped = env.rand_step(reset_td).get("next")
+    for spec in (obs_spec, done_spec, env.full_reward_spec):
+        _check_entries(stepped, spec, "step next", False)
+    _check_no_extra(stepped, root_keys | set(env.reward_keys), "step next")
+    _check_done_algebra(env, stepped, "step next")
+
     data = env.rollout(steps, break_when_any_done=False)
     if data.batch_size[0] != env.num_envs or data.batch_size[1] < 1:
         raise _fail("rollout", "batch size", f"({env.num_envs}, T)", tuple(data.batch_size))

@@ -70,7 +70,7 @@ def _derived_seed(*parts: int | bytes) -> int:
     digest = hashlib.blake2b(digest_size=8)
     for part in parts:
         digest.update(part if isinstance(part, bytes) else int(part).to_bytes(8, "little", signed=True))
-    return int.from_bytes(digest.digest(), "little") % (2**63 - 1)
+    return int.from_bytes(digest.digest(), "little") % 2**32
 
 
 class RngStreams:
@@ -95,7 +95,11 @@ class RngStreams:
         return state
 
     def seed(self, seed: int) -> None:
-        """Seed ``main`` exactly as ``vmas.Environment.seed(seed)`` would; derive ``reset`` from it."""
+        """Seed ``main`` exactly as ``vmas.Environment.seed(seed)`` would; derive ``reset`` from it.
+
+        numpy takes seeds in ``[0, 2**32)`` only, so other ints are reduced modulo ``2**32`` first.
+        """
+        seed %= 2**32
         self.main = self._fresh(seed)
         self.reset = self._fresh(_derived_seed(seed, 0x5EED))
 
@@ -126,7 +130,8 @@ def _walkable(obj: Any) -> bool:
         return True
     if isinstance(obj, _OPAQUE) or isinstance(obj, (torch.Tensor, np.ndarray)) or not hasattr(obj, "__dict__"):
         return False
-    return type(obj).__module__.partition(".")[0] not in _FOREIGN_PACKAGES
+    module = type(obj).__module__
+    return module.partition(".")[0] not in _FOREIGN_PACKAGES and not module.startswith("vmas.simulator.rendering")
 
 
 def _members(obj: Any) -> dict | list | tuple | None:

@@ -1,0 +1,123 @@
+"""The PettingZoo tasks installed here: MPE from ``mpe2``, the rest from PettingZoo's own registry.
+
+Names are ``<family>/<module>`` as PettingZoo's modules spell them (``mpe/simple_spread_v3``,
+``classic/tictactoe_v3``). A task is listed only if its module imports and an instance builds, so families
+whose optional dependencies are missing (``pettingzoo[atari]``, ``open_spiel`` for Hanabi, ...) are left out.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import inspect
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Task", "quiet_import", "resolve_task", "tasks"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A PettingZoo task: its name and constructors (``parallel`` is None for turn-based-only games)."""
+
+    name: str
+    aec: Callable[..., Any]
+    parallel: Callable[..., Any] | None
+    module: str
+
+    def check_kwargs(self, kwargs: dict[str, Any]) -> None:
+        """Raise ``TypeError`` for a keyword the task's ``raw_env`` does not take (when its signature says)."""
+        raw_env = getattr(importlib.import_module(self.module), "raw_env", None)
+        try:
+            params = inspect.signature(raw_env).parameters if raw_env is not None else None
+        except (TypeError, ValueError):
+            params = None
+        if params is None or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        accepted = [name for name, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        for key in kwargs:
+            if key not in accepted:
+                close = difflib.get_close_matches(key, accepted, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise TypeError(f"pettingzoo task {self.name!r} got an unexpected keyword argument {key!r}{hint} "
+                                f"it accepts {accepted}")
+
+
+def quiet_import(module: str):
+    """Import ``module``, silencing the SWIG warnings Box2D emits at import.
+
+    Under ``-W error`` (or pytest's ``filterwarnings = error``) those warnings, raised inside Box2D's extension
+    module initialisation, crash the interpreter with a segmentation fault rather than an exception.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"builtin type .* has no __module__ attribute",
+                                category=DeprecationWarning)
+        return importlib.import_module(module)
+
+
+def _entry_point(entry_point: str | Callable[..., Any]) -> tuple[Callable[..., Any], str]:
+    if callable(entry_point):
+        return entry_point, entry_point.__module__
+    module, _, attr = entry_point.partition(":")
+    return getattr(quiet_import(module), attr), module
+
+
+def _builds(creator: Callable[..., Any]) -> bool:
+    """True if an instance builds (the module may import lazily what it needs, e.g. Hanabi's open_spiel)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a probe, not the user's env: third-party chatter is not theirs
+            creator().close()
+    except ImportError:
+        return False
+    return True
+
+
+def _normalise(name: str) -> str:
+    """``classic/tictactoe-v3`` (PettingZoo's registry id) -> ``classic/tictactoe_v3`` (its module name)."""
+    return re.sub(r"-v(\d+)$", r"_v\1", name.strip())
+
+
+@functools.cache
+def tasks() -> dict[str, Task]:
+    """Every task that builds here, by name."""
+    found: dict[str, Task] = {}
+    try:
+        mpe = quiet_import("mpe2.all_modules")
+    except ImportError:
+        mpe = None
+    if mpe is not None:
+        for name, module in mpe.mpe_environments.items():
+            found[_normalise(name)] = Task(_normalise(name), module.env, getattr(module, "parallel_env", None),
+                                           module.__name__)
+    pettingzoo = quiet_import("pettingzoo")
+    for env_id, spec in pettingzoo.aec_registry.items():
+        try:
+            aec, module = _entry_point(spec.entry_point)
+            parallel_spec = pettingzoo.parallel_registry.get(env_id)
+            parallel = _entry_point(parallel_spec.entry_point)[0] if parallel_spec is not None else None
+        except ImportError:
+            continue
+        if _builds(aec):
+            found[_normalise(env_id)] = Task(_normalise(env_id), aec, parallel, module)
+    return dict(sorted(found.items()))
+
+
+def resolve_task(task: str) -> Task:
+    """The task called ``task`` (``"mpe/simple_spread_v3"``, ``"simple_spread_v3"`` or ``"classic/go-v5"``)."""
+    if not isinstance(task, str):
+        raise TypeError(f"task must be a str like 'mpe/simple_spread_v3', got {task!r}")
+    known = tasks()
+    name = _normalise(task)
+    if name in known:
+        return known[name]
+    by_module = {full.rpartition("/")[2]: full for full in known}
+    if name in by_module:
+        return known[by_module[name]]
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    raise ValueError(f"unknown pettingzoo task {task!r}{hint} available here: {', '.join(known)}")
