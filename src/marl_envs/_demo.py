@@ -1,4 +1,7 @@
-"""``marl-envs demo``: build envs by name, show their groups and specs, run a batched random rollout."""
+"""``marl-envs demo``: build envs by name, show their groups and specs, run a batched random rollout.
+
+``make demo`` follows it with MAPPO training (``examples/mappo.py``).
+"""
 
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ def random_rollout(name: str = "vmas/balance", num_envs: int = 1024, steps: int 
     return rate
 
 
-def main(quick: bool = False, out: str = "runs/demo") -> None:
+def main() -> None:
     torch.manual_seed(0)
     print("marl-envs: envs by backend")
     for backend in registry._BACKENDS:
@@ -70,7 +73,3 @@ def main(quick: bool = False, out: str = "runs/demo") -> None:
     tour()
     if registry.backend_installed("vmas"):
         random_rollout()
-    if not quick:
-        from . import _train_demo
-
-        _train_demo.main(out)

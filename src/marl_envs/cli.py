@@ -65,7 +65,7 @@ def format_bench(name: str, num_envs: int, steps: int, rows: Sequence[tuple[str,
 
 def _cmd_demo(args: argparse.Namespace) -> None:
     demo = importlib.import_module("marl_envs._demo")
-    demo.main(quick=args.quick, out=args.out)
+    demo.main()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,9 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=_cmd_bench)
-    p = sub.add_parser("demo", help="a tour of the library: envs by name, specs, a batched rollout, training")
-    p.add_argument("--quick", action="store_true", help="skip training")
-    p.add_argument("--out", default="runs/demo", help="where training writes its curve and GIF")
+    p = sub.add_parser("demo", help="a tour of the library: envs by name, their specs, a batched rollout")
     p.set_defaults(func=_cmd_demo)
     return parser
 

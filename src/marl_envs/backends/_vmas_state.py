@@ -104,6 +104,17 @@ class RngStreams:
         self.reset = self._fresh(_derived_seed(seed, 0x5EED))
 
     @contextlib.contextmanager
+    def scratch(self) -> Iterator[None]:
+        """Run a block on a throwaway copy of ``main``: the real streams draw nothing."""
+        saved = self.main
+        self.main = list(saved)
+        try:
+            with self.use("main"):
+                yield
+        finally:
+            self.main = saved
+
+    @contextlib.contextmanager
     def use(self, name: str) -> Iterator[None]:
         stream = getattr(self, name)
         slot = _vmas_slot()

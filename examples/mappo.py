@@ -1,0 +1,433 @@
+"""Multi-agent PPO (MAPPO, or IPPO with --ippo) for any env ``marl_envs.make`` accepts.
+
+Everything env-specific is read from the env: groups, action / reward / done keys and specs. One policy per
+group, parameters shared inside the group; a centralised critic fed the root ``state`` when the env has one,
+else the group's concatenated observations (MAPPO), or a per-agent critic (IPPO).
+
+    python examples/mappo.py --env vmas/navigation --out runs/navigation
+    python examples/mappo.py --env vmas/balance --env-kwargs n_agents=3 --frames 60000
+    python examples/mappo.py --env vmas/simple_adversary --ippo
+
+Writes ``OUT/metrics.csv``, ``OUT/summary.json``, ``OUT/learning_curve.png`` and, for envs that render,
+``OUT/policy.gif``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+from ppo_loss import GroupKeys, NestedKey, PPOLoss, gae
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+import marl_envs
+from marl_envs.cli import parse_kwargs
+from marl_envs.specs import Bounded, Categorical, OneHot
+
+# Per-env settings a user would start from; anything else gets the generic defaults.
+PRESETS: dict[str, dict] = {
+    "vmas/navigation": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
+    "vmas/balance": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
+    "vmas/simple_adversary": {"env_kwargs": {"max_steps": 25}, "num_envs": 240, "frames": 120_000},
+    "brax/ant_4x2": {"env_kwargs": {"backend": "spring", "max_steps": 1000}, "num_envs": 64, "frames": 400_000,
+                     "steps_per_batch": 100, "epochs": 10, "minibatch": 1600, "lr": 3e-4},
+}
+GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
+           "minibatch": 400, "lr": 3e-4}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Policies
+# ---------------------------------------------------------------------------------------------------
+def mlp(n_in: int, n_out: int, hidden: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, n_out))
+
+
+class GroupPolicy(nn.Module):
+    """Shared-parameter policy for one group: observation -> action, its log-probability and entropy.
+
+    Continuous (``Bounded``) actions use a tanh-squashed Gaussian mapped onto the spec's bounds; the
+    pre-squash sample is kept so log-probabilities are exact. Discrete actions are categorical and honour an
+    action mask.
+    """
+
+    def __init__(self, obs_dim: int, spec, hidden: int):
+        super().__init__()
+        self.discrete = isinstance(spec, (Categorical, OneHot))
+        self.one_hot = isinstance(spec, OneHot)
+        if self.discrete:
+            self.net = mlp(obs_dim, spec.n, hidden)
+            self.n = spec.n
+        else:
+            if not isinstance(spec, Bounded):
+                raise TypeError(f"mappo.py supports Bounded, Categorical and OneHot actions, got {type(spec).__name__}")
+            dim = spec.shape[-1]
+            self.net = mlp(obs_dim, dim, hidden)
+            self.log_std = nn.Parameter(torch.full((dim,), -0.5))
+            low, high = spec.low[0], spec.high[0]  # (n_agents, dim): agents of a group may differ in range
+            self.register_buffer("centre", (high + low) / 2)
+            self.register_buffer("radius", (high - low) / 2)
+        self.deterministic = False
+
+    def _dist(self, obs: torch.Tensor, mask: torch.Tensor | None):
+        out = self.net(obs)
+        if self.discrete:
+            if mask is not None:
+                out = out.masked_fill(~mask, -1e9)
+            return torch.distributions.Categorical(logits=out)
+        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
+
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None):
+        dist = self._dist(obs, mask)
+        if self.discrete:
+            raw = dist.probs.argmax(-1) if self.deterministic else dist.sample()
+            action = nn.functional.one_hot(raw, self.n) if self.one_hot else raw
+            return action, raw.unsqueeze(-1).float(), dist.log_prob(raw).unsqueeze(-1)
+        raw = dist.mean if self.deterministic else dist.sample()
+        return self.squash(raw), raw, self.log_prob(dist, raw)
+
+    def squash(self, raw: torch.Tensor) -> torch.Tensor:
+        return self.centre + self.radius * torch.tanh(raw)
+
+    def log_prob(self, dist, raw: torch.Tensor) -> torch.Tensor:
+        if self.discrete:
+            return dist.log_prob(raw.squeeze(-1).long()).unsqueeze(-1)
+        # change of variables through tanh: log|d squash / d raw| = log(radius) + log(1 - tanh^2)
+        correction = 2 * (math.log(2) - raw - nn.functional.softplus(-2 * raw)) + self.radius.log()
+        return (dist.log_prob(raw) - correction).sum(-1, keepdim=True)
+
+    def evaluate(self, obs: torch.Tensor, raw: torch.Tensor, mask: torch.Tensor | None = None):
+        """Log-probability of stored samples and the entropy (of the pre-squash distribution)."""
+        dist = self._dist(obs, mask)
+        entropy = dist.entropy()
+        return self.log_prob(dist, raw), entropy.unsqueeze(-1) if self.discrete else entropy.sum(-1, keepdim=True)
+
+
+class Critic(nn.Module):
+    """Values ``(..., n, 1)`` for a group of ``n`` agents.
+
+    Centralised (MAPPO): from the root ``state`` (``per_agent_input=False``) or from every agent's
+    observation concatenated. Decentralised (IPPO) or single-agent: from each agent's own observation.
+    """
+
+    def __init__(self, n_in: int, n_agents: int, hidden: int, centralised: bool, per_agent_input: bool):
+        super().__init__()
+        self.centralised, self.per_agent_input = centralised, per_agent_input
+        self.net = mlp(n_in, n_agents if centralised else 1, hidden)
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        x = torch.cat(inputs, -1)
+        if not self.centralised:
+            return self.net(x)
+        if self.per_agent_input:
+            x = x.flatten(-2)
+        return self.net(x).unsqueeze(-1)
+
+
+class ActorInput(nn.Module):
+    """Concatenate a group's observation entries (and pass the action mask) into the policy."""
+
+    def __init__(self, policy: GroupPolicy, has_mask: bool):
+        super().__init__()
+        self.policy, self.has_mask = policy, has_mask
+
+    def _split(self, inputs):
+        return (torch.cat(inputs[:-1], -1), inputs[-1]) if self.has_mask else (torch.cat(inputs, -1), None)
+
+    def forward(self, *inputs):
+        return self.policy(*self._split(inputs))
+
+    def evaluate(self, *inputs, sample):
+        obs, mask = self._split(inputs)
+        return self.policy.evaluate(obs, sample, mask)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the env: every key comes from env.action_keys, env.reward_keys, env.done_keys, ...
+# ---------------------------------------------------------------------------------------------------
+def _under(key, prefix: tuple) -> bool:
+    return key[: len(prefix)] == prefix if isinstance(key, tuple) else not prefix
+
+
+def group_keys(env: marl_envs.EnvBase, group: str | None) -> tuple[GroupKeys, list, NestedKey | None]:
+    """The loss keys, observation keys and action-mask key of ``group`` (``None``: a single-agent env)."""
+    prefix = () if group is None else (group,)
+    action = next(k for k in env.action_keys if _under(k, prefix))
+    reward = next(k for k in env.reward_keys if _under(k, prefix))
+    observations = [k for k in env.observation_keys if _under(k, prefix) and "observation" in (k if isinstance(k, tuple) else (k,))]
+    if not observations:
+        raise ValueError(f"group {group!r} has no observation entry; mappo.py reads (group, 'observation')")
+    mask = (*prefix, "action_mask") if (*prefix, "action_mask") in env.observation_keys else None
+    own_done = prefix and (*prefix, "done") in env.done_keys
+
+    def at(name):
+        return (*prefix, name) if prefix else name
+
+    keys = GroupKeys(
+        action=action, reward=reward,
+        done=at("done") if own_done else "done", terminated=at("terminated") if own_done else "terminated",
+        sample=at("action_sample"), log_prob=at("action_log_prob"), value=at("state_value"),
+        advantage=at("advantage"), value_target=at("value_target"),
+    )
+    return keys, observations, mask
+
+
+def build_agents(env: marl_envs.EnvBase, hidden: int, centralised: bool):
+    """Per group: a policy and a critic as ``TensorDictModule``s, and the group's keys."""
+    probe = env.reset()
+    actors, critics, keys = [], [], []
+    for group in list(env.group_map) or [None]:
+        k, observations, mask = group_keys(env, group)
+        obs_dim = sum(probe.get(o).shape[-1] for o in observations)
+        n = len(env.group_map[group]) if group is not None else 1
+        policy = ActorInput(GroupPolicy(obs_dim, env.full_action_spec[k.action], hidden), mask is not None)
+        actors.append(TensorDictModule(policy, in_keys=observations + ([mask] if mask else []),
+                                       out_keys=[k.action, k.sample, k.log_prob]))
+        central = centralised and group is not None
+        use_state = central and "state" in env.observation_keys
+        n_in = probe.get("state").shape[-1] if use_state else obs_dim * (n if central else 1)
+        critic = Critic(n_in, n, hidden, central, per_agent_input=not use_state)
+        critics.append(TensorDictModule(critic, in_keys=["state"] if use_state else observations, out_keys=[k.value]))
+        keys.append(k)
+    return actors, critics, keys
+
+
+def set_deterministic(actors, flag: bool) -> None:
+    for actor in actors:
+        actor.module.policy.deterministic = flag
+
+
+# ---------------------------------------------------------------------------------------------------
+# Collection and episode accounting
+# ---------------------------------------------------------------------------------------------------
+class EpisodeTracker:
+    """Per-agent return summed over an episode, averaged over agents and finished episodes, per group."""
+
+    def __init__(self, env: marl_envs.EnvBase, keys: list[GroupKeys]):
+        self.names = list(env.group_map) or ["agent"]
+        self.keys = keys
+        self.running = [None] * len(keys)
+
+    def update(self, data: TensorDictBase) -> dict[str, float]:
+        """Feed a (B, T) batch; return each group's mean finished-episode reward (nan if none finished)."""
+        out = {}
+        done = data.get(("next", "done")).squeeze(-1)  # the env is the unit of episodes
+        for i, (name, keys) in enumerate(zip(self.names, self.keys)):
+            reward = data.get(("next", *_tuple(keys.reward)))
+            reward = reward.flatten(2).mean(-1)  # (B, T): mean over agents
+            running = self.running[i] if self.running[i] is not None else torch.zeros_like(reward[:, 0])
+            finished = []
+            for t in range(reward.shape[1]):
+                running = running + reward[:, t]
+                finished.append(running[done[:, t]])
+                running = torch.where(done[:, t], 0.0, running)
+            self.running[i] = running
+            ended = torch.cat(finished)
+            out[name] = ended.mean().item() if ended.numel() else float("nan")
+        return out
+
+
+def _tuple(key: NestedKey) -> tuple:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def mean_of(per_group: dict[str, float]) -> float:
+    values = [v for v in per_group.values() if not math.isnan(v)]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def collect(env, td, act, steps: int) -> tuple[TensorDictBase, TensorDictBase]:
+    """``steps`` steps of ``step_and_maybe_reset``; returns the (B, T) batch and the root to continue from."""
+    out = []
+    for _ in range(steps):
+        td, td_next = env.step_and_maybe_reset(act(td))
+        out.append(td)
+        td = td_next
+    return torch.stack(out, dim=1), td
+
+
+def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int) -> float:
+    """The same accounting as training, over ``frames`` frames of uniformly random actions."""
+    env.set_seed(12345)
+    tracker = EpisodeTracker(env, keys)
+    td, rewards = env.reset(), []
+    for _ in range(max(1, frames // (env.num_envs * steps))):
+        data, td = collect(env, td, env.rand_action, steps)
+        rewards.append(mean_of(tracker.update(data)))
+    finite = [r for r in rewards if not math.isnan(r)]
+    return sum(finite) / len(finite) if finite else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="vmas/navigation", help="any name marl_envs.make accepts")
+    p.add_argument("--env-kwargs", nargs="*", default=None, metavar="KEY=VALUE", help="forwarded to marl_envs.make")
+    p.add_argument("--num-envs", type=int)
+    p.add_argument("--frames", type=int, help="env-steps to train for (num_envs x steps per iteration x iterations)")
+    p.add_argument("--steps-per-batch", type=int, help="steps per env per iteration (default: max_steps, or 100)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default=None, help="output folder (default runs/<env>)")
+    p.add_argument("--ippo", action="store_true", help="decentralised critics (IPPO) instead of a centralised one")
+    p.add_argument("--epochs", type=int, help="passes over each batch")
+    p.add_argument("--minibatch", type=int, help="(env, step) samples per gradient step")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--gamma", type=float, default=0.99)
+    p.add_argument("--lmbda", type=float, default=0.9)
+    p.add_argument("--clip", type=float, default=0.2)
+    p.add_argument("--entropy", type=float, default=1e-4)
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--no-gif", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    preset = {**GENERIC, **PRESETS.get(args.env, {})}
+    args.env_kwargs = parse_kwargs(args.env_kwargs) if args.env_kwargs is not None else dict(preset["env_kwargs"])
+    for name in ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch", "lr"):
+        if getattr(args, name) is None:
+            setattr(args, name, preset[name])
+    args.out = Path(args.out or Path("runs") / args.env.replace("/", "_"))
+    return args
+
+
+def train(args: argparse.Namespace) -> dict:
+    torch.manual_seed(args.seed)
+    env = marl_envs.make(args.env, num_envs=args.num_envs, device=args.device, **args.env_kwargs)
+    env.set_seed(args.seed)
+    steps = args.steps_per_batch or env.max_steps or 100
+    actors, critics, keys = build_agents(env, args.hidden, centralised=not args.ippo)
+    loss_fn = PPOLoss(actors, critics, keys, clip=args.clip, entropy_coef=args.entropy).to(args.device)
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=args.lr)
+    tracker = EpisodeTracker(env, keys)
+    iterations = max(1, args.frames // (args.num_envs * steps))
+
+    def act(td):
+        for actor in actors:
+            actor(td)
+        return td
+
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=iterations * args.num_envs * steps, unit="frame", unit_scale=True, desc=args.env)
+    rows, start, frames = [], time.perf_counter(), 0
+    td = env.reset()
+    for _ in range(iterations):
+        with torch.no_grad():
+            data, td = collect(env, td, act, steps)
+            for critic, k in zip(critics, keys):
+                gae(data, k, critic, gamma=args.gamma, lmbda=args.lmbda)
+        frames += data.numel()
+        per_group = tracker.update(data)
+        flat = data.reshape(-1)
+        n_minibatches = max(1, flat.shape[0] // args.minibatch)
+        for _ in range(args.epochs):
+            order = torch.randperm(flat.shape[0], device=flat.device)[: n_minibatches * args.minibatch]
+            for idx in order.split(args.minibatch):
+                loss = loss_fn(flat[idx])
+                optim.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(loss_fn.parameters(), args.max_grad_norm)
+                optim.step()
+        wall = time.perf_counter() - start
+        row = {"frames": frames, "mean_episode_reward": mean_of(per_group), "wall_s": round(wall, 2)}
+        if len(per_group) > 1:
+            row.update({f"reward_{name}": value for name, value in per_group.items()})
+        rows.append(row)
+        if bar is not None:
+            bar.update(data.numel())
+            bar.set_postfix(episode_reward=f"{row['mean_episode_reward']:.3f}", fps=f"{frames / wall:,.0f}")
+    if bar is not None:
+        bar.close()
+    wall = time.perf_counter() - start
+
+    finite = [r["mean_episode_reward"] for r in rows if not math.isnan(r["mean_episode_reward"])]
+    summary = {
+        "env": args.env,
+        "env_kwargs": args.env_kwargs,
+        "algorithm": "IPPO" if args.ippo else "MAPPO",
+        "frames": frames,
+        "wall_s": round(wall, 2),
+        "final_mean_episode_reward": finite[-1] if finite else float("nan"),
+        "random_policy_reward": random_policy_reward(env, keys, frames, steps),
+        "seed": args.seed,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_outputs(args, rows, summary)
+    if not args.no_gif and hasattr(env, "render"):
+        summary["gif"] = str(write_gif(args, act, actors, steps))
+    env.close()
+    return summary
+
+
+def write_outputs(args, rows: list[dict], summary: dict) -> None:
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with open(args.out / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    frames = [r["frames"] for r in rows]
+    for col in [k for k in fields if k.startswith("reward_")] or ["mean_episode_reward"]:
+        ax.plot(frames, [r[col] for r in rows], marker="o", ms=3, label=col.removeprefix("reward_"))
+    ax.axhline(summary["random_policy_reward"], color="grey", ls="--", label="random policy")
+    ax.set_xlabel("frames")
+    ax.set_ylabel("mean episode reward")
+    ax.set_title(f"{summary['algorithm']} on {summary['env']} ({summary['wall_s']:.0f} s)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(args.out / "learning_curve.png", dpi=110)
+    plt.close(fig)
+
+
+def write_gif(args, act, actors, steps: int) -> Path:
+    """A GIF of env 0 under the trained policy, taking its most likely actions."""
+    import imageio.v2 as imageio
+
+    env = marl_envs.make(args.env, num_envs=1, device=args.device, **args.env_kwargs)
+    env.set_seed(args.seed + 1)
+    set_deterministic(actors, True)
+    images, td = [], env.reset()
+    with torch.no_grad():
+        for _ in range(steps):
+            images.append(env.render(env_index=0))
+            _, td = env.step_and_maybe_reset(act(td))
+    set_deterministic(actors, False)
+    env.close()
+    path = args.out / "policy.gif"
+    imageio.mimsave(path, images, duration=50, loop=0)
+    return path
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    summary = train(args)
+    print(json.dumps(summary, indent=2))
+    print(f"learning curve: {args.out / 'learning_curve.png'}")
+    if "gif" in summary:
+        print(f"policy GIF:     {summary['gif']}")
+    return summary
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,544 @@
+"""VMAS backend: every VMAS scenario by name, exact against raw VMAS, with vectorized partial resets.
+
+>>> import marl_envs
+>>> env = marl_envs.make("vmas/balance", num_envs=4, n_agents=3, seed=0)  # doctest: +SKIP
+>>> env.group_map  # doctest: +SKIP
+{'agents': ['agent_0', 'agent_1', 'agent_2']}
+
+Data of a group ``g`` of ``n`` agents (``B = num_envs``):
+
+======================== ======================================= =================================
+key                      shape                                   spec
+======================== ======================================= =================================
+``(g, "observation")``   ``(B, n, *obs)`` (nested if dict obs)   ``Unbounded`` float32
+``(g, "info", k)``       ``(B, n, *info_k)``                     ``Unbounded`` float32
+``(g, "action")``        ``(B, n, d)`` / ``(B, n)`` / ``(B, n, k)`` ``Bounded`` (VMAS ranges, comm
+                         / ``(B, n, m)``                         dims in [0, 1]) / ``Categorical``
+                                                                 / ``OneHot`` / ``MultiCategorical``
+``("next", g, "reward")`` ``(B, n, 1)``                          ``Unbounded`` float32
+``done``/``terminated``/ ``(B, 1)``                              ``Binary``
+``truncated``
+======================== ======================================= =================================
+
+The scenario's own ``done`` is ``terminated``; ``max_steps`` is ``truncated`` (VMAS never sees it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import re
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import vmas
+from gym import spaces
+from tensordict import TensorDict, TensorDictBase
+from vmas.simulator.environment import Environment
+from vmas.simulator.scenario import BaseScenario
+
+from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
+
+from .._env import EnvBase
+from ..specs import Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
+from ._vmas_state import RngStreams, StateSnapshot
+
+__all__ = ["VmasEnv", "VmasWrapper", "benchmark", "env_names", "make_env"]
+
+# vmas.make_env options that are not scenario keywords; VmasEnv takes the ones it supports explicitly.
+_MAKE_ENV_OPTIONS = ("wrapper", "wrapper_kwargs", "dict_spaces", "clamp_actions", "grad_enabled", "terminated_truncated")
+_UNUSED_KWARGS_WARNING = "passed but not used by the scenario"
+
+
+def env_names() -> list[str]:
+    """Every scenario VMAS ships (``vmas.scenarios + vmas.mpe_scenarios + vmas.debug_scenarios``)."""
+    return sorted({*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios})
+
+
+def make_env(name: str, **kwargs: Any) -> VmasEnv:
+    """``VmasEnv(name, **kwargs)``: the factory behind ``marl_envs.make("vmas/<name>", ...)``."""
+    return VmasEnv(name, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Spaces -> specs (per agent, without batch dims)
+# ----------------------------------------------------------------------------------------------------
+def _space_to_spec(space: spaces.Space, *, categorical: bool, device: torch.device, what: str) -> TensorSpec | Composite:
+    if isinstance(space, spaces.Dict):
+        return Composite(
+            {key: _space_to_spec(sub, categorical=categorical, device=device, what=f"{what}.{key}")
+             for key, sub in space.spaces.items()},
+            device=device,
+        )
+    if isinstance(space, spaces.Box):
+        shape = tuple(space.shape) or (1,)
+        low = torch.as_tensor(np.asarray(space.low, dtype=np.float32)).reshape(shape)
+        high = torch.as_tensor(np.asarray(space.high, dtype=np.float32)).reshape(shape)
+        if bool(torch.isinf(low).all() and torch.isinf(high).all()):
+            return Unbounded(shape, device=device)
+        return Bounded(low, high, shape, device=device)
+    if isinstance(space, spaces.Discrete):
+        n = int(space.n)
+        return Categorical(n, (), device=device) if categorical else OneHot(n, (n,), device=device)
+    if isinstance(space, spaces.MultiDiscrete):
+        return MultiCategorical([int(n) for n in np.asarray(space.nvec).reshape(-1)], device=device)
+    raise NotImplementedError(f"VMAS {what} space {space!r} has no marl_envs spec (expected Box, Discrete, "
+                              f"MultiDiscrete or Dict)")
+
+
+def _leaf_signature(spec: TensorSpec) -> tuple:
+    fields: tuple = ()
+    if isinstance(spec, Bounded):
+        fields = (tuple(spec.low.reshape(-1).tolist()), tuple(spec.high.reshape(-1).tolist()))
+    elif isinstance(spec, (Categorical, OneHot)):
+        fields = (spec.n,)
+    elif isinstance(spec, MultiCategorical):
+        fields = (tuple(spec.nvec.reshape(-1).tolist()),)
+    return type(spec).__name__, tuple(spec.shape), str(spec.dtype), fields
+
+
+def _signature(spec: Composite) -> tuple:
+    """A hashable description of an agent's specs: equal for agents that can share a group."""
+    return tuple((key, _leaf_signature(leaf)) for key, leaf in spec.items(True, True))
+
+
+def _first_difference(a: Composite, b: Composite) -> str:
+    keys_a, keys_b = a.keys(True, True), b.keys(True, True)
+    for key in keys_a:
+        if key not in keys_b:
+            return f"{key!r} (absent from the second)"
+        if _leaf_signature(a[key]) != _leaf_signature(b[key]):
+            return f"{key!r}: {a[key]} vs {b[key]}"
+    extra = [k for k in keys_b if k not in keys_a]
+    return f"{extra[0]!r} (absent from the first)" if extra else "none"
+
+
+def _as_info_tensor(value: Any, batch: int, device: torch.device) -> torch.Tensor:
+    """An info entry as float32 ``(B, *shape)``, a trailing 1 added to per-env scalars (TorchRL's rule)."""
+    value = torch.as_tensor(value, device=device)
+    if value.ndim == 0:
+        value = value.expand(batch)
+    if value.ndim == 1:
+        value = value.unsqueeze(-1)
+    return value.to(torch.float32)
+
+
+def _per_agent(values: Sequence | Mapping, names: list[str]) -> list:
+    """VMAS outputs (a list, or a dict by agent name when ``dict_spaces=True``) as a list in agent order."""
+    return [values[name] for name in names] if isinstance(values, Mapping) else list(values)
+
+
+def _stack(values: list, dim: int = 1) -> Any:
+    """Stack per-agent tensors (or dicts of them, recursively) along the agent dim."""
+    if isinstance(values[0], Mapping):
+        return {key: _stack([v[key] for v in values], dim) for key in values[0]}
+    return torch.stack(values, dim)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The wrapper
+# ----------------------------------------------------------------------------------------------------
+class VmasWrapper(EnvBase):
+    """A built ``vmas`` environment as a marl_envs env (the backend class; ``VmasEnv`` builds by name).
+
+    Groups default to ``groupings.default_group_map`` over each agent's spec signature (``balance`` gives
+    ``{"agents": [...]}``, ``simple_adversary`` ``{"adversary": [...], "agent": [...]}``). Actions are routed
+    to the VMAS agents by name, whatever the group order.
+
+    Partial resets (``_reset`` on some envs, and the auto-reset of ``step_and_maybe_reset``) are vectorized: one
+    batched VMAS reset whose result is merged into the selected envs only, every other env's state kept
+    bit for bit (see ``marl_envs.backends._vmas_state``). They draw from a random stream of their own, so
+    resetting some envs never changes what the others do next.
+
+    Args:
+        env: a ``vmas.simulator.environment.Environment`` (``vmas.make_env(..., wrapper=None)``). Wrapping it
+            neither resets it nor advances its random state. An env built with ``max_steps`` hands it over:
+            the wrapper reports it as ``truncated`` and VMAS stops counting it.
+        group_map: a dict ``{group: [agent names]}``, a ``MarlGroupMapType``, or None for the default.
+        categorical_actions: discrete actions as ``Categorical`` indices (True) or ``OneHot`` vectors.
+        max_steps: episode length reported as ``truncated``; None for no limit.
+
+    Raises:
+        TypeError: ``env`` is not a VMAS ``Environment``.
+        ValueError: a malformed ``group_map``, or one whose group mixes agents with different specs;
+            ``max_steps`` differs from the env's own.
+    """
+
+    def __init__(
+        self,
+        env: Environment,
+        *,
+        group_map: GroupMap | MarlGroupMapType | None = None,
+        categorical_actions: bool = True,
+        max_steps: int | None = None,
+    ):
+        if not isinstance(env, Environment):
+            raise TypeError(
+                f"VmasWrapper wraps a vmas.simulator.environment.Environment, got {type(env).__name__}; build one "
+                f"with vmas.make_env(scenario, num_envs=..., wrapper=None), or use VmasEnv(scenario_name, ...)"
+            )
+        if env.max_steps is not None:
+            if max_steps is not None and max_steps != env.max_steps:
+                raise ValueError(
+                    f"max_steps={max_steps} differs from the VMAS env's own max_steps={env.max_steps}; pass one of "
+                    f"them (or the same value)"
+                )
+            max_steps, env.max_steps = env.max_steps, None  # reported as truncated by EnvBase, not as done
+        super().__init__(num_envs=env.num_envs, device=env.device, max_steps=max_steps)
+        self._env = env
+        self._rng = RngStreams(env.device)
+        self.categorical_actions = categorical_actions
+        self.continuous_actions = env.continuous_actions
+        self.agent_names = [agent.name for agent in env.agents]
+        self.allow_done_after_reset = False
+
+        agent_specs = self._agent_specs()
+        self.group_map = self._resolve_group_map(group_map, agent_specs)
+        names = self.agent_names
+        self._groups = {group: [names.index(a) for a in members] for group, members in self.group_map.items()}
+        B = self.batch_size
+        groups = {g: agent_specs[m[0]].expand(*B, len(m), *agent_specs[m[0]].shape) for g, m in self.group_map.items()}
+        self.full_action_spec = Composite({g: Composite(action=s["action"], shape=s.shape, device=self.device)
+                                           for g, s in groups.items()}, shape=B, device=self.device)
+        self.full_observation_spec = Composite(
+            {g: Composite({k: s[k] for k in s.keys() if k in ("observation", "info")}, shape=s.shape, device=self.device)
+             for g, s in groups.items()}, shape=B, device=self.device)
+        self.full_reward_spec = Composite({g: Composite(reward=s["reward"], shape=s.shape, device=self.device)
+                                           for g, s in groups.items()}, shape=B, device=self.device)
+        self._info_keys = list(self._infos_now[0]) if self._infos_now else []
+        del self._infos_now
+
+    # -- construction helpers -------------------------------------------------------------------------
+    def _agent_specs(self) -> dict[str, Composite]:
+        """Each agent's specs (no batch dims): action, observation, info (if any) and reward."""
+        env, device = self._env, self.device
+        # Info shapes are read from scenario.info() without a trace: a scratch random stream and a restore.
+        snapshot = StateSnapshot([env], self.num_envs)
+        with self._rng.scratch():
+            infos = env.get_from_scenario(get_observations=False, get_rewards=False, get_infos=True, get_dones=False)
+        snapshot.merge(torch.zeros(self.num_envs, dtype=torch.bool, device=device))
+        infos = _per_agent(infos[0], self.agent_names) if infos else [{} for _ in self.agent_names]
+        self._infos_now = [dict(info) for info in infos if info]
+        action_spaces = _per_agent(env.action_space.spaces, self.agent_names)
+        obs_spaces = _per_agent(env.observation_space.spaces, self.agent_names)
+        specs = {}
+        for i, name in enumerate(self.agent_names):
+            spec = Composite(device=device)
+            spec["action"] = _space_to_spec(action_spaces[i], categorical=self.categorical_actions, device=device,
+                                            what=f"action ({name})")
+            spec["observation"] = _space_to_spec(obs_spaces[i], categorical=True, device=device,
+                                                 what=f"observation ({name})")
+            if infos[i]:
+                spec["info"] = Composite(
+                    {k: Unbounded(_as_info_tensor(v, self.num_envs, device).shape[1:], device=device)
+                     for k, v in infos[i].items()},
+                    device=device,
+                )
+            spec["reward"] = Unbounded((1,), device=device)
+            specs[name] = spec
+        return specs
+
+    def _resolve_group_map(self, group_map, agent_specs: dict[str, Composite]) -> GroupMap:
+        names = self.agent_names
+        if group_map is None:
+            return default_group_map(names, [_signature(agent_specs[n]) for n in names])
+        if isinstance(group_map, MarlGroupMapType):
+            group_map = group_map.get_group_map(names)
+        check_marl_grouping(group_map, names)
+        for group, members in group_map.items():
+            first = agent_specs[members[0]]
+            for other in members[1:]:
+                if _signature(agent_specs[other]) != _signature(first):
+                    raise ValueError(
+                        f"group {group!r} mixes agents with different specs: {members[0]!r} and {other!r} differ at "
+                        f"{_first_difference(first, agent_specs[other])}; agents of one group must share their specs, "
+                        f"so put them in separate groups (group_map=None groups them by spec)"
+                    )
+        return group_map
+
+    # -- the backend hook -----------------------------------------------------------------------------
+    def _set_seed(self, seed: int) -> None:
+        self._rng.seed(seed)
+
+    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        env = self._env
+        n_reset = self.num_envs if mask is None else int(mask.sum())
+        if n_reset == 0:
+            return self.full_observation_spec.zero()
+        if mask is None or n_reset == self.num_envs:
+            with self._rng.use("main" if mask is None else "reset"):
+                obs, infos = env.reset(return_observations=True, return_info=True)
+            return self._output(obs, infos)
+        snapshot = StateSnapshot([env], self.num_envs)
+        with self._rng.use("reset"):
+            env.reset(return_observations=False)
+            snapshot.merge(mask)  # shared state back before the observations are computed from it
+            obs, infos = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=True,
+                                               get_dones=False)
+            snapshot.merge(mask)  # drop side effects of computing them on the envs not reset
+        return self._output(obs, infos)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        actions = self._vmas_actions(tensordict)
+        try:
+            with self._rng.use("main"):
+                out = self._env.step(actions)
+        except AssertionError as err:
+            raise ValueError(
+                f"VMAS rejected the actions: {err}. Actions must lie in env.full_action_spec "
+                f"(spec.project(action) clips them)"
+            ) from err
+        if self._env.terminated_truncated:
+            obs, rewards, terminated, truncated, infos = out
+        else:
+            (obs, rewards, terminated, infos), truncated = out, None
+        return self._output(obs, infos, rewards, terminated, truncated)
+
+    def _vmas_actions(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
+        """The group actions as VMAS's per-agent list, in VMAS agent order."""
+        actions: list[Any] = [None] * len(self.agent_names)
+        for group, indices in self._groups.items():
+            action = tensordict.get((group, "action"))
+            spec = self.full_action_spec[group, "action"]
+            if isinstance(spec, OneHot):
+                action = action.argmax(-1)
+            if isinstance(spec, (Categorical, OneHot)):
+                action = action.unsqueeze(-1)
+            for j, i in enumerate(indices):
+                actions[i] = action[:, j]
+        return actions
+
+    def _output(self, obs, infos, rewards=None, terminated=None, truncated=None) -> TensorDictBase:
+        """The one output builder of reset and step: VMAS per-agent lists -> grouped TensorDict."""
+        names = self.agent_names
+        obs = _per_agent(obs, names)
+        infos = _per_agent(infos, names)
+        rewards = _per_agent(rewards, names) if rewards is not None else None
+        B = self.num_envs
+        data: dict[str, Any] = {}
+        for group, indices in self._groups.items():
+            entry: dict[str, Any] = {"observation": _stack([obs[i] for i in indices])}
+            if self._info_keys:
+                entry["info"] = {
+                    k: torch.stack([_as_info_tensor(infos[i][k], B, self.device) for i in indices], 1)
+                    for k in self._info_keys
+                }
+            if rewards is not None:
+                entry["reward"] = torch.stack([rewards[i] for i in indices], 1).unsqueeze(-1)
+            data[group] = TensorDict(entry, batch_size=(B, len(indices)), device=self.device)
+        if terminated is not None:
+            data["terminated"] = terminated.unsqueeze(-1).bool()
+        if truncated is not None:
+            data["truncated"] = truncated.unsqueeze(-1).bool()
+        return TensorDict(data, batch_size=self.batch_size, device=self.device)
+
+    # -- rendering ------------------------------------------------------------------------------------
+    def render(self, env_index: int = 0, **kwargs: Any) -> np.ndarray:
+        """An RGB frame of env ``env_index``: a ``(H, W, 3)`` uint8 array, rendered headless.
+
+        Extra keywords go to VMAS's ``render`` (e.g. ``agent_index_focus``, ``plot_position_function``).
+        Headless rendering uses EGL (Debian: ``apt-get install libegl1 libgl1-mesa-dri``), or a display
+        (e.g. ``xvfb-run``).
+
+        Raises:
+            IndexError: ``env_index`` is not in ``[0, num_envs)``.
+            ImportError: pyglet is not installed.
+        """
+        if isinstance(env_index, bool) or not isinstance(env_index, int) or not 0 <= env_index < self.num_envs:
+            raise IndexError(f"env_index must be an int in [0, {self.num_envs}), got {env_index!r}")
+        try:
+            with self._rng.scratch():  # rendering never changes the rollout
+                frame = self._env.render(mode="rgb_array", env_index=env_index, **kwargs)
+        except ImportError as err:
+            raise ImportError(f"rendering VMAS needs pyglet: pip install 'pyglet<=1.5.27' ({err})") from err
+        except Exception as err:
+            if type(err).__module__.startswith("pyglet"):
+                raise RuntimeError(
+                    f"VMAS could not open an OpenGL context ({type(err).__name__}: {err}); headless rendering needs "
+                    f"EGL (Debian: apt-get install libegl1 libgl1-mesa-dri) or a display (run under xvfb-run)"
+                ) from err
+            raise
+        return np.asarray(frame, dtype=np.uint8)
+
+    @property
+    def scenario(self) -> BaseScenario:
+        """The VMAS scenario object."""
+        return self._env.scenario
+
+    @property
+    def vmas_env(self) -> Environment:
+        """The wrapped VMAS environment (stepping it directly bypasses the wrapper's random streams)."""
+        return self._env
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, scenario={type(self._env.scenario).__module__.rpartition('.')[2]})"
+
+
+class VmasEnv(VmasWrapper):
+    """A VMAS scenario built by name (or from a ``BaseScenario``) as a marl_envs env.
+
+    >>> env = VmasEnv("balance", num_envs=8, n_agents=4, seed=0)  # doctest: +SKIP
+    >>> env.reset()["agents", "observation"].shape  # doctest: +SKIP
+    torch.Size([8, 4, 16])
+
+    Args:
+        scenario: a name from ``env_names()``, or a ``vmas.simulator.scenario.BaseScenario`` (instance or class).
+        num_envs: number of environments simulated together.
+        device: the torch device VMAS simulates on.
+        continuous_actions: continuous (``Bounded``) actions, or discrete ones.
+        categorical_actions: with discrete actions, ``Categorical`` indices (True) or ``OneHot`` vectors.
+        multidiscrete_actions: with discrete actions, one choice per action dim (``MultiCategorical``).
+        max_steps: episode length reported as ``truncated``; None for no limit.
+        group_map: ``{group: [agent names]}``, a ``MarlGroupMapType``, or None for the default grouping.
+        seed: seeds the world's construction and then the env (``set_seed``).
+        **scenario_kwargs: the scenario's own keywords (e.g. ``n_agents``).
+
+    Raises:
+        ValueError: unknown scenario name; a bad ``group_map``.
+        TypeError: a keyword the scenario does not use, or a ``vmas.make_env`` option VmasEnv does not take.
+    """
+
+    def __init__(
+        self,
+        scenario: str | BaseScenario | type[BaseScenario],
+        *,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        continuous_actions: bool = True,
+        categorical_actions: bool = True,
+        multidiscrete_actions: bool = False,
+        max_steps: int | None = None,
+        group_map: GroupMap | MarlGroupMapType | None = None,
+        seed: int | None = None,
+        **scenario_kwargs: Any,
+    ):
+        reserved = [k for k in scenario_kwargs if k in _MAKE_ENV_OPTIONS]
+        if reserved:
+            raise TypeError(
+                f"VmasEnv does not take the vmas.make_env option {reserved[0]!r}; build the env yourself with "
+                f"vmas.make_env(..., {reserved[0]}=...) and wrap it: VmasWrapper(env)"
+            )
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if multidiscrete_actions and continuous_actions:
+            raise ValueError("multidiscrete_actions=True needs continuous_actions=False")
+        label, scenario = _load_scenario(scenario)
+        if seed is not None:
+            seed %= 2**32
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            env = vmas.make_env(
+                scenario, num_envs=num_envs, device=device, continuous_actions=continuous_actions,
+                multidiscrete_actions=multidiscrete_actions, seed=seed, **scenario_kwargs,
+            )
+        unused: list[str] = []
+        for record in caught:
+            message = str(record.message)
+            if _UNUSED_KWARGS_WARNING in message:
+                unused = [k for k in scenario_kwargs if f"{k!r}:" in message] or [message]
+            else:
+                warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
+        if unused:
+            raise TypeError(_unused_kwargs_message(label, scenario, unused))
+        self.scenario_name = label
+        super().__init__(env, group_map=group_map, categorical_actions=categorical_actions, max_steps=max_steps)
+        if seed is not None:
+            self.set_seed(seed)
+
+
+def _load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> tuple[str, BaseScenario]:
+    """The scenario's label and a fresh instance (``vmas.scenarios`` is the list of names, not the package)."""
+    if isinstance(scenario, str):
+        names = env_names()
+        name = scenario.removesuffix(".py")
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"unknown VMAS scenario {scenario!r}{hint} available: {', '.join(names)}")
+        return name, importlib.import_module("vmas.scenarios").load(f"{name}.py").Scenario()
+    if isinstance(scenario, type) and issubclass(scenario, BaseScenario):
+        scenario = scenario()
+    if not isinstance(scenario, BaseScenario):
+        raise TypeError(
+            f"scenario must be a VMAS scenario name (see env_names()) or a vmas BaseScenario, got {scenario!r}"
+        )
+    return type(scenario).__name__, scenario
+
+
+def _unused_kwargs_message(label: str, scenario: BaseScenario, unused: list[str]) -> str:
+    try:
+        source = inspect.getsource(type(scenario).make_world)
+        known = sorted(set(re.findall(r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']", source)))
+    except (OSError, TypeError):
+        known = []
+    hints = []
+    for key in unused:
+        close = difflib.get_close_matches(key, known, n=1)
+        if close:
+            hints.append(f"{key!r} -> {close[0]!r}?")
+    hint = f" (did you mean {', '.join(hints)})" if hints else ""
+    accepted = f"; it reads {known}" if known else ""
+    return (f"VMAS scenario {label!r} does not use the keyword argument(s) {', '.join(map(repr, unused))}{hint}"
+            f"{accepted}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Benchmark (the ``marl-envs bench vmas/<scenario>`` table)
+# ----------------------------------------------------------------------------------------------------
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> list[tuple[str, float, int]]:
+    """Time ``steps`` steps of ``num_envs`` envs: our env (auto-reset) against raw VMAS loops.
+
+    All loops get the same pre-drawn uniformly random actions (drawing them is not timed).
+
+    Returns:
+        Rows ``(label, seconds, env_steps)``: our ``VmasEnv`` with ``step_and_maybe_reset``; raw VMAS with
+        ``reset_at`` over the done envs and one observation read (what a user writes, and what TorchRL does);
+        raw VMAS that never resets (the ceiling).
+    """
+    dev = torch.device(device)
+    env = VmasEnv(name, num_envs=num_envs, device=dev, seed=0)
+    generator = torch.Generator(device=dev).manual_seed(0)
+    warmup = 3
+    plan = [env.full_action_spec.rand(generator=generator) for _ in range(steps + warmup)]
+    raw_plan = [env._vmas_actions(td) for td in plan]
+    rows = []
+
+    td = env.reset()
+    for t in range(steps + warmup):
+        if t == warmup:
+            _sync(dev)
+            start = time.perf_counter()
+        td.update(plan[t])
+        _, td = env.step_and_maybe_reset(td)
+    _sync(dev)
+    rows.append(("marl_envs VmasEnv, auto-reset", time.perf_counter() - start, num_envs * steps))
+
+    for label, resets in (("raw vmas, reset_at loop over done envs", True), ("raw vmas, no resets", False)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = vmas.make_env(name, num_envs=num_envs, device=dev, seed=0)
+        raw.reset()
+        for t in range(steps + warmup):
+            if t == warmup:
+                _sync(dev)
+                start = time.perf_counter()
+            _, _, dones, _ = raw.step(list(raw_plan[t]))
+            if resets:
+                done_envs = dones.nonzero().flatten().tolist()
+                for i in done_envs:
+                    raw.reset_at(i, return_observations=False)
+                if done_envs:
+                    raw.get_from_scenario(get_observations=True, get_rewards=False, get_infos=True, get_dones=False)
+        _sync(dev)
+        rows.append((label, time.perf_counter() - start, num_envs * steps))
+    return rows
