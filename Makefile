@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine:
-#   make demo   sets up .venv and runs the demo (the main job)
+#   make demo   sets up .venv and runs the demo (the main job): a tour, then MAPPO on vmas/navigation
 #   make test   sets up .venv and runs the test suite
 PYTHON ?= python3
 VENV := .venv
@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml Makefile
 
 demo: $(STAMP)
 	$(BIN)/marl-envs demo
+	$(BIN)/python examples/mappo.py --env vmas/navigation --out runs/navigation
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile

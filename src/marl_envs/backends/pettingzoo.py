@@ -146,8 +146,7 @@ class PettingZooWrapper(EnvBase):
         self.agent_names = self._agents
         self._seeds: list[int | None] = [None] * num_envs
 
-        probe = self._reset_instance(first, None)  # reset infos and the state say what else the data holds
-        self._groups = self._build_groups(group_map, probe[4])
+        self._groups = self._build_groups(group_map, self._probe_infos(first))
         self._slot = {agent: (gi, j) for gi, g in enumerate(self._groups) for j, agent in enumerate(g.agents)}
         self._slots = [self._slot[agent] for agent in self._agents]
         self._state_dtype = self._state_shape = None
@@ -286,6 +285,25 @@ class PettingZooWrapper(EnvBase):
             return self._record(env, obs, {}, {}, {}, infos)
         env.reset(seed=seed)
         return self._aec_record(env)
+
+    def _probe_infos(self, env: Any) -> dict[str, dict]:
+        """Each agent's infos after a reset and one random step (some envs fill their infos only in steps)."""
+        obs, _, _, _, infos, acting, _ = self._reset_instance(env, None)
+        merged = {agent: dict(infos.get(agent) or {}) for agent in self._agents}
+
+        def sample(agent: str) -> Any:
+            value = obs.get(agent)
+            mask = value.get(ACTION_MASK) if isinstance(value, dict) else merged[agent].get(ACTION_MASK)
+            return env.action_space(agent).sample(None if mask is None else np.asarray(mask, dtype=np.int8))
+
+        if self.parallel:
+            infos = env.step({agent: sample(agent) for agent in acting})[4]
+        elif acting:
+            env.step(sample(acting[0]))
+            infos = env.infos
+        for agent, info in infos.items():
+            merged.setdefault(agent, {}).update(info or {})
+        return merged
 
     def _check_can_step(self) -> None:
         """Raise before any instance steps, so that nothing is half-applied."""

@@ -266,22 +266,23 @@ class VmasWrapper(EnvBase):
         self._rng.seed(seed)
 
     def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        # Infos describe the last step (mostly reward terms), so a reset reports them as zeros: reading them
+        # here would return the previous episode's values and run info() side effects raw VMAS never runs.
         env = self._env
         n_reset = self.num_envs if mask is None else int(mask.sum())
         if n_reset == 0:
             return self.full_observation_spec.zero()
         if mask is None or n_reset == self.num_envs:
             with self._rng.use("main" if mask is None else "reset"):
-                obs, infos = env.reset(return_observations=True, return_info=True)
-            return self._output(obs, infos)
+                obs = env.reset(return_observations=True)
+            return self._output(obs)
         snapshot = StateSnapshot([env], self.num_envs)
         with self._rng.use("reset"):
             env.reset(return_observations=False)
             snapshot.merge(mask)  # shared state back before the observations are computed from it
-            obs, infos = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=True,
-                                               get_dones=False)
+            obs = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False, get_dones=False)[0]
             snapshot.merge(mask)  # drop side effects of computing them on the envs not reset
-        return self._output(obs, infos)
+        return self._output(obs)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         actions = self._vmas_actions(tensordict)
@@ -313,19 +314,24 @@ class VmasWrapper(EnvBase):
                 actions[i] = action[:, j]
         return actions
 
-    def _output(self, obs, infos, rewards=None, terminated=None, truncated=None) -> TensorDictBase:
-        """The one output builder of reset and step: VMAS per-agent lists -> grouped TensorDict."""
+    def _output(self, obs, infos=None, rewards=None, terminated=None, truncated=None) -> TensorDictBase:
+        """The one output builder of reset and step: VMAS per-agent lists -> grouped TensorDict.
+
+        Missing ``infos`` (at reset), or an info key a scenario leaves out on some step, read as zeros.
+        """
         names = self.agent_names
         obs = _per_agent(obs, names)
-        infos = _per_agent(infos, names)
+        infos = _per_agent(infos, names) if infos is not None else [{} for _ in names]
         rewards = _per_agent(rewards, names) if rewards is not None else None
         B = self.num_envs
         data: dict[str, Any] = {}
         for group, indices in self._groups.items():
             entry: dict[str, Any] = {"observation": _stack([obs[i] for i in indices])}
             if self._info_keys:
+                info_spec = self.full_observation_spec[group, "info"]
                 entry["info"] = {
                     k: torch.stack([_as_info_tensor(infos[i][k], B, self.device) for i in indices], 1)
+                    if k in infos[indices[0]] else info_spec[k].zero()
                     for k in self._info_keys
                 }
             if rewards is not None:
