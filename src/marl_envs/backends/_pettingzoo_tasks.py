@@ -42,8 +42,8 @@ class Task:
         for key in kwargs:
             if key not in accepted:
                 close = difflib.get_close_matches(key, accepted, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise TypeError(f"pettingzoo task {self.name!r} got an unexpected keyword argument {key!r}{hint} "
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise TypeError(f"pettingzoo task {self.name!r} got an unexpected keyword argument {key!r}{hint}; "
                                 f"it accepts {accepted}")
 
 
