@@ -149,8 +149,8 @@ def obs_layout(space: spaces.Space) -> ObsLayout:
         mask_leaf = Leaf((ACTION_MASK,), (ACTION_MASK,), tuple(mask_space.shape), np.dtype(bool))
         rest = {k: v for k, v in space.spaces.items() if k != ACTION_MASK}
         if list(rest) == ["observation"]:
-            return ObsLayout(rest["observation"], tuple(_leaves(rest["observation"], ("observation",), ("observation",))),
-                             mask_leaf)
+            inner = rest["observation"]
+            return ObsLayout(inner, tuple(_leaves(inner, ("observation",), ("observation",))), mask_leaf)
         space = spaces.Dict(rest)
     return ObsLayout(space, tuple(_leaves(space, (), ("observation",))), mask_leaf)
 

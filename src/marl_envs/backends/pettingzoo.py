@@ -1,8 +1,8 @@
 """PettingZoo backend: ``num_envs`` PettingZoo instances, parallel or turn-based (AEC), behind one batch dim.
 
 >>> import marl_envs
->>> env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, N=3, seed=0)  # doctest: +SKIP
->>> env.reset()["agents", "observation"].shape  # doctest: +SKIP
+>>> env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, N=3, seed=0)
+>>> env.reset()["agents", "observation"].shape
 torch.Size([2, 3, 18])
 
 PettingZoo is Python, so a step loops over the instances; each instance's results are written into numpy
@@ -88,13 +88,13 @@ class PettingZooWrapper(EnvBase):
 
     | key | shape | dtype | when |
     |---|---|---|---|
-    | ``(group, "observation")`` (nested for ``Dict`` spaces) | ``(B, n, *obs)`` | float32; int/bool spaces keep theirs | always |
+    | ``(group, "observation")`` (nested for ``Dict``) | ``(B, n, *obs)`` | float32 (int/bool: kept) | always |
     | ``(group, "action")`` | ``(B, n)`` / ``(B, n, k)`` one-hot / ``(B, n, *box)`` | int64 / float32 | always |
     | ``("next", group, "reward")`` | ``(B, n, 1)`` | float32 | always |
     | ``(group, "done" / "terminated" / "truncated")`` | ``(B, n, 1)`` | bool | always |
     | ``(group, "action_mask")`` | ``(B, n, k)`` | bool | the env has action masks |
     | ``(group, "mask")`` | ``(B, n, 1)`` | bool | ``use_mask=True`` |
-    | ``(group, "info", key)`` | ``(B, n, *)`` | float32 | numeric infos at reset |
+    | ``(group, "info", key)`` | ``(B, n, *)`` | float32 | numeric infos (after a reset and a step) |
     | ``"state"`` | ``(B, *state)`` | float32 (int states keep theirs) | ``return_state=True`` |
 
     The root ``done``/``terminated``/``truncated`` aggregate the agents': ``any`` for parallel envs, ``all``
@@ -171,7 +171,8 @@ class PettingZooWrapper(EnvBase):
             if num_envs != 1:
                 raise ValueError(
                     f"a built PettingZoo env backs num_envs=1 only, got num_envs={num_envs}; pass a zero-argument "
-                    f"factory instead, e.g. PettingZooWrapper(lambda: simple_spread_v3.parallel_env(), num_envs={num_envs})"
+                    f"factory instead, e.g. PettingZooWrapper(lambda: simple_spread_v3.parallel_env(), "
+                    f"num_envs={num_envs})"
                 )
             return [env]
         if not callable(env):
@@ -448,8 +449,8 @@ class PettingZooWrapper(EnvBase):
 class PettingZooEnv(PettingZooWrapper):
     """A PettingZoo task by name, ``num_envs`` instances of it batched.
 
-    >>> env = PettingZooEnv("mpe/simple_spread_v3", num_envs=4, N=3, seed=0)  # doctest: +SKIP
-    >>> env.group_map  # doctest: +SKIP
+    >>> env = PettingZooEnv("mpe/simple_spread_v3", num_envs=4, N=3, seed=0)
+    >>> env.group_map
     {'agents': ['agent_0', 'agent_1', 'agent_2']}
 
     Args:
