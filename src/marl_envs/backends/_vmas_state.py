@@ -38,6 +38,7 @@ _FOREIGN_PACKAGES = frozenset(
     {"torch", "numpy", "pyglet", "gym", "gymnasium", "typing", "enum", "abc", "builtins", "functools",
      "collections", "tensordict", "re", "pathlib", "logging", "threading"}
 )
+_SHARED_1D = frozenset({"_color", "color"})
 _SCALARS = (int, float, bool, complex, str, bytes, type(None))
 _OPAQUE = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
            types.LambdaType, torch.nn.Module, torch.device, torch.dtype, torch.Generator, enum.Enum)
@@ -187,7 +188,11 @@ class StateSnapshot:
                 elif _walkable(value):
                     stack.append(value)
 
-    def _is_batched(self, value: torch.Tensor | np.ndarray) -> bool:
+    def _is_batched(self, value: torch.Tensor | np.ndarray, key: Any) -> bool:
+        """Per-env state: the first dim is the batch. An entity's 1-d ``color`` is an RGB triple, whatever
+        ``num_envs`` is (a per-env color is ``(num_envs, 3)``)."""
+        if key in _SHARED_1D and value.ndim == 1:
+            return False
         return value.ndim >= 1 and value.shape[0] == self.batch_dim
 
     def _record(self, value: torch.Tensor | np.ndarray) -> None:
@@ -216,11 +221,11 @@ class StateSnapshot:
             for key, before in items:
                 now = live.get(key, _MISSING) if isinstance(live, dict) else live[key]
                 if isinstance(before, torch.Tensor):
-                    value = self._merge_tensor(before, now, mask, merged)
+                    value = self._merge_tensor(before, now, mask, merged, key)
                 elif isinstance(before, np.ndarray):
                     if mask_np is None:
                         mask_np = mask.cpu().numpy()
-                    value = self._merge_array(before, now, mask_np)
+                    value = self._merge_array(before, now, mask_np, key)
                 elif now is before or (isinstance(before, _SCALARS) and type(now) is type(before) and now == before):
                     continue
                 else:
@@ -230,9 +235,9 @@ class StateSnapshot:
                         continue  # immutable: its tensors were merged in place
                     live[key] = value
 
-    def _merge_tensor(self, before: torch.Tensor, now: Any, mask: torch.Tensor, merged: set[int]) -> Any:
+    def _merge_tensor(self, before: torch.Tensor, now: Any, mask: torch.Tensor, merged: set[int], key: Any) -> Any:
         old = self.clones[id(before)]
-        if not self._is_batched(before):  # shared: restore it
+        if not self._is_batched(before, key):  # shared: restore it
             if before._version != self.versions[id(before)]:
                 with torch.no_grad():
                     before.copy_(old)
@@ -256,9 +261,9 @@ class StateSnapshot:
             return value
         return now
 
-    def _merge_array(self, before: np.ndarray, now: Any, mask: np.ndarray) -> Any:
+    def _merge_array(self, before: np.ndarray, now: Any, mask: np.ndarray, key: Any) -> Any:
         old = self.clones[id(before)]
-        if not self._is_batched(before) or not isinstance(now, np.ndarray) or now.shape != before.shape:
+        if not self._is_batched(before, key) or not isinstance(now, np.ndarray) or now.shape != before.shape:
             before[...] = old
             return before
         keep_new = mask.reshape(-1, *([1] * (now.ndim - 1)))

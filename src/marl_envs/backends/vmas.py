@@ -198,6 +198,10 @@ class VmasWrapper(EnvBase):
         self.allow_done_after_reset = False
 
         agent_specs = self._agent_specs()
+        # The state at construction: every full reset starts from it, so that what a reset gives depends on
+        # the seed only (some scenarios keep state that VMAS's own reset leaves alone, e.g. wind_flocking).
+        self._pristine = StateSnapshot([env], self.num_envs)
+        self._no_env = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.group_map = self._resolve_group_map(group_map, agent_specs)
         names = self.agent_names
         self._groups = {group: [names.index(a) for a in members] for group, members in self.group_map.items()}
@@ -221,7 +225,7 @@ class VmasWrapper(EnvBase):
         snapshot = StateSnapshot([env], self.num_envs)
         with self._rng.scratch():
             infos = env.get_from_scenario(get_observations=False, get_rewards=False, get_infos=True, get_dones=False)
-        snapshot.merge(torch.zeros(self.num_envs, dtype=torch.bool, device=device))
+        snapshot.merge(torch.zeros(self.num_envs, dtype=torch.bool, device=device))  # put everything back
         infos = _per_agent(infos[0], self.agent_names) if infos else [{} for _ in self.agent_names]
         self._infos_now = [dict(info) for info in infos if info]
         action_spaces = _per_agent(env.action_space.spaces, self.agent_names)
@@ -273,6 +277,8 @@ class VmasWrapper(EnvBase):
         if n_reset == 0:
             return self.full_observation_spec.zero()
         if mask is None or n_reset == self.num_envs:
+            if mask is None:
+                self._pristine.merge(self._no_env)
             with self._rng.use("main" if mask is None else "reset"):
                 obs = env.reset(return_observations=True)
             return self._output(obs)
@@ -335,7 +341,7 @@ class VmasWrapper(EnvBase):
                     for k in self._info_keys
                 }
             if rewards is not None:
-                entry["reward"] = torch.stack([rewards[i] for i in indices], 1).unsqueeze(-1)
+                entry["reward"] = torch.stack([rewards[i].reshape(B) for i in indices], 1).unsqueeze(-1)
             data[group] = TensorDict(entry, batch_size=(B, len(indices)), device=self.device)
         if terminated is not None:
             data["terminated"] = terminated.unsqueeze(-1).bool()
