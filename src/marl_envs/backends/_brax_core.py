@@ -1,0 +1,352 @@
+"""The JAX side of the Brax backend: one compiled reset and one compiled step over a batch of Brax envs.
+
+The Brax state never leaves JAX. Per env step, one ahead-of-time compiled ``jit(vmap(...))`` call takes the
+flat action of every agent and returns two arrays: a float32 ``(B, K)`` buffer holding every float output
+(observations, the global state, rewards) side by side, and a bool ``(B, 2)`` buffer of ``terminated`` and
+``truncated``. Inside that call: the agent actions are scattered into the robot's action, the env is stepped
+``frame_skip`` times with ``lax.scan`` (rewards summed, an env that ends mid-skip stays frozen), and the agent
+observations are gathered. One reset call draws fresh starts with a per-env key for the envs a mask selects
+and keeps every other env's state bit for bit. The state buffers are donated, so XLA updates them in place.
+
+The differentiable variant (``Differentiable``) keeps the float leaves of the state as one flat ``(B, S)``
+array, so a ``torch.autograd.Function`` can carry it between steps; its backward is a second compiled
+function that recomputes the step under ``jax.vjp`` (nothing but the step's inputs is kept per step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["BraxCore", "Differentiable", "Split", "quiet_tracing", "reset_struct", "tree_paths"]
+
+_RESET_STRUCTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def quiet_tracing() -> Iterator[None]:
+    """Silence the deprecation warnings MJX raises while Brax code is traced (``Data.ncon`` and friends).
+
+    They come from Brax's own code reading MJX fields, fire on every trace and are nothing a user can act on.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Accessing `\w+` directly from `(Data|Model)` is deprecated",
+                                category=DeprecationWarning)
+        yield
+
+
+@dataclass(frozen=True)
+class Split:
+    """Static tables of a multi-agent split, in data order (groups in group_map order).
+
+    Attributes:
+        action_source: ``(action_size,)``: for each robot action dim, its column in the flat agent action
+            ``concat([group_action.reshape(B, -1) for each group])``.
+        gathers: per group, ``(n_agents, width)`` indices into the robot observation with one zero appended
+            (index ``observation_size`` reads that zero: the padding of agents with fewer entries).
+    """
+
+    action_source: np.ndarray
+    gathers: tuple[np.ndarray, ...]
+
+
+def tree_paths(tree: Any) -> list[tuple[tuple[str, ...], Any]]:
+    """``(key path, leaf)`` pairs of a pytree of dicts (a bare array has the empty path)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in path), leaf) for path, leaf in flat]
+
+
+def reset_struct(env) -> Any:
+    """Shapes and dtypes of ``env.reset(key)`` (traced once per env object, never run).
+
+    Raises:
+        ValueError: tracing ``reset`` failed.
+    """
+    if env not in _RESET_STRUCTS:
+        try:
+            with quiet_tracing():
+                _RESET_STRUCTS[env] = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
+        except Exception as err:
+            raise ValueError(f"tracing {type(env).__name__}.reset(rng) failed: {err}") from err
+    return _RESET_STRUCTS[env]
+
+
+def _where(mask: jax.Array, new: Any, old: Any) -> Any:
+    """Per-env select over a batched pytree."""
+    return jax.tree.map(lambda n, o: jnp.where(mask.reshape(mask.shape + (1,) * (n.ndim - 1)), n, o), new, old)
+
+
+def _describe_mismatch(reference: Any, other: Any) -> str:
+    ref = {jax.tree_util.keystr(p): (x.shape, x.dtype) for p, x in jax.tree_util.tree_flatten_with_path(reference)[0]}
+    oth = {jax.tree_util.keystr(p): (x.shape, x.dtype) for p, x in jax.tree_util.tree_flatten_with_path(other)[0]}
+    for key in ref.keys() | oth.keys():
+        if ref.get(key) != oth.get(key):
+            return f"state{key}: reset gives {ref.get(key, 'nothing')}, step gives {oth.get(key, 'nothing')}"
+    return "the tree structures differ"
+
+
+class BraxCore:
+    """Compiled reset / step of ``num_envs`` copies of a Brax env; the batched state lives here, in JAX.
+
+    Args:
+        env: a ``brax.envs.Env`` (unbatched: this class vmaps it).
+        num_envs: batch size.
+        frame_skip: env steps per call, rewards summed (``lax.scan``).
+        split: multi-agent tables, or None for the single-agent layout.
+        device: the JAX device holding the state.
+    """
+
+    def __init__(self, env, *, num_envs: int, frame_skip: int, split: Split | None, device):
+        self.env, self.num_envs, self.frame_skip, self.split, self.device = env, num_envs, frame_skip, split, device
+        self._sharding = jax.sharding.SingleDeviceSharding(device)
+        one = reset_struct(env)
+        self._reference = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), one)  # weak types dropped
+        action = jax.ShapeDtypeStruct((env.action_size,), jnp.float32)
+        try:
+            with quiet_tracing():
+                stepped = jax.eval_shape(self._step_one, self._reference, action)[0]
+        except Exception as err:
+            raise ValueError(f"tracing {type(env).__name__}.step(state, action) failed: {err}") from err
+        stepped = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), stepped)
+        if jax.tree.structure(stepped) != jax.tree.structure(self._reference) or any(
+            (a.shape, a.dtype) != (b.shape, b.dtype)
+            for a, b in zip(jax.tree.leaves(stepped), jax.tree.leaves(self._reference))
+        ):
+            raise ValueError(
+                f"{type(env).__name__}.step returns a state unlike the one reset returns "
+                f"({_describe_mismatch(self._reference, stepped)}); a Brax env's step must keep the state's "
+                f"structure, shapes and dtypes"
+            )
+        self.obs_leaves = [(path, leaf.shape) for path, leaf in tree_paths(one.obs)]
+        self.has_truncation = "truncation" in one.info
+        if split is not None and (len(self.obs_leaves) != 1 or self.obs_leaves[0][0] or len(one.obs.shape) != 1):
+            raise ValueError(
+                f"a multi-agent split needs a flat observation vector, but {type(env).__name__} observes "
+                f"{ {'/'.join(p) or 'obs': s for p, s in self.obs_leaves} }"
+            )
+        self.observation_size = int(np.prod(one.obs.shape)) if split is not None else None
+        self._state: Any = None  # batched Brax State
+        self._keys: jax.Array | None = None
+        self._compiled: dict[str, Any] = {}
+        self.compile_seconds: dict[str, float] = {}
+        self.seed(0)
+
+    # -- the per-env functions ------------------------------------------------------------------------
+    def _cast(self, state: Any) -> Any:
+        """Keep the state's dtypes (a step returning float64 or weak types must not change the carry)."""
+        return jax.tree.map(lambda x, ref: jnp.asarray(x).astype(ref.dtype), state, self._reference)
+
+    def _step_one(self, state: Any, action: jax.Array) -> tuple[Any, jax.Array]:
+        """``frame_skip`` env steps of one env; the summed reward. An env that ends stays frozen."""
+        env = self.env
+        if self.frame_skip == 1:
+            nxt = env.step(state, action)
+            return self._cast(nxt), jnp.asarray(nxt.reward, jnp.float32)
+
+        def body(carry, _):
+            current, total, ended = carry
+            nxt = self._cast(env.step(current, action))
+            nxt = jax.tree.map(lambda old, new: jnp.where(ended, old, new), current, nxt)
+            total = total + jnp.where(ended, 0.0, jnp.asarray(nxt.reward, jnp.float32))
+            return (nxt, total, ended | (nxt.done > 0)), None
+
+        start = (self._cast(state), jnp.zeros((), jnp.float32), jnp.zeros((), bool))
+        (state, total, _), _ = jax.lax.scan(body, start, None, length=self.frame_skip)
+        return state, total
+
+    def _outputs(self, state: Any, reward: jax.Array | None) -> jax.Array:
+        """The float buffer: observations (state + per-group gathers for a split), then rewards."""
+        B = self.num_envs
+        if self.split is None:
+            parts = [leaf.reshape(B, -1).astype(jnp.float32) for _, leaf in tree_paths(state.obs)]
+            if reward is not None:
+                parts.append(reward.reshape(B, 1))
+        else:
+            obs = state.obs.reshape(B, -1).astype(jnp.float32)
+            padded = jnp.concatenate([obs, jnp.zeros((B, 1), jnp.float32)], axis=1)
+            parts = [obs] + [padded[:, table.reshape(-1)] for table in self.split.gathers]
+            if reward is not None:
+                parts += [jnp.broadcast_to(reward.reshape(B, 1), (B, len(t))) for t in self.split.gathers]
+        return jnp.concatenate(parts, axis=1)
+
+    def _flags(self, state: Any) -> jax.Array:
+        done = state.done > 0
+        truncated = (state.info["truncation"] > 0) & done if self.has_truncation else jnp.zeros_like(done)
+        return jnp.stack([done & ~truncated, truncated], axis=1)
+
+    # -- batched functions (these are compiled) -------------------------------------------------------
+    def _robot_action(self, action: jax.Array) -> jax.Array:
+        action = action.astype(jnp.float32)
+        return action if self.split is None else action[:, self.split.action_source]
+
+    def _step(self, state, keys, action):
+        state, reward = jax.vmap(self._step_one)(state, self._robot_action(action))
+        return state, keys, self._outputs(state, reward), self._flags(state)
+
+    def _reset(self, state, keys, mask):
+        pairs = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
+        fresh = self._cast(jax.vmap(self.env.reset)(pairs[:, 1]))
+        state = _where(mask, fresh, state)
+        keys = jnp.where(mask[:, None], pairs[:, 0], keys)
+        return state, keys, self._outputs(state, None)
+
+    # -- compilation ----------------------------------------------------------------------------------
+    def _struct(self, shape, dtype) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=self._sharding)
+
+    def batched_state_struct(self) -> Any:
+        return jax.tree.map(lambda x: self._struct((self.num_envs, *x.shape), x.dtype), self._reference)
+
+    def compiled(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()):
+        """AOT-compile ``fn`` for ``args`` (structs) once; ``jax.clear_caches()`` never drops it."""
+        if name not in self._compiled:
+            start = time.perf_counter()
+            with quiet_tracing():
+                self._compiled[name] = jax.jit(fn, donate_argnums=donate).trace(*args).lower().compile()
+            self.compile_seconds[name] = time.perf_counter() - start
+        return self._compiled[name]
+
+    def _keys_struct(self):
+        return self._struct((self.num_envs, 2), jnp.uint32)
+
+    def _action_struct(self):
+        return self._struct((self.num_envs, self.env.action_size), jnp.float32)
+
+    # -- the public calls -----------------------------------------------------------------------------
+    def seed(self, seed: int) -> None:
+        """Per-env keys ``fold_in(PRNGKey(seed), i)``: env i's starts do not depend on the batch size."""
+        root = jax.random.PRNGKey(seed)
+        keys = jax.vmap(lambda i: jax.random.fold_in(root, i))(jnp.arange(self.num_envs, dtype=jnp.uint32))
+        self._keys = jax.device_put(keys, self._sharding)
+
+    def _zero_state(self):
+        return jax.tree.map(lambda s: jax.device_put(jnp.zeros(s.shape, s.dtype), self._sharding),
+                            self.batched_state_struct())
+
+    def reset(self, mask: np.ndarray | jax.Array) -> jax.Array:
+        """Reset the envs where ``mask`` ``(B,)`` is True; return the float buffer (no rewards) of all envs."""
+        if self._state is None:
+            self._state = self._zero_state()
+        fn = self.compiled("reset", self._reset, (self.batched_state_struct(), self._keys_struct(),
+                                                   self._struct((self.num_envs,), jnp.bool_)), donate=(0, 1))
+        self._state, self._keys, out = fn(self._state, self._keys, mask)
+        return out
+
+    def step(self, action: np.ndarray | jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Step every env with the flat agent action ``(B, action_size)``; the float and flag buffers."""
+        if self._state is None:
+            raise RuntimeError("step() before reset(): reset the env first")
+        fn = self.compiled("step", self._step, (self.batched_state_struct(), self._keys_struct(),
+                                                 self._action_struct()), donate=(0, 1))
+        self._state, self._keys, out, flags = fn(self._state, self._keys, action)
+        return out, flags
+
+    def env_state(self, index: int) -> Any:
+        """The Brax state of one env (for rendering)."""
+        if self._state is None:
+            raise RuntimeError("the env has no state yet: reset it first")
+        return jax.tree.map(lambda x: np.asarray(x[index]), self._state)
+
+
+class Differentiable:
+    """The differentiable variant of a ``BraxCore``: the float leaves of the state as one flat array.
+
+    The float leaves (the part gradients flow through) travel as one ``(B, S)`` float32 array that the caller
+    keeps (as a torch tensor carrying the autograd history); the other leaves (``aux``) and the keys stay
+    here. ``step`` returns the next flat state with the outputs and what ``vjp`` needs to recompute the step
+    under ``jax.vjp``: its inputs, nothing else.
+    """
+
+    def __init__(self, core: BraxCore):
+        self.core = core
+        leaves, self._treedef = jax.tree.flatten(core._reference)
+        self._float = [i for i, x in enumerate(leaves) if jnp.issubdtype(x.dtype, jnp.floating)]
+        self._shapes = [x.shape for x in leaves]
+        self._dtypes = [x.dtype for x in leaves]
+        sizes = [int(np.prod(leaves[i].shape)) for i in self._float]
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        self.flat_size = int(self._offsets[-1])
+        self.aux: tuple | None = None
+        structs = jax.tree.leaves(core.batched_state_struct())
+        self._flat_struct = core._struct((core.num_envs, self.flat_size), jnp.float32)
+        self._aux_struct = tuple(leaf for i, leaf in enumerate(structs) if i not in self._float)
+        args = (self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct())
+        with quiet_tracing():
+            self.out_width = jax.eval_shape(self._forward, *args)[3].shape[1]
+
+    def flatten(self, state) -> tuple[jax.Array, tuple]:
+        leaves = jax.tree.leaves(state)
+        B = self.core.num_envs
+        parts = [leaves[i].reshape(B, -1).astype(jnp.float32) for i in self._float]
+        flat = jnp.concatenate(parts, axis=1) if parts else jnp.zeros((B, 0), jnp.float32)
+        return flat, tuple(leaf for i, leaf in enumerate(leaves) if i not in self._float)
+
+    def unflatten(self, flat: jax.Array, aux: tuple):
+        B = self.core.num_envs
+        leaves, rest = [], iter(aux)
+        for i, (shape, dtype) in enumerate(zip(self._shapes, self._dtypes)):
+            if i in self._float:
+                k = self._float.index(i)
+                leaves.append(flat[:, self._offsets[k]:self._offsets[k + 1]].reshape(B, *shape).astype(dtype))
+            else:
+                leaves.append(next(rest))
+        return jax.tree.unflatten(self._treedef, leaves)
+
+    # -- compiled functions ---------------------------------------------------------------------------
+    def _forward(self, flat, aux, keys, action):
+        state, keys, out, flags = self.core._step(self.unflatten(flat, aux), keys, action)
+        flat, aux = self.flatten(state)
+        return flat, aux, keys, out, flags
+
+    def _backward(self, flat, aux, keys, action, grad_flat, grad_out):
+        def differentiable(f, a):
+            new_flat, _, _, out, _ = self._forward(f, aux, keys, a)
+            return new_flat, out
+
+        return jax.vjp(differentiable, flat, action)[1]((grad_flat, grad_out))
+
+    def _reset(self, flat, aux, keys, mask):
+        state, keys, out = self.core._reset(self.unflatten(flat, aux), keys, mask)
+        flat, aux = self.flatten(state)
+        return flat, aux, keys, out
+
+    # -- the public calls -----------------------------------------------------------------------------
+    def reset(self, flat: jax.Array | np.ndarray | None, mask) -> tuple[jax.Array, jax.Array]:
+        """Reset where ``mask``; ``flat=None`` starts from zeros. Returns the new flat state and the outputs."""
+        core = self.core
+        if flat is None or self.aux is None:
+            flat, self.aux = self.flatten(core._zero_state())
+        fn = core.compiled("grad_reset", self._reset, (self._flat_struct, self._aux_struct, core._keys_struct(),
+                                                       core._struct((core.num_envs,), jnp.bool_)))
+        flat, self.aux, core._keys, out = fn(flat, self.aux, core._keys, mask)
+        return flat, out
+
+    def step(self, flat, action) -> tuple[jax.Array, jax.Array, jax.Array, tuple]:
+        """One step from ``flat``: ``(next flat, float outputs, flags, saved)``; ``saved`` feeds ``vjp``."""
+        core = self.core
+        fn = core.compiled("grad_step", self._forward,
+                           (self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct()))
+        saved = (flat, self.aux, core._keys, action)
+        new_flat, self.aux, core._keys, out, flags = fn(*saved)
+        return new_flat, out, flags, saved
+
+    def vjp(self, saved: tuple, grad_flat, grad_out) -> tuple[jax.Array, jax.Array]:
+        """Gradients w.r.t. the step's flat state and action, given those of its next flat state and outputs."""
+        core = self.core
+        out = core._struct((core.num_envs, self.out_width), jnp.float32)
+        fn = core.compiled("grad_vjp", self._backward, (self._flat_struct, self._aux_struct, core._keys_struct(),
+                                                        core._action_struct(), self._flat_struct, out))
+        return fn(*saved, grad_flat, grad_out)
+
+    def env_state(self, flat: np.ndarray, index: int) -> Any:
+        state = self.unflatten(jnp.asarray(flat), self.aux)
+        return jax.tree.map(lambda x: np.asarray(x[index]), state)

@@ -1,0 +1,647 @@
+"""Brax backend: every Brax env by name, multi-agent splits of Brax robots, differentiable rollouts.
+
+>>> import marl_envs
+>>> env = marl_envs.make("brax/ant_4x2", num_envs=8, backend="spring")  # doctest: +SKIP
+>>> env.group_map  # doctest: +SKIP
+{'agents': ['agent_0', 'agent_1', 'agent_2', 'agent_3']}
+
+Single-agent envs (``brax/ant``, a ``BraxWrapper`` without indices) keep TorchRL's ``BraxWrapper`` layout:
+
+==================== ================== ==========================================================
+key                  shape              spec
+==================== ================== ==========================================================
+``observation``      ``(B, obs)``       ``Unbounded`` float32 (a nested Composite for dict observations)
+``action``           ``(B, act)``       ``Bounded(-1, 1)`` float32 (Brax clips to each actuator's range)
+``("next", "reward")`` ``(B, 1)``       ``Unbounded`` float32
+==================== ================== ==========================================================
+
+A multi-agent split (the scenes ``brax/ant_4x2``, ``brax/halfcheetah_6x1``, ``brax/hopper_3x1``,
+``brax/walker2d_2x3``, ``brax/humanoid_9|8``, or ``action_indices`` / ``observation_indices``) gives, for a group
+``g`` of ``n`` agents:
+
+========================= ================== ===============================================================
+key                       shape              spec
+========================= ================== ===============================================================
+``(g, "observation")``    ``(B, n, m)``      ``Unbounded`` float32; ``m`` = the group's largest agent, the
+                                             others zero-padded at the end
+``(g, "action")``         ``(B, n, d)``      ``Bounded(-1, 1)`` float32, scattered into the robot's action
+``("next", g, "reward")`` ``(B, n, 1)``      ``Unbounded`` float32, the robot's reward copied per agent
+``state``                 ``(B, obs)``       ``Unbounded`` float32, the robot's full observation
+========================= ================== ===============================================================
+
+``done`` / ``terminated`` / ``truncated`` ``(B, 1)`` sit at the root. The Brax env's ``done`` is ``terminated``
+(a ``truncation`` info, as ``EpisodeWrapper`` writes, is ``truncated``); ``max_steps`` is ``truncated``.
+
+**Speed.** The Brax state stays in JAX. Each ``step`` is one compiled ``jit(vmap(...))`` call (agent
+scatter/gather, ``frame_skip`` via ``lax.scan``) and each reset one more, which draws fresh random starts for
+exactly the envs being reset (Brax's ``AutoResetWrapper`` replays one cached start). The state buffers are
+donated. On CPU actions go in as NumPy views and outputs come back as one copied buffer (measured faster
+than DLPack here); on GPU both ways are zero-copy DLPack. JAX caches are never cleared on the hot path.
+
+**Compile once.** JAX's persistent compilation cache is switched on when the first env is built, in
+``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``), unless JAX already has a
+cache directory (``JAX_COMPILATION_CACHE_DIR``) or ``MARL_ENVS_JAX_CACHE=0`` opts out. A second process then
+loads the compiled reset and step from disk instead of compiling them.
+
+**Rendering** uses MuJoCo's renderer; on a Linux machine without a display, importing this module sets
+``MUJOCO_GL=egl`` (unless MUJOCO_GL is set or MuJoCo was already imported). It needs ``libegl1`` (Debian), or
+``MUJOCO_GL=osmesa`` with ``libosmesa6``.
+
+Brax's ``brax/envs`` is no longer maintained upstream; the construction-time ``UserWarning`` Brax emits about
+it is silenced here (only that one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read by mujoco at import
+
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+with warnings.catch_warnings():  # brax imports jaxopt, which warns that it is unmaintained: nothing a user can do
+    warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
+    from brax import envs as brax_envs
+    from brax.envs.base import Env as _BraxEnvType
+    from brax.envs.wrappers import training as _brax_training
+
+from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
+
+from .._env import EnvBase
+from ..specs import Bounded, Composite, Unbounded
+from . import _brax_scenes as scenes
+from ._brax_core import BraxCore, Differentiable, Split, quiet_tracing, reset_struct
+
+__all__ = ["BraxEnv", "BraxWrapper", "benchmark", "env_names", "make_env"]
+
+_UNMAINTAINED = r"Brax System, piplines and environments are not actively being maintained"
+CACHE_DIR_VAR, CACHE_OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE_DIR", "MARL_ENVS_JAX_CACHE"
+
+
+def env_names() -> list[str]:
+    """Brax's registered envs (``brax.envs._envs``, read when asked) and the multi-agent scenes."""
+    return sorted({*brax_envs._envs, *scenes.SCENES})
+
+
+def make_env(name: str, **kwargs: Any) -> BraxEnv:
+    """``BraxEnv(name, **kwargs)``: the factory behind ``marl_envs.make("brax/<name>", ...)``."""
+    return BraxEnv(name, **kwargs)
+
+
+def enable_compilation_cache() -> str | None:
+    """Switch on JAX's persistent compilation cache (see the module docstring); return its directory.
+
+    Does nothing (and returns JAX's own directory, or None) if JAX already has one or ``MARL_ENVS_JAX_CACHE=0``.
+    """
+    current = jax.config.jax_compilation_cache_dir
+    if current or os.environ.get(CACHE_OPT_OUT_VAR, "1").strip().lower() in ("0", "false", "off", "no"):
+        return current or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.environ.get(CACHE_DIR_VAR) or os.path.join(base, "marl_envs", "jax")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    return path
+
+
+def _jax_device(device: torch.device):
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type == "cuda":
+        try:
+            gpus = jax.devices("cuda")
+        except RuntimeError:
+            gpus = []
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index < len(gpus):
+            return gpus[index]
+        raise ValueError(
+            f"device={str(device)!r} but JAX sees {len(gpus)} CUDA device(s); install JAX with CUDA support "
+            f"(pip install 'jax[cuda12]') or use device='cpu'"
+        )
+    raise ValueError(f"device={str(device)!r} is not supported by the Brax backend; use 'cpu' or 'cuda[:i]'")
+
+
+def _unwrap_chain(env) -> list:
+    chain = [env]
+    while isinstance(chain[-1], brax_envs.Wrapper):
+        chain.append(chain[-1].env)
+    return chain
+
+
+class _Step(torch.autograd.Function):
+    """One differentiable step: ``(flat state, action) -> (next flat state, float outputs, flags)``."""
+
+    @staticmethod
+    def forward(ctx, diff: Differentiable, io: _Transfer, flat: torch.Tensor, action: torch.Tensor):
+        new_flat, out, flags, saved = diff.step(io.to_jax(flat), io.to_jax(action))
+        ctx.diff, ctx.io, ctx.saved = diff, io, saved
+        flags = io.to_torch(flags)
+        ctx.mark_non_differentiable(flags)
+        return io.to_torch(new_flat), io.to_torch(out), flags
+
+    @staticmethod
+    def backward(ctx, grad_flat, grad_out, _grad_flags):
+        io, saved = ctx.io, ctx.saved
+        del ctx.saved  # a second backward through this step has nothing to recompute from
+        grad_flat = torch.zeros(saved[0].shape, device=io.device) if grad_flat is None else grad_flat
+        grad_out = torch.zeros((saved[0].shape[0], ctx.diff.out_width), device=io.device) if grad_out is None else grad_out
+        g_flat, g_action = ctx.diff.vjp(saved, io.to_jax(grad_flat), io.to_jax(grad_out))
+        return None, None, io.to_torch(g_flat), io.to_torch(g_action)
+
+
+class _Transfer:
+    """torch <-> JAX: NumPy views in and one copy out on CPU (cheapest measured); DLPack on GPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cpu = device.type == "cpu"
+
+    def to_jax(self, tensor: torch.Tensor):
+        tensor = tensor.detach()
+        if self.cpu:
+            return tensor.numpy()
+        return jax.dlpack.from_dlpack(tensor.contiguous())
+
+    def to_torch(self, array) -> torch.Tensor:
+        if self.cpu:
+            return torch.from_numpy(np.array(array))
+        return torch.from_dlpack(array)
+
+
+class BraxWrapper(EnvBase):
+    """Any ``brax.envs.Env`` as a batched marl_envs env, single-agent or split between agents.
+
+    ``env`` is one unbatched env (this class vmaps it), a built-in one or your own ``Env`` subclass, including
+    envs without a physics pipeline (``pipeline_state=None``). It must not be wrapped in ``VmapWrapper`` or
+    ``AutoResetWrapper`` (this class batches and resets itself); an ``EpisodeWrapper``'s ``truncation`` is
+    reported as ``truncated``.
+
+    Args:
+        env: the Brax env.
+        num_envs: batch size.
+        device: ``"cpu"`` or ``"cuda[:i]"`` (JAX must see that GPU).
+        frame_skip: Brax steps per env step, the action repeated and rewards summed; an env that ends during
+            the skip stops there.
+        max_steps: episode length reported as ``truncated``; None for no limit.
+        requires_grad: make rewards and observations differentiable w.r.t. actions, through time (a
+            ``torch.autograd.Function`` over ``jax.vjp``; see ``detach_state``).
+        cache_clear_frequency: call ``jax.clear_caches()`` every that many steps (off by default and never
+            needed: this env's compiled functions are held directly and survive it; kept for TorchRL parity).
+        seed: seed of the per-env random starts (``set_seed`` changes it).
+        action_indices: agent name -> indices into the robot's action vector, for a multi-agent split.
+        observation_indices: agent name -> indices into the robot's observation vector (same agents).
+        group_map: groups of the split's agents (dict or ``MarlGroupMapType``); default: all in ``"agents"``
+            when they drive equally many action dims, else ``groupings.default_group_map``.
+
+    Raises:
+        TypeError: ``env`` is not a ``brax.envs.Env``; malformed indices.
+        ValueError: a wrapped batch / auto-reset env; a bad split (an action dim owned twice or by nobody, an
+            index out of range, an empty agent); a group mixing agents of different action sizes; a step that
+            changes the state's structure.
+    """
+
+    def __init__(
+        self,
+        env: _BraxEnvType,
+        *,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        frame_skip: int = 1,
+        max_steps: int | None = None,
+        requires_grad: bool = False,
+        cache_clear_frequency: int | None = None,
+        seed: int = 0,
+        action_indices: Mapping[str, Sequence[int]] | None = None,
+        observation_indices: Mapping[str, Sequence[int]] | None = None,
+        group_map: GroupMap | MarlGroupMapType | None = None,
+    ):
+        if not isinstance(env, _BraxEnvType):
+            raise TypeError(f"BraxWrapper wraps a brax.envs.Env, got {type(env).__name__}; or use BraxEnv(name)")
+        for layer in _unwrap_chain(env):
+            if isinstance(layer, (_brax_training.VmapWrapper, _brax_training.AutoResetWrapper)):
+                raise ValueError(
+                    f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
+                    f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
+                    f"batches it (num_envs) and resets done envs itself"
+                )
+        if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
+            raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
+        if cache_clear_frequency not in (None, False) and (
+            isinstance(cache_clear_frequency, bool) or not isinstance(cache_clear_frequency, int)
+            or cache_clear_frequency < 1
+        ):
+            raise ValueError(f"cache_clear_frequency must be None, False or a positive int, got {cache_clear_frequency!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        enable_compilation_cache()
+        self._brax_env = env
+        self.frame_skip = frame_skip
+        self.requires_grad = bool(requires_grad)
+        self.cache_clear_frequency = cache_clear_frequency or None
+        self._io = _Transfer(self.device)
+        self._jax_device = _jax_device(self.device)
+
+        if (action_indices is None) != (observation_indices is None):
+            raise ValueError("pass both action_indices and observation_indices for a multi-agent split, or neither")
+        self.action_size = int(env.action_size)
+        mapping = None
+        if action_indices is not None:
+            obs = reset_struct(env).obs
+            if not hasattr(obs, "shape") or len(obs.shape) != 1:
+                raise ValueError(f"a multi-agent split needs a flat observation vector; this env observes {obs}")
+            mapping = scenes.validate_mapping(action_indices, observation_indices, self.action_size, obs.shape[0])
+        self.action_indices = None if mapping is None else dict(mapping.action_indices)
+        self.observation_indices = None if mapping is None else dict(mapping.observation_indices)
+
+        split = None
+        if mapping is not None:
+            self.agent_names = mapping.agent_names
+            self.group_map = self._resolve_group_map(group_map, mapping)
+            split = self._split_tables(mapping)
+        elif group_map is not None:
+            raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
+        self._core = BraxCore(env, num_envs=num_envs, frame_skip=frame_skip, split=split, device=self._jax_device)
+        self._core.seed(seed)
+        self._diff = Differentiable(self._core) if self.requires_grad else None
+        self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
+        self._steps_since_clear = 0
+        self._renderers: dict = {}
+        self._build_specs(mapping)
+
+    # -- construction helpers -------------------------------------------------------------------------
+    def _resolve_group_map(self, group_map, mapping: scenes.AgentMapping) -> GroupMap:
+        names = mapping.agent_names
+        width = {a: len(mapping.action_indices[a]) for a in names}
+        if group_map is None:
+            return default_group_map(names, [width[a] for a in names])
+        if isinstance(group_map, MarlGroupMapType):
+            group_map = group_map.get_group_map(names)
+        check_marl_grouping(group_map, names)
+        for group, members in group_map.items():
+            for other in members[1:]:
+                if width[other] != width[members[0]]:
+                    raise ValueError(
+                        f"group {group!r} mixes agents with different specs: {members[0]!r} and {other!r} differ at "
+                        f"'action' ({width[members[0]]} vs {width[other]} dims); agents of one group must share "
+                        f"their specs, so put them in separate groups (group_map=None does)"
+                    )
+        return group_map
+
+    def _split_tables(self, mapping: scenes.AgentMapping) -> Split:
+        source = np.empty(self.action_size, dtype=np.int32)
+        gathers, column = [], 0
+        obs_size = reset_struct(self._brax_env).obs.shape[0]
+        for members in self.group_map.values():
+            for agent in members:
+                for dim in mapping.action_indices[agent]:
+                    source[dim] = column
+                    column += 1
+            width = max(len(mapping.observation_indices[a]) for a in members)
+            table = np.full((len(members), width), obs_size, dtype=np.int32)  # obs_size reads the padding zero
+            for row, agent in enumerate(members):
+                table[row, : len(mapping.observation_indices[agent])] = mapping.observation_indices[agent]
+            gathers.append(table)
+        return Split(action_source=source, gathers=tuple(gathers))
+
+    def _build_specs(self, mapping: scenes.AgentMapping | None) -> None:
+        B, dev = self.num_envs, self.device
+        core = self._core
+        obs, act, rew = Composite(shape=(B,), device=dev), Composite(shape=(B,), device=dev), Composite(shape=(B,), device=dev)
+        layout: list[tuple[tuple[str, ...], tuple[int, ...]]] = []  # float buffer entries, in order
+        if mapping is None:
+            for path, shape in core.obs_leaves:
+                key = ("observation", *path)
+                obs[key] = Unbounded((B, *shape), device=dev)
+                layout.append((key, (B, *shape)))
+            act["action"] = Bounded(-1.0, 1.0, (B, self.action_size), device=dev)
+            rew["reward"] = Unbounded((B, 1), device=dev)
+            rewards = [(("reward",), (B, 1))]
+        else:
+            obs["state"] = Unbounded((B, core.observation_size), device=dev)
+            layout.append((("state",), (B, core.observation_size)))
+            rewards = []
+            for (group, members), table in zip(self.group_map.items(), core.split.gathers):
+                n, d = len(members), len(mapping.action_indices[members[0]])
+                obs[group] = Composite(observation=Unbounded((B, n, table.shape[1]), device=dev), shape=(B, n), device=dev)
+                act[group] = Composite(action=Bounded(-1.0, 1.0, (B, n, d), device=dev), shape=(B, n), device=dev)
+                rew[group] = Composite(reward=Unbounded((B, n, 1), device=dev), shape=(B, n), device=dev)
+                layout.append(((group, "observation"), (B, n, table.shape[1])))
+                rewards.append(((group, "reward"), (B, n, 1)))
+        self.full_observation_spec, self.full_action_spec, self.full_reward_spec = obs, act, rew
+        self._reset_layout = self._slices(layout)
+        self._step_layout = self._slices(layout + rewards)
+        self._group_batch = {g: (B, len(m)) for g, m in self.group_map.items()}
+        self._all_true = np.ones(B, dtype=bool)
+
+    @staticmethod
+    def _slices(layout):
+        out, start = [], 0
+        for key, shape in layout:
+            width = int(np.prod(shape[1:]))
+            out.append((key, slice(start, start + width), shape))
+            start += width
+        return out
+
+    # -- output builder (one for reset and step) ------------------------------------------------------
+    def _build(self, out: torch.Tensor, layout) -> TensorDict:
+        root: dict[str, Any] = {}
+        for key, columns, shape in layout:
+            value = out[:, columns].view(shape)
+            if len(key) == 1:
+                root[key[0]] = value
+            else:
+                root.setdefault(key[0], {})[key[1:] if len(key) > 2 else key[1]] = value
+        for group, entries in list(root.items()):
+            if isinstance(entries, dict):
+                root[group] = TensorDict(entries, batch_size=self._group_batch.get(group, self.batch_size),
+                                         device=self.device)
+        return TensorDict(root, batch_size=self.batch_size, device=self.device)
+
+    def _flat_action(self, tensordict: TensorDictBase) -> torch.Tensor:
+        if self.action_indices is None:
+            return tensordict.get("action")
+        parts = [tensordict.get((g, "action")).reshape(self.num_envs, -1) for g in self.group_map]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    # -- the hook -------------------------------------------------------------------------------------
+    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        io = self._io
+        jmask = self._all_true if mask is None else io.to_jax(mask)
+        if self._diff is None:
+            out = io.to_torch(self._core.reset(jmask))
+        else:
+            previous = None if self._flat is None or mask is None else io.to_jax(self._flat)
+            flat, out = self._diff.reset(previous, jmask)
+            flat, out = io.to_torch(flat), io.to_torch(out)
+            if previous is not None:  # envs not reset keep their state, and its gradient history
+                flat = torch.where(mask.view(-1, 1), flat, self._flat)
+            self._flat = flat
+        return self._build(out, self._reset_layout)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        action = self._flat_action(tensordict)
+        if self._diff is None:
+            out, flags = self._core.step(self._io.to_jax(action))
+            out, flags = self._io.to_torch(out), self._io.to_torch(flags)
+        else:
+            if self._flat is None:
+                raise RuntimeError("step() before reset(): reset the env first")
+            self._flat, out, flags = _Step.apply(self._diff, self._io, self._flat, action)
+        if self.cache_clear_frequency is not None:
+            self._steps_since_clear += 1
+            if self._steps_since_clear >= self.cache_clear_frequency:
+                self._steps_since_clear = 0
+                jax.clear_caches()
+        td = self._build(out, self._step_layout)
+        td.set("terminated", flags[:, 0:1])
+        td.set("truncated", flags[:, 1:2])
+        return td
+
+    def _set_seed(self, seed: int) -> None:
+        self._core.seed(seed)
+
+    # -- extras ---------------------------------------------------------------------------------------
+    def detach_state(self) -> None:
+        """Cut the gradient history carried by the simulator state (truncated backprop through time).
+
+        Only meaningful with ``requires_grad=True``; every reset already cuts it for the envs it resets.
+        """
+        if self._flat is not None:
+            self._flat = self._flat.detach()
+
+    @property
+    def compile_seconds(self) -> dict[str, float]:
+        """Seconds spent compiling (or loading from the persistent cache) each compiled function so far."""
+        return dict(self._core.compile_seconds)
+
+    def render(self, env_index: int = 0, *, height: int = 240, width: int = 320, camera: str | int | None = None) -> np.ndarray:
+        """An ``(height, width, 3)`` uint8 image of env ``env_index``, rendered headless by MuJoCo.
+
+        Raises:
+            NotImplementedError: the env has no MuJoCo model (custom envs, Brax's ``fast``).
+            IndexError: ``env_index`` out of range.
+            RuntimeError: before the first reset, or no OpenGL context could be made (see the module docstring).
+        """
+        import mujoco
+
+        sys_ = getattr(self._brax_env.unwrapped, "sys", None)
+        model = getattr(sys_, "mj_model", None)
+        if model is None:
+            raise NotImplementedError(
+                f"{type(self._brax_env.unwrapped).__name__} has no MuJoCo model to render (an env without a physics "
+                f"pipeline, or Brax's 'fast'); render() draws PipelineEnv physics envs"
+            )
+        if not (isinstance(env_index, int) and 0 <= env_index < self.num_envs):
+            raise IndexError(f"env_index={env_index!r} is out of range for num_envs={self.num_envs}")
+        if self._diff is None:
+            state = self._core.env_state(env_index)
+        elif self._flat is not None:
+            state = self._diff.env_state(self._flat.detach().cpu().numpy(), env_index)
+        else:
+            state = None
+        if state is None or (self._diff is None and self._core._state is None):
+            raise RuntimeError("render() before reset(): reset the env first")
+        renderer = self._renderers.get((height, width))
+        if renderer is None:
+            try:
+                renderer = mujoco.Renderer(model, height=height, width=width)
+            except Exception as err:
+                raise RuntimeError(
+                    f"MuJoCo could not make an OpenGL context ({err}); for headless rendering set MUJOCO_GL=egl "
+                    f"(Debian package libegl1) or MUJOCO_GL=osmesa (libosmesa6) before importing marl_envs.backends.brax"
+                ) from err
+            self._renderers[(height, width)] = renderer
+        data = mujoco.MjData(model)
+        data.qpos[:], data.qvel[:] = state.pipeline_state.q, state.pipeline_state.qd
+        mujoco.mj_forward(model, data)
+        renderer.update_scene(data, camera=-1 if camera is None else camera)
+        return np.asarray(renderer.render(), dtype=np.uint8)
+
+    def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
+
+
+class BraxEnv(BraxWrapper):
+    """A Brax env or multi-agent scene by name.
+
+    >>> env = BraxEnv("ant_4x2", num_envs=4, backend="spring")  # doctest: +SKIP
+    >>> env.action_indices  # doctest: +SKIP
+    {'agent_0': (0, 1), 'agent_1': (2, 3), 'agent_2': (4, 5), 'agent_3': (6, 7)}
+
+    Args:
+        env_name: a Brax env (``brax.envs`` registry: ``ant``, ``fast``, ...) or a scene (``ant_4x2``,
+            ``halfcheetah_6x1``, ``hopper_3x1``, ``walker2d_2x3``, ``humanoid_9|8``).
+        backend: Brax physics pipeline (``generalized``, ``spring``, ``positional``, ``mjx``); None keeps the
+            env's default.
+        max_steps: episode length (Brax's default 1000), reported as ``truncated``.
+        mapping: for a scene: None (derived from the robot model: each agent drives one limb and observes the
+            root, its joints and their neighbours), ``"jaxmarl"`` (JaxMARL's tables, warning about the indices
+            past the observation that JAX clamps), or a dict ``{"action_indices": ..., "observation_indices":
+            ...}`` (also accepted for any Brax env).
+        **env_kwargs: forwarded to the Brax env's constructor.
+
+    The other arguments are ``BraxWrapper``'s.
+
+    Raises:
+        ValueError: unknown env name (with close matches); a bad mapping.
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        *,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        backend: str | None = None,
+        frame_skip: int = 1,
+        max_steps: int | None = 1000,
+        requires_grad: bool = False,
+        cache_clear_frequency: int | None = None,
+        seed: int = 0,
+        group_map: GroupMap | MarlGroupMapType | None = None,
+        mapping: str | Mapping[str, Mapping[str, Sequence[int]]] | None = None,
+        **env_kwargs: Any,
+    ):
+        names = env_names()
+        if env_name not in names:
+            import difflib
+
+            close = difflib.get_close_matches(str(env_name), names, n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"unknown Brax env {env_name!r}{hint} available: {', '.join(names)}")
+        scene = scenes.SCENES.get(env_name)
+        robot = scene.robot if scene else env_name
+        if backend is not None:
+            env_kwargs["backend"] = backend
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_UNMAINTAINED, category=UserWarning)
+            brax_env = brax_envs.get_environment(robot, **env_kwargs)
+        self.env_name = env_name
+        indices = self._mapping(env_name, scene, brax_env, mapping)
+        super().__init__(
+            brax_env, num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
+            requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
+            action_indices=indices[0], observation_indices=indices[1], group_map=group_map,
+        )
+
+    @staticmethod
+    def _mapping(name: str, scene, brax_env, mapping) -> tuple:
+        if isinstance(mapping, Mapping):
+            unknown = set(mapping) - {"action_indices", "observation_indices"}
+            if unknown or len(mapping) != 2:
+                raise ValueError(
+                    f"a mapping dict needs exactly the keys 'action_indices' and 'observation_indices', got {sorted(mapping)}"
+                )
+            return mapping["action_indices"], mapping["observation_indices"]
+        if mapping not in (None, "jaxmarl"):
+            raise ValueError(
+                f"mapping={mapping!r}: expected None (the model-derived split), 'jaxmarl' or a dict with "
+                f"'action_indices' and 'observation_indices'"
+            )
+        if scene is None:
+            if mapping == "jaxmarl":
+                raise ValueError(f"mapping='jaxmarl' needs a scene ({', '.join(scenes.SCENES)}); {name!r} is a Brax env")
+            return None, None
+        obs_size = reset_struct(brax_env).obs.shape[0]
+        if mapping == "jaxmarl":
+            table = scenes.jaxmarl_mapping(name)
+            clamped = scenes.validate_mapping(table.action_indices, table.observation_indices, brax_env.action_size,
+                                              obs_size, clamp=True, label=f"brax/{name} mapping='jaxmarl'")
+            return clamped.action_indices, clamped.observation_indices
+        model = scenes.RobotModel.from_mj_model(brax_env.sys.mj_model)
+        exclude = getattr(brax_env, "_exclude_current_positions_from_observation", True)
+        derived = scenes.model_mapping(name, model, obs_size, exclude)
+        return derived.action_indices, derived.observation_indices
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Benchmark
+# ----------------------------------------------------------------------------------------------------
+def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu", **env_kwargs: Any) -> list[tuple[str, float, int]]:
+    """Time ``steps`` steps of ``num_envs`` envs of ``brax/<name>``, in this process.
+
+    Rows ``(label, seconds, env_steps)``:
+        1. our ``BraxEnv``: ``step_and_maybe_reset`` with pre-drawn uniform random actions (not timed);
+        2. pure JAX: a Python loop over ``jax.jit(step)`` of Brax's own ``VmapWrapper`` + ``EpisodeWrapper`` +
+           ``AutoResetWrapper`` stack (``training.wrap``) with the same actions as JAX arrays, the state never
+           leaving JAX (a scene runs the whole robot: the split is part of what ours pays for);
+        3. pure JAX: the same steps as one ``lax.scan`` call (the limit: no Python at all);
+    then timing-only rows (env_steps=0): compile (or persistent-cache load) times of each, and ours' first reset.
+    ``env_kwargs`` go to ``BraxEnv`` (e.g. ``backend="spring"``).
+    """
+    warmup = 3
+    build = time.perf_counter()
+    env = BraxEnv(name, num_envs=num_envs, device=device, seed=0, **env_kwargs)
+    build = time.perf_counter() - build
+    generator = torch.Generator(device=env.device).manual_seed(0)
+    plan = [env.full_action_spec.rand(generator=generator) for _ in range(steps + warmup)]
+    first = time.perf_counter()
+    td = env.reset()
+    first_reset = time.perf_counter() - first
+    rows: list[tuple[str, float, int]] = []
+    for t in range(steps + warmup):
+        if t == warmup:
+            start = time.perf_counter()
+        td.update(plan[t])
+        _, td = env.step_and_maybe_reset(td)
+    if env.device.type == "cuda":
+        torch.cuda.synchronize(env.device)
+    ours = time.perf_counter() - start
+    rows.append((f"marl_envs BraxEnv, random actions, auto-reset", ours, num_envs * steps))
+    actions = jnp.stack([jnp.asarray(env._io.to_jax(env._flat_action(p)))[:, env._core.split.action_source]
+                         if env.action_indices is not None else jnp.asarray(env._io.to_jax(env._flat_action(p)))
+                         for p in plan])
+    actions = jax.device_put(actions, env._jax_device)
+
+    raw = _brax_training.wrap(env._brax_env, episode_length=env.max_steps or 1000)
+    keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
+    state = jax.jit(raw.reset)(keys)
+    t0 = time.perf_counter()
+    step = jax.jit(raw.step, donate_argnums=0).trace(state, actions[0]).lower().compile()
+    compile_loop = time.perf_counter() - t0
+    for t in range(steps + warmup):
+        if t == warmup:
+            jax.block_until_ready(state)
+            start = time.perf_counter()
+        state = step(state, actions[t])
+    jax.block_until_ready(state)
+    rows.append(("pure JAX: jit(vmap(step)) Python loop, Brax auto-reset", time.perf_counter() - start, num_envs * steps))
+
+    def rollout(state, actions):
+        return jax.lax.scan(lambda s, a: (raw.step(s, a), s.reward), state, actions)
+
+    state = jax.jit(raw.reset)(keys)
+    t0 = time.perf_counter()
+    scan = jax.jit(rollout).trace(state, actions[warmup:]).lower().compile()
+    compile_scan = time.perf_counter() - t0
+    jax.block_until_ready(scan(state, actions[warmup:]))  # warm
+    start = time.perf_counter()
+    jax.block_until_ready(scan(state, actions[warmup:]))
+    rows.append(("pure JAX: lax.scan rollout (the limit)", time.perf_counter() - start, num_envs * steps))
+
+    compiled = env.compile_seconds
+    rows.append(("  build BraxEnv (trace shapes)", build, 0))
+    rows.append(("  ours: compile reset", compiled.get("reset", 0.0), 0))
+    rows.append(("  ours: compile step", compiled.get("step", 0.0), 0))
+    rows.append(("  ours: first reset, compile included", first_reset, 0))
+    rows.append(("  pure JAX loop: compile step", compile_loop, 0))
+    rows.append(("  lax.scan: compile rollout", compile_scan, 0))
+    env.close()
+    return rows
