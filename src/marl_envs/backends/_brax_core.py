@@ -19,7 +19,7 @@ import contextlib
 import time
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,12 +206,12 @@ class BraxCore:
     def batched_state_struct(self) -> Any:
         return jax.tree.map(lambda x: self._struct((self.num_envs, *x.shape), x.dtype), self._reference)
 
-    def compiled(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()):
-        """AOT-compile ``fn`` for ``args`` (structs) once; ``jax.clear_caches()`` never drops it."""
+    def compiled(self, name: str, fn, args: Callable[[], Sequence[Any]], donate: tuple[int, ...] = ()):
+        """AOT-compile ``fn`` for the structs ``args()`` once; ``jax.clear_caches()`` never drops it."""
         if name not in self._compiled:
             start = time.perf_counter()
             with quiet_tracing():
-                self._compiled[name] = jax.jit(fn, donate_argnums=donate).trace(*args).lower().compile()
+                self._compiled[name] = jax.jit(fn, donate_argnums=donate).trace(*args()).lower().compile()
             self.compile_seconds[name] = time.perf_counter() - start
         return self._compiled[name]
 
@@ -236,8 +236,8 @@ class BraxCore:
         """Reset the envs where ``mask`` ``(B,)`` is True; return the float buffer (no rewards) of all envs."""
         if self._state is None:
             self._state = self._zero_state()
-        fn = self.compiled("reset", self._reset, (self.batched_state_struct(), self._keys_struct(),
-                                                   self._struct((self.num_envs,), jnp.bool_)), donate=(0, 1))
+        fn = self._compiled.get("reset") or self.compiled("reset", self._reset, lambda: (
+            self.batched_state_struct(), self._keys_struct(), self._struct((self.num_envs,), jnp.bool_)), donate=(0, 1))
         self._state, self._keys, out = fn(self._state, self._keys, mask)
         return out
 
@@ -245,8 +245,8 @@ class BraxCore:
         """Step every env with the flat agent action ``(B, action_size)``; the float and flag buffers."""
         if self._state is None:
             raise RuntimeError("step() before reset(): reset the env first")
-        fn = self.compiled("step", self._step, (self.batched_state_struct(), self._keys_struct(),
-                                                 self._action_struct()), donate=(0, 1))
+        fn = self._compiled.get("step") or self.compiled("step", self._step, lambda: (
+            self.batched_state_struct(), self._keys_struct(), self._action_struct()), donate=(0, 1))
         self._state, self._keys, out, flags = fn(self._state, self._keys, action)
         return out, flags
 
@@ -325,16 +325,16 @@ class Differentiable:
         core = self.core
         if flat is None or self.aux is None:
             flat, self.aux = self.flatten(core._zero_state())
-        fn = core.compiled("grad_reset", self._reset, (self._flat_struct, self._aux_struct, core._keys_struct(),
-                                                       core._struct((core.num_envs,), jnp.bool_)))
+        fn = core._compiled.get("grad_reset") or core.compiled("grad_reset", self._reset, lambda: (
+            self._flat_struct, self._aux_struct, core._keys_struct(), core._struct((core.num_envs,), jnp.bool_)))
         flat, self.aux, core._keys, out = fn(flat, self.aux, core._keys, mask)
         return flat, out
 
     def step(self, flat, action) -> tuple[jax.Array, jax.Array, jax.Array, tuple]:
         """One step from ``flat``: ``(next flat, float outputs, flags, saved)``; ``saved`` feeds ``vjp``."""
         core = self.core
-        fn = core.compiled("grad_step", self._forward,
-                           (self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct()))
+        fn = core._compiled.get("grad_step") or core.compiled("grad_step", self._forward, lambda: (
+            self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct()))
         saved = (flat, self.aux, core._keys, action)
         new_flat, self.aux, core._keys, out, flags = fn(*saved)
         return new_flat, out, flags, saved
@@ -342,9 +342,9 @@ class Differentiable:
     def vjp(self, saved: tuple, grad_flat, grad_out) -> tuple[jax.Array, jax.Array]:
         """Gradients w.r.t. the step's flat state and action, given those of its next flat state and outputs."""
         core = self.core
-        out = core._struct((core.num_envs, self.out_width), jnp.float32)
-        fn = core.compiled("grad_vjp", self._backward, (self._flat_struct, self._aux_struct, core._keys_struct(),
-                                                        core._action_struct(), self._flat_struct, out))
+        fn = core._compiled.get("grad_vjp") or core.compiled("grad_vjp", self._backward, lambda: (
+            self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct(), self._flat_struct,
+            core._struct((core.num_envs, self.out_width), jnp.float32)))
         return fn(*saved, grad_flat, grad_out)
 
     def env_state(self, flat: np.ndarray, index: int) -> Any:

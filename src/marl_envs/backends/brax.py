@@ -273,12 +273,12 @@ class BraxWrapper(EnvBase):
         elif group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
         self._core = BraxCore(env, num_envs=num_envs, frame_skip=frame_skip, split=split, device=self._jax_device)
-        self._core.seed(seed)
         self._diff = Differentiable(self._core) if self.requires_grad else None
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
         self._steps_since_clear = 0
         self._renderers: dict = {}
         self._build_specs(mapping)
+        self.set_seed(seed)
 
     # -- construction helpers -------------------------------------------------------------------------
     def _resolve_group_map(self, group_map, mapping: scenes.AgentMapping) -> GroupMap:
@@ -323,6 +323,9 @@ class BraxWrapper(EnvBase):
         if mapping is None:
             for path, shape in core.obs_leaves:
                 key = ("observation", *path)
+                for depth in range(1, len(key)):  # dict observations: nested Composites of batch (B,)
+                    if key[:depth] not in obs:
+                        obs[key[:depth]] = Composite(shape=(B,), device=dev)
                 obs[key] = Unbounded((B, *shape), device=dev)
                 layout.append((key, (B, *shape)))
             act["action"] = Bounded(-1.0, 1.0, (B, self.action_size), device=dev)
@@ -582,7 +585,9 @@ def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu", **en
         2. pure JAX: a Python loop over ``jax.jit(step)`` of Brax's own ``VmapWrapper`` + ``EpisodeWrapper`` +
            ``AutoResetWrapper`` stack (``training.wrap``) with the same actions as JAX arrays, the state never
            leaving JAX (a scene runs the whole robot: the split is part of what ours pays for);
-        3. pure JAX: the same steps as one ``lax.scan`` call (the limit: no Python at all);
+        3. pure JAX: a Python loop over ``jax.jit(jax.vmap(env.step))`` of the bare env (no episode counting,
+           no resets: less work than ours, the floor of a Python loop);
+        4. pure JAX: row 2's steps as one ``lax.scan`` call (the limit: no Python at all);
     then timing-only rows (env_steps=0): compile (or persistent-cache load) times of each, and ours' first reset.
     ``env_kwargs`` go to ``BraxEnv`` (e.g. ``backend="spring"``).
     """
@@ -604,33 +609,44 @@ def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu", **en
     if env.device.type == "cuda":
         torch.cuda.synchronize(env.device)
     ours = time.perf_counter() - start
-    rows.append((f"marl_envs BraxEnv, random actions, auto-reset", ours, num_envs * steps))
-    actions = jnp.stack([jnp.asarray(env._io.to_jax(env._flat_action(p)))[:, env._core.split.action_source]
-                         if env.action_indices is not None else jnp.asarray(env._io.to_jax(env._flat_action(p)))
-                         for p in plan])
-    actions = jax.device_put(actions, env._jax_device)
+    rows.append(("marl_envs BraxEnv, random actions, auto-reset", ours, num_envs * steps))
 
+    # The same actions as the robot's (B, action_size) arrays, on the env's JAX device.
+    flat = torch.stack([env._flat_action(p) for p in plan]).cpu().numpy()
+    if env.action_indices is not None:
+        flat = flat[:, :, env._core.split.action_source]
+    actions = jax.device_put(flat, env._jax_device)
     raw = _brax_training.wrap(env._brax_env, episode_length=env.max_steps or 1000)
     keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
-    state = jax.jit(raw.reset)(keys)
-    t0 = time.perf_counter()
-    step = jax.jit(raw.step, donate_argnums=0).trace(state, actions[0]).lower().compile()
-    compile_loop = time.perf_counter() - t0
-    for t in range(steps + warmup):
-        if t == warmup:
-            jax.block_until_ready(state)
-            start = time.perf_counter()
-        state = step(state, actions[t])
-    jax.block_until_ready(state)
-    rows.append(("pure JAX: jit(vmap(step)) Python loop, Brax auto-reset", time.perf_counter() - start, num_envs * steps))
 
     def rollout(state, actions):
         return jax.lax.scan(lambda s, a: (raw.step(s, a), s.reward), state, actions)
 
+    with quiet_tracing():
+        state = jax.jit(raw.reset)(keys)
+        t0 = time.perf_counter()
+        step = jax.jit(raw.step, donate_argnums=0).trace(state, actions[0]).lower().compile()
+        compile_loop = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        scan = jax.jit(rollout).trace(state, actions[warmup:]).lower().compile()
+        compile_scan = time.perf_counter() - t0
+    bare_env = env._brax_env
+    with quiet_tracing():
+        bare_state = jax.jit(jax.vmap(bare_env.reset))(keys)
+        t0 = time.perf_counter()
+        bare = jax.jit(jax.vmap(bare_env.step), donate_argnums=0).trace(bare_state, actions[0]).lower().compile()
+        compile_bare = time.perf_counter() - t0
+    for label, fn, state in (("pure JAX: jit(vmap(step)) Python loop, Brax auto-reset", step, state),
+                             ("pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets", bare, bare_state)):
+        for t in range(steps + warmup):
+            if t == warmup:
+                jax.block_until_ready(state)
+                start = time.perf_counter()
+            state = fn(state, actions[t])
+        jax.block_until_ready(state)
+        rows.append((label, time.perf_counter() - start, num_envs * steps))
+
     state = jax.jit(raw.reset)(keys)
-    t0 = time.perf_counter()
-    scan = jax.jit(rollout).trace(state, actions[warmup:]).lower().compile()
-    compile_scan = time.perf_counter() - t0
     jax.block_until_ready(scan(state, actions[warmup:]))  # warm
     start = time.perf_counter()
     jax.block_until_ready(scan(state, actions[warmup:]))
@@ -642,6 +658,7 @@ def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu", **en
     rows.append(("  ours: compile step", compiled.get("step", 0.0), 0))
     rows.append(("  ours: first reset, compile included", first_reset, 0))
     rows.append(("  pure JAX loop: compile step", compile_loop, 0))
+    rows.append(("  pure JAX bare loop: compile step", compile_bare, 0))
     rows.append(("  lax.scan: compile rollout", compile_scan, 0))
     env.close()
     return rows
