@@ -169,6 +169,9 @@ class StateSnapshot:
         self.clones: dict[int, torch.Tensor | np.ndarray] = {}  # id(tensor) -> copy of its values
         self.versions: dict[int, int] = {}  # id(shared tensor) -> its version counter
         self._keep: list[Any] = []  # keep snapshotted tensors alive so their ids stay unique
+        # Live tensors already holding the merge for ``_last_mask``: id -> (tensor, version after the merge).
+        self._settled: dict[int, tuple[torch.Tensor, int]] = {}
+        self._last_mask: torch.Tensor | None = None
         seen: set[int] = set()
         stack = list(roots)
         while stack:
@@ -210,6 +213,9 @@ class StateSnapshot:
         """Keep the current values on the rows where ``mask`` is True; restore the snapshot everywhere else."""
         mask_np = None
         merged: set[int] = set()  # ids of live tensors already merged (aliases share one merge)
+        if mask is not self._last_mask:
+            self._settled.clear()
+            self._last_mask = mask
         for container, old in self.containers:
             live = _members(container)
             if isinstance(old, list) and len(live) != len(old):
@@ -251,15 +257,23 @@ class StateSnapshot:
         if id(now) in merged:
             return now
         merged.add(id(now))
+        if now is before and now._version == self.versions[id(before)]:
+            return now  # untouched since the snapshot
+        settled = self._settled.get(id(now))
+        if settled is not None and settled[0] is now and settled[1] == now._version:
+            return now  # untouched since the last merge with this mask
         keep_new = mask.view(-1, *([1] * (now.ndim - 1)))
         value = torch.where(keep_new, now, old)
         if now.stride(0) == 0 or now.requires_grad:
-            return value  # an expanded (or autograd leaf) tensor cannot take the rows in place
-        try:
-            now.copy_(value)
-        except RuntimeError:  # internal overlap: replace instead
-            return value
-        return now
+            result = value  # an expanded (or autograd leaf) tensor cannot take the rows in place
+        else:
+            try:
+                now.copy_(value)
+                result = now
+            except RuntimeError:  # internal overlap: replace instead
+                result = value
+        self._settled[id(result)] = (result, result._version)
+        return result
 
     def _merge_array(self, before: np.ndarray, now: Any, mask: np.ndarray, key: Any) -> Any:
         old = self.clones[id(before)]

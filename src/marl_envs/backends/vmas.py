@@ -32,6 +32,7 @@ import re
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -195,7 +196,7 @@ class VmasWrapper(EnvBase):
         self.categorical_actions = categorical_actions
         self.continuous_actions = env.continuous_actions
         self.agent_names = [agent.name for agent in env.agents]
-        self.allow_done_after_reset = False
+        self.scenario_name = _scenario_label(env.scenario)
 
         agent_specs = self._agent_specs()
         # The state at construction: every full reset starts from it, so that what a reset gives depends on
@@ -388,7 +389,7 @@ class VmasWrapper(EnvBase):
         return self._env
 
     def __repr__(self) -> str:
-        return f"{super().__repr__()[:-1]}, scenario={type(self._env.scenario).__module__.rpartition('.')[2]})"
+        return f"{super().__repr__()[:-1]}, scenario={self.scenario_name})"
 
 
 class VmasEnv(VmasWrapper):
@@ -439,7 +440,7 @@ class VmasEnv(VmasWrapper):
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         if multidiscrete_actions and continuous_actions:
             raise ValueError("multidiscrete_actions=True needs continuous_actions=False")
-        label, scenario = _load_scenario(scenario)
+        scenario = _load_scenario(scenario)
         if seed is not None:
             seed %= 2**32
         with warnings.catch_warnings(record=True) as caught:
@@ -456,15 +457,23 @@ class VmasEnv(VmasWrapper):
             else:
                 warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
         if unused:
-            raise TypeError(_unused_kwargs_message(label, scenario, unused))
-        self.scenario_name = label
+            raise TypeError(_unused_kwargs_message(_scenario_label(scenario), scenario, unused))
         super().__init__(env, group_map=group_map, categorical_actions=categorical_actions, max_steps=max_steps)
         if seed is not None:
             self.set_seed(seed)
 
 
-def _load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> tuple[str, BaseScenario]:
-    """The scenario's label and a fresh instance (``vmas.scenarios`` is the list of names, not the package)."""
+def _scenario_label(scenario: BaseScenario) -> str:
+    """``balance`` for VMAS's own scenarios (all classes named ``Scenario``), else the class name."""
+    cls = type(scenario)
+    if cls.__name__ != "Scenario":
+        return cls.__name__
+    code = getattr(cls.make_world, "__code__", None)
+    return cls.__module__.rpartition(".")[2] or (Path(code.co_filename).stem if code else cls.__name__)
+
+
+def _load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> BaseScenario:
+    """A fresh scenario instance (``vmas.scenarios`` is the list of names, not the package)."""
     if isinstance(scenario, str):
         names = env_names()
         name = scenario.removesuffix(".py")
@@ -472,14 +481,14 @@ def _load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> tuple[s
             close = difflib.get_close_matches(name, names, n=3)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             raise ValueError(f"unknown VMAS scenario {scenario!r}{hint} available: {', '.join(names)}")
-        return name, importlib.import_module("vmas.scenarios").load(f"{name}.py").Scenario()
+        return importlib.import_module("vmas.scenarios").load(f"{name}.py").Scenario()
     if isinstance(scenario, type) and issubclass(scenario, BaseScenario):
         scenario = scenario()
     if not isinstance(scenario, BaseScenario):
         raise TypeError(
             f"scenario must be a VMAS scenario name (see env_names()) or a vmas BaseScenario, got {scenario!r}"
         )
-    return type(scenario).__name__, scenario
+    return scenario
 
 
 def _unused_kwargs_message(label: str, scenario: BaseScenario, unused: list[str]) -> str:
@@ -510,7 +519,9 @@ def _sync(device: torch.device) -> None:
 def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> list[tuple[str, float, int]]:
     """Time ``steps`` steps of ``num_envs`` envs: our env (auto-reset) against raw VMAS loops.
 
-    All loops get the same pre-drawn uniformly random actions (drawing them is not timed).
+    Every loop gets the same pre-drawn uniformly random actions (drawing them is not timed). The three loops
+    advance in turn, one step each (in rotating order), so that the load of a shared machine weighs on all
+    of them alike; each row sums its own steps' times.
 
     Returns:
         Rows ``(label, seconds, env_steps)``: our ``VmasEnv`` with ``step_and_maybe_reset``; raw VMAS with
@@ -523,27 +534,13 @@ def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> l
     warmup = 3
     plan = [env.full_action_spec.rand(generator=generator) for _ in range(steps + warmup)]
     raw_plan = [env._vmas_actions(td) for td in plan]
-    rows = []
+    state = {"td": env.reset()}
 
-    td = env.reset()
-    for t in range(steps + warmup):
-        if t == warmup:
-            _sync(dev)
-            start = time.perf_counter()
-        td.update(plan[t])
-        _, td = env.step_and_maybe_reset(td)
-    _sync(dev)
-    rows.append(("marl_envs VmasEnv, auto-reset", time.perf_counter() - start, num_envs * steps))
+    def ours(t: int) -> None:
+        _, state["td"] = env.step_and_maybe_reset(state["td"].update(plan[t]))
 
-    for label, resets in (("raw vmas, reset_at loop over done envs", True), ("raw vmas, no resets", False)):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            raw = vmas.make_env(name, num_envs=num_envs, device=dev, seed=0)
-        raw.reset()
-        for t in range(steps + warmup):
-            if t == warmup:
-                _sync(dev)
-                start = time.perf_counter()
+    def raw_loop(raw: Environment, resets: bool):
+        def step(t: int) -> None:
             _, _, dones, _ = raw.step(list(raw_plan[t]))
             if resets:
                 done_envs = dones.nonzero().flatten().tolist()
@@ -551,6 +548,23 @@ def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> l
                     raw.reset_at(i, return_observations=False)
                 if done_envs:
                     raw.get_from_scenario(get_observations=True, get_rewards=False, get_infos=True, get_dones=False)
-        _sync(dev)
-        rows.append((label, time.perf_counter() - start, num_envs * steps))
-    return rows
+        return step
+
+    loops = [("marl_envs VmasEnv, auto-reset", ours)]
+    for label, resets in (("raw vmas, reset_at loop over done envs", True), ("raw vmas, no resets", False)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw = vmas.make_env(name, num_envs=num_envs, device=dev, seed=0)
+        raw.reset()
+        loops.append((label, raw_loop(raw, resets)))
+    seconds = [0.0] * len(loops)
+    for t in range(steps + warmup):
+        for k in range(len(loops)):
+            i = (k + t) % len(loops)
+            _sync(dev)
+            start = time.perf_counter()
+            loops[i][1](t)
+            _sync(dev)
+            if t >= warmup:
+                seconds[i] += time.perf_counter() - start
+    return [(label, seconds[i], num_envs * steps) for i, (label, _) in enumerate(loops)]

@@ -1,0 +1,388 @@
+"""The VMAS backend: every scenario conforms, replays raw VMAS exactly, and resets a subset of envs exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+import marl_envs
+from marl_envs import MarlGroupMapType
+from marl_envs.specs import Bounded, Categorical, Composite, MultiCategorical, OneHot, Unbounded
+
+vmas = pytest.importorskip("vmas")
+
+from marl_envs.backends.vmas import VmasEnv, VmasWrapper, benchmark, env_names  # noqa: E402
+from vmas.simulator.core import Agent, World  # noqa: E402
+from vmas.simulator.scenario import BaseScenario  # noqa: E402
+from vmas.simulator.utils import ScenarioUtils  # noqa: E402
+
+# vel_control's velocity controllers warn at construction (a VMAS notice, not ours).
+pytestmark = pytest.mark.filterwarnings("ignore:Force limits not specified:UserWarning")
+
+SCENARIOS = env_names()
+# road_traffic's 20 default cars cost about half a second a step on a 2-core CPU: the sweeps drive 4 of them,
+# and the default configuration runs under --all.
+SMALL_KWARGS = {"road_traffic": {"n_agents": 4}}
+# football's scripted red team (on by default) draws random numbers in amounts that depend on every env's
+# state, so any change to one env shifts the noise all the others get next step -- with raw VMAS
+# ``reset_at`` too. Its twin test runs without the scripted team; everything else uses the defaults.
+TWIN_KWARGS = {**SMALL_KWARGS, "football": {"ai_red_agents": False}}
+
+
+def test_registered_names_are_vmas_scenarios():
+    expected = sorted({*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios})
+    assert env_names() == expected
+    assert marl_envs.available_envs("vmas") == [f"vmas/{name}" for name in expected]
+
+
+def test_sweeps_cover_every_registered_scenario():
+    assert {f"vmas/{name}" for name in SCENARIOS} == set(marl_envs.available_envs("vmas"))
+    assert set(TWIN_KWARGS) <= set(SCENARIOS) and set(SMALL_KWARGS) <= set(SCENARIOS)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Every scenario
+# ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_passes_check_env_specs_and_auto_resets(name):
+    _check_scenario(name, **SMALL_KWARGS.get(name, {}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SMALL_KWARGS))
+def test_scenario_in_its_default_configuration(name):
+    _check_scenario(name)
+
+
+def _check_scenario(name: str, **kwargs):
+    env = marl_envs.make(f"vmas/{name}", num_envs=3, seed=0, **kwargs)
+    marl_envs.check_env_specs(env, seed=0)
+    data = env.rollout(20, break_when_any_done=False)
+    assert data.batch_size == (3, 20)
+    assert data.names[-1] == "time"
+    assert not data["next", "truncated"].any()  # VMAS never reports time limits itself
+
+
+def _mask(num_envs: int) -> torch.Tensor:
+    return torch.arange(num_envs) % 3 == 0
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_partial_reset_leaves_other_envs_identical_to_a_twin(name):
+    num_envs, kwargs = 7, TWIN_KWARGS.get(name, {})
+    env, twin = (VmasEnv(name, num_envs=num_envs, seed=1, **kwargs) for _ in range(2))
+    td, twin_td = env.reset(), twin.reset()
+    generator = torch.Generator().manual_seed(0)
+    mask = _mask(num_envs)
+    for t in range(5):
+        actions = env.full_action_spec.rand(generator=generator)
+        if t == 2:
+            td.set("_reset", mask.unsqueeze(-1))
+            after = env.reset(td)
+            for key in twin_td.keys(True, True):
+                assert torch.equal(after[key][~mask], twin_td[key][~mask]), key
+        rows = ~mask if t >= 2 else torch.ones(num_envs, dtype=torch.bool)
+        td = env.step(actions.clone())["next"]
+        twin_td = twin.step(actions.clone())["next"]
+        for key in twin_td.keys(True, True):
+            assert torch.equal(td[key][rows], twin_td[key][rows]), f"{key} differs at step {t}"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Exactness against raw VMAS
+# ----------------------------------------------------------------------------------------------------
+def _random_vmas_actions(raw, steps: int, seed: int) -> list[list[torch.Tensor]]:
+    """Uniformly random per-agent actions, drawn without touching VMAS's random state."""
+    rng = np.random.default_rng(seed)
+    plan = []
+    for _ in range(steps):
+        actions = []
+        for space in raw.action_space.spaces:
+            if hasattr(space, "nvec"):
+                value = np.stack([rng.integers(0, n, raw.num_envs) for n in space.nvec], -1)
+            elif hasattr(space, "n"):
+                value = rng.integers(0, space.n, (raw.num_envs, 1))
+            else:
+                value = rng.uniform(space.low, space.high, (raw.num_envs, *space.shape)).astype(np.float32)
+            actions.append(torch.as_tensor(value))
+        plan.append(actions)
+    return plan
+
+
+def _as_group_actions(env, actions: list[torch.Tensor]) -> TensorDict:
+    td = TensorDict({}, batch_size=env.batch_size)
+    for group, members in env.group_map.items():
+        spec = env.full_action_spec[group, "action"]
+        stacked = torch.stack([actions[env.agent_names.index(a)] for a in members], 1)
+        if isinstance(spec, Categorical):
+            stacked = stacked.squeeze(-1)
+        elif isinstance(spec, OneHot):
+            stacked = torch.nn.functional.one_hot(stacked.squeeze(-1), spec.n)
+        td.set((group, "action"), stacked.to(spec.dtype))
+    return td
+
+
+def _assert_group_data(env, td, per_agent: list, key: str):
+    for group, members in env.group_map.items():
+        if all(isinstance(x, dict) and not x for x in per_agent):  # a scenario without infos has no info entry
+            assert key not in td[group].keys()
+            continue
+        value = td[group, key]
+        for j, agent in enumerate(members):
+            expected = per_agent[env.agent_names.index(agent)]
+            if isinstance(expected, dict):
+                for sub, tensor in expected.items():
+                    assert torch.equal(value[sub][:, j].reshape(tensor.shape), tensor), (group, key, sub, agent)
+            else:
+                assert torch.equal(value[:, j].reshape(expected.shape), expected), (group, key, agent)
+
+
+EXACT_CASES = [
+    ("balance", {}, {}),
+    ("navigation", {}, {}),
+    ("simple_adversary", {}, {}),
+    ("simple_speaker_listener", {}, {}),
+    ("simple_crypto", {"continuous_actions": False}, {}),
+    ("simple_spread", {"continuous_actions": False}, {"categorical_actions": False}),
+    ("simple_crypto", {"continuous_actions": False, "multidiscrete_actions": True}, {}),
+    ("simple_adversary", {}, {"group_map": {"agent": ["agent_1", "agent_0"], "adversary": ["adversary_0"]}}),
+]
+
+
+@pytest.mark.parametrize("name, vmas_kwargs, our_kwargs", EXACT_CASES)
+def test_seeded_reset_and_steps_replay_raw_vmas(name, vmas_kwargs, our_kwargs):
+    num_envs, steps, seed = 4, 6, 11
+    # VMAS keeps one random state for all its envs: run raw VMAS to the end first, then ours.
+    raw = vmas.make_env(name, num_envs=num_envs, seed=0, **vmas_kwargs)
+    plan = _random_vmas_actions(raw, steps, seed=3)
+    raw.seed(seed)
+    expected = [(raw.reset(), None, None, None)]
+    expected += [raw.step([a.clone() for a in actions]) for actions in plan]
+
+    env = VmasEnv(name, num_envs=num_envs, seed=0, **vmas_kwargs, **our_kwargs)
+    env.set_seed(seed)
+    td = env.reset()
+    _assert_group_data(env, td, expected[0][0], "observation")
+    for actions, (obs, rewards, dones, infos) in zip(plan, expected[1:]):
+        out = env.step(_as_group_actions(env, actions))["next"]
+        _assert_group_data(env, out, obs, "observation")
+        _assert_group_data(env, out, rewards, "reward")
+        _assert_group_data(env, out, infos, "info")
+        assert torch.equal(out["terminated"].squeeze(-1), dones)
+
+
+def test_wrapping_neither_resets_nor_advances_the_random_state():
+    steps = 4
+    raw = vmas.make_env("balance", num_envs=3, seed=5)
+    plan = _random_vmas_actions(raw, steps, seed=0)
+    expected = [raw.reset()] + [raw.step([a.clone() for a in actions])[0] for actions in plan]
+
+    built = vmas.make_env("balance", num_envs=3, seed=5)
+    env = VmasWrapper(built)
+    td = env.reset()
+    _assert_group_data(env, td, expected[0], "observation")
+    for actions, obs in zip(plan, expected[1:]):
+        _assert_group_data(env, env.step(_as_group_actions(env, actions))["next"], obs, "observation")
+
+
+def test_set_seed_gives_identical_rollouts_whatever_ran_before():
+    env = VmasEnv("wind_flocking", num_envs=3)  # keeps state VMAS's own reset leaves alone
+    env.set_seed(4)
+    first = env.rollout(6, break_when_any_done=False)
+    env.rollout(9, break_when_any_done=False)
+    env.set_seed(4)
+    second = env.rollout(6, break_when_any_done=False)
+    assert (first == second).all()
+
+
+def test_interleaved_envs_do_not_share_randomness():
+    a, b = VmasEnv("balance", num_envs=3, seed=2), VmasEnv("balance", num_envs=3, seed=2)
+    assert torch.equal(a.reset()["agents", "observation"], b.reset()["agents", "observation"])
+    assert torch.equal(a.reset()["agents", "observation"], b.reset()["agents", "observation"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Groups
+# ----------------------------------------------------------------------------------------------------
+def test_default_groups_follow_spec_signatures():
+    assert VmasEnv("balance", num_envs=2, n_agents=3).group_map == {"agents": ["agent_0", "agent_1", "agent_2"]}
+    assert VmasEnv("simple_adversary", num_envs=2).group_map == {
+        "adversary": ["adversary_0"], "agent": ["agent_0", "agent_1"]
+    }
+
+
+def test_group_mixing_different_specs_is_a_value_error():
+    with pytest.raises(ValueError, match=r"group 'all' mixes agents with different specs: 'adversary_0' and "
+                                         r"'agent_0' differ at 'observation': Unbounded\(shape=\(8,\).* vs Unbounded\(shape=\(10,\)"):
+        VmasEnv("simple_adversary", num_envs=2, group_map={"all": ["adversary_0", "agent_0", "agent_1"]})
+    with pytest.raises(ValueError, match="mixes agents with different specs"):
+        VmasEnv("simple_adversary", num_envs=2, group_map=MarlGroupMapType.ALL_IN_ONE_GROUP)
+
+
+def test_malformed_group_map_is_a_value_error():
+    with pytest.raises(ValueError, match="Agent agent_9 wasn't present in environment"):
+        VmasEnv("balance", num_envs=2, group_map={"agents": ["agent_0", "agent_1", "agent_9"]})
+    with pytest.raises(ValueError, match="Agent agent_2 wasn't found in any group"):
+        VmasEnv("balance", num_envs=2, group_map={"a": ["agent_0"], "b": ["agent_1"]})
+
+
+def test_one_group_per_agent_routes_actions_by_name():
+    env = VmasEnv("balance", num_envs=2, n_agents=3, group_map=MarlGroupMapType.ONE_GROUP_PER_AGENT)
+    assert env.group_map == {"agent_0": ["agent_0"], "agent_1": ["agent_1"], "agent_2": ["agent_2"]}
+    assert env.full_action_spec["agent_1", "action"].shape == (2, 1, 2)
+    td = env.rand_action(env.reset())
+    env.step(td)
+    for agent in env.vmas_env.agents:  # each VMAS agent got its own group's action
+        assert torch.equal(agent.action.u, td[agent.name, "action"][:, 0] * agent.action.u_multiplier_tensor)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Spaces
+# ----------------------------------------------------------------------------------------------------
+def test_continuous_actions_use_vmas_ranges_with_comm_dims():
+    env = VmasEnv("simple_speaker_listener", num_envs=2)
+    speaker = env.full_action_spec["speaker", "action"]
+    assert isinstance(speaker, Bounded) and speaker.shape == (2, 1, 5)  # 2 physical + 3 communication dims
+    assert speaker.low[0, 0].tolist() == [-1.0, -1.0, 0.0, 0.0, 0.0]
+    assert speaker.high[0, 0].tolist() == [1.0, 1.0, 1.0, 1.0, 1.0]
+    balance = VmasEnv("balance", num_envs=2, n_agents=3)
+    agent = balance.vmas_env.agents[0]
+    assert balance.full_action_spec["agents", "action"].high[0, 0].tolist() == agent.action.u_range_tensor.tolist()
+
+
+def test_discrete_action_specs():
+    assert VmasEnv("simple_spread", num_envs=2, continuous_actions=False).full_action_spec[
+        "agents", "action"] == Categorical(9, (2, 3))
+    assert VmasEnv("simple_spread", num_envs=2, continuous_actions=False, categorical_actions=False).full_action_spec[
+        "agents", "action"] == OneHot(9, (2, 3, 9))
+    multi = VmasEnv("simple_crypto", num_envs=2, continuous_actions=False, multidiscrete_actions=True)
+    spec = multi.full_action_spec["alice", "action"]
+    assert isinstance(spec, MultiCategorical) and spec.nvec[0, 0].tolist() == [3, 3, 4]
+
+
+def test_infos_are_observations_under_the_group():
+    env = VmasEnv("balance", num_envs=2, n_agents=3)
+    assert env.full_observation_spec["agents", "info"].keys() == ["pos_rew", "ground_rew"]
+    assert env.full_observation_spec["agents", "info", "pos_rew"] == Unbounded((2, 3, 1))
+    td = env.reset()
+    assert not td["agents", "info", "pos_rew"].any()  # no step yet
+    assert env.rand_step(td)["next", "agents", "info", "pos_rew"].shape == (2, 3, 1)
+
+
+class CountdownScenario(BaseScenario):
+    """Two agents with dict observations; env i terminates after ``horizon`` steps."""
+
+    def make_world(self, batch_dim, device, **kwargs):
+        self.horizon = kwargs.pop("horizon", 3)
+        ScenarioUtils.check_kwargs_consumed(kwargs)
+        world = World(batch_dim, device)
+        for i in range(2):
+            world.add_agent(Agent(name=f"runner_{i}", collide=False))
+        self.t = torch.zeros(batch_dim, device=device)
+        return world
+
+    def reset_world_at(self, env_index=None):
+        for agent in self.world.agents:
+            shape = (1, 2) if env_index is not None else (self.world.batch_dim, 2)
+            agent.set_pos(torch.rand(shape, device=self.world.device) * 2 - 1, batch_index=env_index)
+        if env_index is None:
+            self.t = torch.zeros_like(self.t)
+        else:
+            self.t[env_index] = 0
+
+    def post_step(self):
+        self.t = self.t + 1
+
+    def observation(self, agent):
+        return {"pos": agent.state.pos, "clock": {"t": self.t.unsqueeze(-1)}}
+
+    def reward(self, agent):
+        return -agent.state.pos.norm(dim=-1)
+
+    def done(self):
+        return self.t >= self.horizon
+
+    def info(self, agent):
+        return {"t": self.t}
+
+
+def test_dict_observations_are_nested_specs_and_a_scenario_object_works():
+    env = VmasEnv(CountdownScenario(), num_envs=3, seed=0)
+    assert env.group_map == {"agents": ["runner_0", "runner_1"]}
+    spec = env.full_observation_spec["agents", "observation"]
+    assert isinstance(spec, Composite) and spec["clock", "t"] == Unbounded((3, 2, 1))
+    assert spec["pos"] == Unbounded((3, 2, 2))
+    marl_envs.check_env_specs(env, seed=0)
+
+
+def test_scenario_done_is_terminated_and_max_steps_is_truncated():
+    env = VmasEnv(CountdownScenario, num_envs=2, horizon=3, max_steps=5)
+    data = env.rollout(6, break_when_any_done=False)
+    assert data["next", "terminated"][0, :, 0].tolist() == [False, False, True, False, False, True]
+    assert not data["next", "truncated"].any()
+    env = VmasEnv(CountdownScenario, num_envs=2, horizon=3, max_steps=2)
+    data = env.rollout(4, break_when_any_done=False)
+    assert data["next", "truncated"][0, :, 0].tolist() == [False, True, False, True]
+    assert not data["next", "terminated"].any()
+    assert env.vmas_env.max_steps is None  # VMAS never sees the time limit
+
+
+def test_wrapper_takes_over_the_vmas_time_limit():
+    env = VmasWrapper(vmas.make_env(CountdownScenario(), num_envs=2, max_steps=2, horizon=9))
+    assert env.max_steps == 2 and env.vmas_env.max_steps is None
+    data = env.rollout(2, break_when_any_done=False)
+    assert data["next", "truncated"][:, 1].all() and not data["next", "terminated"].any()
+    with pytest.raises(ValueError, match="max_steps=3 differs from the VMAS env's own max_steps=2"):
+        VmasWrapper(vmas.make_env(CountdownScenario(), num_envs=2, max_steps=2), max_steps=3)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Bad input
+# ----------------------------------------------------------------------------------------------------
+def test_unused_scenario_keyword_is_a_type_error():
+    with pytest.raises(TypeError, match=r"VMAS scenario 'balance' does not use the keyword argument\(s\) 'n_agent' "
+                                        r"\(did you mean 'n_agent' -> 'n_agents'\?\)"):
+        marl_envs.make("vmas/balance", num_envs=2, n_agent=3)
+    with pytest.raises(TypeError, match="does not use the keyword argument.*'speed'"):
+        VmasEnv(CountdownScenario(), num_envs=2, speed=1)
+
+
+def test_make_env_options_and_bad_names_are_rejected():
+    with pytest.raises(TypeError, match="VmasEnv does not take the vmas.make_env option 'dict_spaces'.*VmasWrapper"):
+        VmasEnv("balance", num_envs=2, dict_spaces=True)
+    with pytest.raises(ValueError, match="unknown VMAS scenario 'balanse'; did you mean 'balance'"):
+        VmasEnv("balanse", num_envs=2)
+    with pytest.raises(TypeError, match="VmasWrapper wraps a vmas.simulator.environment.Environment, got str"):
+        VmasWrapper("balance")
+
+
+def test_out_of_range_continuous_action_is_a_value_error_and_the_env_keeps_working():
+    env = VmasEnv("balance", num_envs=2, n_agents=3)
+    td = env.reset()
+    td.set(("agents", "action"), torch.full((2, 3, 2), 5.0))
+    with pytest.raises(ValueError, match="VMAS rejected the actions: Physical actions of agent agent_0 are out of"):
+        env.step(td)
+    env.rand_step(env.reset())
+
+
+# ----------------------------------------------------------------------------------------------------
+# Rendering and benchmark
+# ----------------------------------------------------------------------------------------------------
+def test_render_returns_an_rgb_frame_headless():
+    env = VmasEnv("simple", num_envs=2, seed=0)
+    env.reset()
+    frame = env.render(env_index=1)
+    assert isinstance(frame, np.ndarray) and frame.dtype == np.uint8
+    assert frame.ndim == 3 and frame.shape[2] == 3 and frame.std() > 0
+    with pytest.raises(IndexError, match=r"env_index must be an int in \[0, 2\), got 2"):
+        env.render(env_index=2)
+
+
+def test_benchmark_rows():
+    rows = benchmark("simple", num_envs=4, steps=3)
+    assert [label for label, _, _ in rows] == [
+        "marl_envs VmasEnv, auto-reset", "raw vmas, reset_at loop over done envs", "raw vmas, no resets"
+    ]
+    assert all(seconds > 0 and env_steps == 12 for _, seconds, env_steps in rows)
