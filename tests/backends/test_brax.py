@@ -18,12 +18,13 @@ import marl_envs
 from marl_envs import MarlGroupMapType
 from marl_envs.specs import Bounded, Unbounded
 
-jax = pytest.importorskip("jax")
-pytest.importorskip("brax")
+# First the backend: it imports Brax (silencing jaxopt's import-time deprecation warning) and picks headless
+# OpenGL for MuJoCo before MuJoCo is imported.
+pytest.importorskip("marl_envs.backends.brax", exc_type=ImportError)
 
+import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-# First: importing the backend imports Brax with its import-time jaxopt deprecation warning silenced.
 from marl_envs.backends import _brax_scenes as scenes  # noqa: E402
 from marl_envs.backends.brax import BraxEnv, BraxWrapper, benchmark, enable_compilation_cache, env_names  # noqa: E402
 
@@ -112,9 +113,18 @@ def built():
         env.close()
 
 
+# Brax 0.14.2's swimmer (brax/fluid.py) calls jnp.clip(a_min=...), which JAX 0.10 removed: it cannot be traced.
+UPSTREAM_BROKEN = {"swimmer": "clip() got an unexpected keyword argument 'a_min'"}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_env_and_scene_passes_check_env_specs(built, name):
-    env = built(name)
+    try:
+        env = built(name)
+    except ValueError as err:
+        if name in UPSTREAM_BROKEN and UPSTREAM_BROKEN[name] in str(err):
+            pytest.xfail(f"upstream Brax bug with this JAX: {err}")
+        raise
     marl_envs.check_env_specs(env, seed=0)
     data = env.rollout(4, break_when_any_done=False)  # past max_steps: truncation, then an auto-reset
     assert data["next", "truncated"][:, 2].all() and not data["next", "truncated"][:, :2].any()
@@ -392,7 +402,7 @@ def test_bad_wrapper_arguments():
     with pytest.raises(ValueError, match="mapping='joints': expected None"):
         BraxEnv("hopper_3x1", mapping="joints")
     with pytest.raises(ValueError, match=r"_Grows.step returns a state unlike the one reset returns \(state.obs: "
-                                         r"reset gives \(\(3,\), dtype\('float32'\)\), step gives \(\(5,\)"):
+                                         r"reset gives \(3,\), step gives \(5,\)\)"):
         BraxWrapper(_Grows())
 
 

@@ -85,9 +85,13 @@ def _where(mask: jax.Array, new: Any, old: Any) -> Any:
     return jax.tree.map(lambda n, o: jnp.where(mask.reshape(mask.shape + (1,) * (n.ndim - 1)), n, o), new, old)
 
 
+class StateMismatch(ValueError):
+    """A Brax env's ``step`` returned a state whose structure or shapes differ from ``reset``'s."""
+
+
 def _describe_mismatch(reference: Any, other: Any) -> str:
-    ref = {jax.tree_util.keystr(p): (x.shape, x.dtype) for p, x in jax.tree_util.tree_flatten_with_path(reference)[0]}
-    oth = {jax.tree_util.keystr(p): (x.shape, x.dtype) for p, x in jax.tree_util.tree_flatten_with_path(other)[0]}
+    ref = {jax.tree_util.keystr(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(reference)[0]}
+    oth = {jax.tree_util.keystr(p): tuple(jnp.shape(x)) for p, x in jax.tree_util.tree_flatten_with_path(other)[0]}
     for key in ref.keys() | oth.keys():
         if ref.get(key) != oth.get(key):
             return f"state{key}: reset gives {ref.get(key, 'nothing')}, step gives {oth.get(key, 'nothing')}"
@@ -110,22 +114,6 @@ class BraxCore:
         self._sharding = jax.sharding.SingleDeviceSharding(device)
         one = reset_struct(env)
         self._reference = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), one)  # weak types dropped
-        action = jax.ShapeDtypeStruct((env.action_size,), jnp.float32)
-        try:
-            with quiet_tracing():
-                stepped = jax.eval_shape(self._step_one, self._reference, action)[0]
-        except Exception as err:
-            raise ValueError(f"tracing {type(env).__name__}.step(state, action) failed: {err}") from err
-        stepped = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), stepped)
-        if jax.tree.structure(stepped) != jax.tree.structure(self._reference) or any(
-            (a.shape, a.dtype) != (b.shape, b.dtype)
-            for a, b in zip(jax.tree.leaves(stepped), jax.tree.leaves(self._reference))
-        ):
-            raise ValueError(
-                f"{type(env).__name__}.step returns a state unlike the one reset returns "
-                f"({_describe_mismatch(self._reference, stepped)}); a Brax env's step must keep the state's "
-                f"structure, shapes and dtypes"
-            )
         self.obs_leaves = [(path, leaf.shape) for path, leaf in tree_paths(one.obs)]
         self.has_truncation = "truncation" in one.info
         if split is not None and (len(self.obs_leaves) != 1 or self.obs_leaves[0][0] or len(one.obs.shape) != 1):
@@ -133,16 +121,37 @@ class BraxCore:
                 f"a multi-agent split needs a flat observation vector, but {type(env).__name__} observes "
                 f"{ {'/'.join(p) or 'obs': s for p, s in self.obs_leaves} }"
             )
+        self._compiled: dict[str, Any] = {}
+        self._traced: dict[str, Any] = {}
+        self.compile_seconds: dict[str, float] = {}
+        # Trace the batched step now: a broken custom env fails here, and compiling reuses the trace.
+        try:
+            self._trace("step", self._step, (self.batched_state_struct(), self._keys_struct(), self._action_struct()),
+                        donate=(0, 1))
+        except StateMismatch:
+            raise
+        except Exception as err:
+            raise ValueError(f"tracing {type(env).__name__}.step(state, action) failed: {err}") from err
         self.observation_size = int(np.prod(one.obs.shape)) if split is not None else None
         self._state: Any = None  # batched Brax State
         self._keys: jax.Array | None = None
-        self._compiled: dict[str, Any] = {}
-        self.compile_seconds: dict[str, float] = {}
         self.seed(0)
 
     # -- the per-env functions ------------------------------------------------------------------------
     def _cast(self, state: Any) -> Any:
-        """Keep the state's dtypes (a step returning float64 or weak types must not change the carry)."""
+        """Keep the state's dtypes (a step returning float64 or weak types must not change the carry).
+
+        Raises:
+            StateMismatch: the state's structure or shapes differ from what ``reset`` returns.
+        """
+        if jax.tree.structure(state) != jax.tree.structure(self._reference) or any(
+            jnp.shape(x) != ref.shape for x, ref in zip(jax.tree.leaves(state), jax.tree.leaves(self._reference))
+        ):
+            raise StateMismatch(
+                f"{type(self.env).__name__}.step returns a state unlike the one reset returns "
+                f"({_describe_mismatch(self._reference, state)}); a Brax env's step must keep the state's "
+                f"structure and shapes"
+            )
         return jax.tree.map(lambda x, ref: jnp.asarray(x).astype(ref.dtype), state, self._reference)
 
     def _step_one(self, state: Any, action: jax.Array) -> tuple[Any, jax.Array]:
@@ -194,7 +203,7 @@ class BraxCore:
 
     def _reset(self, state, keys, mask):
         pairs = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
-        fresh = self._cast(jax.vmap(self.env.reset)(pairs[:, 1]))
+        fresh = jax.vmap(lambda key: self._cast(self.env.reset(key)))(pairs[:, 1])
         state = _where(mask, fresh, state)
         keys = jnp.where(mask[:, None], pairs[:, 0], keys)
         return state, keys, self._outputs(state, None)
@@ -206,13 +215,24 @@ class BraxCore:
     def batched_state_struct(self) -> Any:
         return jax.tree.map(lambda x: self._struct((self.num_envs, *x.shape), x.dtype), self._reference)
 
+    def _trace(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()) -> None:
+        start = time.perf_counter()
+        with quiet_tracing():
+            self._traced[name] = jax.jit(fn, donate_argnums=donate).trace(*args)
+        self.compile_seconds[name] = time.perf_counter() - start
+
     def compiled(self, name: str, fn, args: Callable[[], Sequence[Any]], donate: tuple[int, ...] = ()):
-        """AOT-compile ``fn`` for the structs ``args()`` once; ``jax.clear_caches()`` never drops it."""
+        """AOT-compile ``fn`` for the structs ``args()`` once; ``jax.clear_caches()`` never drops it.
+
+        ``compile_seconds[name]`` counts tracing, lowering and compiling (or loading from the persistent cache).
+        """
         if name not in self._compiled:
+            if name not in self._traced:
+                self._trace(name, fn, args(), donate)
             start = time.perf_counter()
             with quiet_tracing():
-                self._compiled[name] = jax.jit(fn, donate_argnums=donate).trace(*args()).lower().compile()
-            self.compile_seconds[name] = time.perf_counter() - start
+                self._compiled[name] = self._traced.pop(name).lower().compile()
+            self.compile_seconds[name] += time.perf_counter() - start
         return self._compiled[name]
 
     def _keys_struct(self):
@@ -268,6 +288,7 @@ class Differentiable:
 
     def __init__(self, core: BraxCore):
         self.core = core
+        core._traced.pop("step", None)  # this variant compiles its own step
         leaves, self._treedef = jax.tree.flatten(core._reference)
         self._float = [i for i, x in enumerate(leaves) if jnp.issubdtype(x.dtype, jnp.floating)]
         self._shapes = [x.shape for x in leaves]
@@ -331,21 +352,25 @@ class Differentiable:
         return flat, out
 
     def step(self, flat, action) -> tuple[jax.Array, jax.Array, jax.Array, tuple]:
-        """One step from ``flat``: ``(next flat, float outputs, flags, saved)``; ``saved`` feeds ``vjp``."""
+        """One step from ``flat``: ``(next flat, float outputs, flags, saved)``.
+
+        ``saved`` is the rest of the step's input (the non-float leaves and the keys, JAX arrays that nothing
+        mutates); with ``flat`` and ``action`` it is all ``vjp`` needs.
+        """
         core = self.core
         fn = core._compiled.get("grad_step") or core.compiled("grad_step", self._forward, lambda: (
             self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct()))
-        saved = (flat, self.aux, core._keys, action)
-        new_flat, self.aux, core._keys, out, flags = fn(*saved)
+        saved = (self.aux, core._keys)
+        new_flat, self.aux, core._keys, out, flags = fn(flat, *saved, action)
         return new_flat, out, flags, saved
 
-    def vjp(self, saved: tuple, grad_flat, grad_out) -> tuple[jax.Array, jax.Array]:
+    def vjp(self, flat, saved: tuple, action, grad_flat, grad_out) -> tuple[jax.Array, jax.Array]:
         """Gradients w.r.t. the step's flat state and action, given those of its next flat state and outputs."""
         core = self.core
         fn = core._compiled.get("grad_vjp") or core.compiled("grad_vjp", self._backward, lambda: (
             self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct(), self._flat_struct,
             core._struct((core.num_envs, self.out_width), jnp.float32)))
-        return fn(*saved, grad_flat, grad_out)
+        return fn(flat, *saved, action, grad_flat, grad_out)
 
     def env_state(self, flat: np.ndarray, index: int) -> Any:
         state = self.unflatten(jnp.asarray(flat), self.aux)

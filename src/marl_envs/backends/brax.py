@@ -146,6 +146,7 @@ class _Step(torch.autograd.Function):
     def forward(ctx, diff: Differentiable, io: _Transfer, flat: torch.Tensor, action: torch.Tensor):
         new_flat, out, flags, saved = diff.step(io.to_jax(flat), io.to_jax(action))
         ctx.diff, ctx.io, ctx.saved = diff, io, saved
+        ctx.save_for_backward(flat, action)  # autograd's version counters catch in-place edits before backward
         flags = io.to_torch(flags)
         ctx.mark_non_differentiable(flags)
         return io.to_torch(new_flat), io.to_torch(out), flags
@@ -153,10 +154,13 @@ class _Step(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_flat, grad_out, _grad_flags):
         io, saved = ctx.io, ctx.saved
-        del ctx.saved  # a second backward through this step has nothing to recompute from
-        grad_flat = torch.zeros(saved[0].shape, device=io.device) if grad_flat is None else grad_flat
-        grad_out = torch.zeros((saved[0].shape[0], ctx.diff.out_width), device=io.device) if grad_out is None else grad_out
-        g_flat, g_action = ctx.diff.vjp(saved, io.to_jax(grad_flat), io.to_jax(grad_out))
+        flat, action = ctx.saved_tensors
+        if grad_flat is None:
+            grad_flat = torch.zeros_like(flat)
+        if grad_out is None:
+            grad_out = torch.zeros((flat.shape[0], ctx.diff.out_width), device=flat.device)
+        g_flat, g_action = ctx.diff.vjp(io.to_jax(flat), saved, io.to_jax(action), io.to_jax(grad_flat.contiguous()),
+                                        io.to_jax(grad_out.contiguous()))
         return None, None, io.to_torch(g_flat), io.to_torch(g_action)
 
 
@@ -532,7 +536,10 @@ class BraxEnv(BraxWrapper):
             env_kwargs["backend"] = backend
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNMAINTAINED, category=UserWarning)
-            brax_env = brax_envs.get_environment(robot, **env_kwargs)
+            try:
+                brax_env = brax_envs.get_environment(robot, **env_kwargs)
+            except TypeError as err:
+                raise TypeError(f"the Brax env {robot!r} rejected the keywords {sorted(env_kwargs)}: {err}") from err
         self.env_name = env_name
         indices = self._mapping(env_name, scene, brax_env, mapping)
         super().__init__(
