@@ -388,7 +388,8 @@ def write_outputs(args, rows: list[dict], summary: dict) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.6))
     frames = [r["frames"] for r in rows]
     for col in [k for k in fields if k.startswith("reward_")] or ["mean_episode_reward"]:
-        ax.plot(frames, [r[col] for r in rows], marker="o", ms=3, label=col.removeprefix("reward_"))
+        label = col.removeprefix("reward_") if col.startswith("reward_") else summary["algorithm"]
+        ax.plot(frames, [r[col] for r in rows], marker="o", ms=3, label=label)
     ax.axhline(summary["random_policy_reward"], color="grey", ls="--", label="random policy")
     ax.set_xlabel("frames")
     ax.set_ylabel("mean episode reward")
