@@ -329,6 +329,16 @@ def test_scenario_done_is_terminated_and_max_steps_is_truncated():
     assert env.vmas_env.max_steps is None  # VMAS never sees the time limit
 
 
+def test_a_partially_reset_env_starts_a_fresh_episode():
+    env = VmasEnv(CountdownScenario, num_envs=2, horizon=3, seed=0)
+    td = env.step(env.rand_action(env.reset()))["next"]
+    td.set("_reset", torch.tensor([[True], [False]]))
+    td = env.reset(td)
+    assert td["agents", "observation", "clock", "t"][:, 0, 0].tolist() == [0.0, 1.0]
+    ends = [env.step(env.rand_action(td))["next", "terminated"][:, 0].tolist() for _ in range(3)]
+    assert ends == [[False, False], [False, True], [True, True]]
+
+
 def test_wrapper_takes_over_the_vmas_time_limit():
     env = VmasWrapper(vmas.make_env(CountdownScenario(), num_envs=2, max_steps=2, horizon=9))
     assert env.max_steps == 2 and env.vmas_env.max_steps is None

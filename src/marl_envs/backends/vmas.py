@@ -5,20 +5,17 @@
 >>> env.group_map  # doctest: +SKIP
 {'agents': ['agent_0', 'agent_1', 'agent_2']}
 
-Data of a group ``g`` of ``n`` agents (``B = num_envs``):
+Data of a group ``g`` of ``n`` agents (``B = num_envs``)::
 
-======================== ======================================= =================================
-key                      shape                                   spec
-======================== ======================================= =================================
-``(g, "observation")``   ``(B, n, *obs)`` (nested if dict obs)   ``Unbounded`` float32
-``(g, "info", k)``       ``(B, n, *info_k)``                     ``Unbounded`` float32
-``(g, "action")``        ``(B, n, d)`` / ``(B, n)`` / ``(B, n, k)`` ``Bounded`` (VMAS ranges, comm
-                         / ``(B, n, m)``                         dims in [0, 1]) / ``Categorical``
-                                                                 / ``OneHot`` / ``MultiCategorical``
-``("next", g, "reward")`` ``(B, n, 1)``                          ``Unbounded`` float32
-``done``/``terminated``/ ``(B, 1)``                              ``Binary``
-``truncated``
-======================== ======================================= =================================
+    key                          shape            spec
+    (g, "observation")           (B, n, *obs)     Unbounded float32 (a nested Composite for dict observations)
+    (g, "info", k)               (B, n, *info_k)  Unbounded float32 (zeros right after a reset)
+    (g, "action")                (B, n, d)        Bounded float32: VMAS's ranges, communication dims in [0, 1]
+                                 (B, n)           Categorical int64 (continuous_actions=False)
+                                 (B, n, k)        OneHot int64 (... and categorical_actions=False)
+                                 (B, n, m)        MultiCategorical int64 (... and multidiscrete_actions=True)
+    ("next", g, "reward")        (B, n, 1)        Unbounded float32
+    done, terminated, truncated  (B, 1)           Binary bool, at the root
 
 The scenario's own ``done`` is ``terminated``; ``max_steps`` is ``truncated`` (VMAS never sees it).
 """
@@ -154,7 +151,13 @@ class VmasWrapper(EnvBase):
     Partial resets (``_reset`` on some envs, and the auto-reset of ``step_and_maybe_reset``) are vectorized: one
     batched VMAS reset whose result is merged into the selected envs only, every other env's state kept
     bit for bit (see ``marl_envs.backends._vmas_state``). They draw from a random stream of their own, so
-    resetting some envs never changes what the others do next.
+    resetting some envs never changes what the others do next. State a scenario shares between its envs
+    (``het_mass``'s masses, the colours MPE scenarios draw, ``road_traffic``'s history pointers) is kept as the
+    envs not reset have it: raw ``reset_at`` would change it under every env. Two limits no reset can lift:
+    a scenario drawing random numbers in amounts that depend on every env's state (``football``'s scripted
+    team) gives the other envs different noise once one env changes; and infos are zeros after a reset.
+    A full ``reset()`` starts from the state the env had when wrapped, so that its result depends on the seed
+    only.
 
     Args:
         env: a ``vmas.simulator.environment.Environment`` (``vmas.make_env(..., wrapper=None)``). Wrapping it
@@ -194,7 +197,6 @@ class VmasWrapper(EnvBase):
         self._env = env
         self._rng = RngStreams(env.device)
         self.categorical_actions = categorical_actions
-        self.continuous_actions = env.continuous_actions
         self.agent_names = [agent.name for agent in env.agents]
         self.scenario_name = _scenario_label(env.scenario)
 
@@ -215,8 +217,8 @@ class VmasWrapper(EnvBase):
              for g, s in groups.items()}, shape=B, device=self.device)
         self.full_reward_spec = Composite({g: Composite(reward=s["reward"], shape=s.shape, device=self.device)
                                            for g, s in groups.items()}, shape=B, device=self.device)
-        self._info_keys = list(self._infos_now[0]) if self._infos_now else []
-        del self._infos_now
+        self._info_keys = {g: self.full_observation_spec[g, "info"].keys() if (g, "info") in self.full_observation_spec
+                           else [] for g in self.group_map}
 
     # -- construction helpers -------------------------------------------------------------------------
     def _agent_specs(self) -> dict[str, Composite]:
@@ -228,7 +230,6 @@ class VmasWrapper(EnvBase):
             infos = env.get_from_scenario(get_observations=False, get_rewards=False, get_infos=True, get_dones=False)
         snapshot.merge(torch.zeros(self.num_envs, dtype=torch.bool, device=device))  # put everything back
         infos = _per_agent(infos[0], self.agent_names) if infos else [{} for _ in self.agent_names]
-        self._infos_now = [dict(info) for info in infos if info]
         action_spaces = _per_agent(env.action_space.spaces, self.agent_names)
         obs_spaces = _per_agent(env.observation_space.spaces, self.agent_names)
         specs = {}
@@ -334,12 +335,12 @@ class VmasWrapper(EnvBase):
         data: dict[str, Any] = {}
         for group, indices in self._groups.items():
             entry: dict[str, Any] = {"observation": _stack([obs[i] for i in indices])}
-            if self._info_keys:
+            if self._info_keys[group]:
                 info_spec = self.full_observation_spec[group, "info"]
                 entry["info"] = {
                     k: torch.stack([_as_info_tensor(infos[i][k], B, self.device) for i in indices], 1)
                     if k in infos[indices[0]] else info_spec[k].zero()
-                    for k in self._info_keys
+                    for k in self._info_keys[group]
                 }
             if rewards is not None:
                 entry["reward"] = torch.stack([rewards[i].reshape(B) for i in indices], 1).unsqueeze(-1)
