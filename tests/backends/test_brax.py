@@ -345,6 +345,15 @@ def test_frame_skip_sums_rewards_and_stops_at_the_end(drift_step):
     assert torch.equal(nxt["terminated"][:, 0], ended)
 
 
+def test_any_brax_env_splits_by_a_mapping_dict():
+    split = {"action_indices": {"a": [0]}, "observation_indices": {"a": [1, 0]}}
+    env = marl_envs.make("brax/fast", num_envs=2, mapping=split, max_steps=4)
+    assert env.group_map == {"agents": ["a"]} and env.action_indices == {"a": (0,)}
+    marl_envs.check_env_specs(env, seed=0)
+    td = env.rollout(2)
+    assert torch.equal(td["next", "agents", "observation"][:, :, 0], td["next", "state"].flip(-1))
+
+
 def test_dict_observations_become_a_nested_composite():
     env = BraxEnv("fast", num_envs=2, obs_mode="dict_pixels_state", max_steps=5)
     assert set(env.full_observation_spec["observation"].keys()) == {"state", "pixels/view_0", "pixels/view_1"}
@@ -397,6 +406,10 @@ def test_bad_wrapper_arguments():
                     group_map={"g": ["a", "b"]})
     with pytest.raises(ValueError, match="unknown Brax env 'antt'; did you mean 'ant'"):
         BraxEnv("antt")
+    with pytest.raises(TypeError, match=r"the Brax env 'ant' rejected the keywords \['legs'\]"):
+        BraxEnv("ant", legs=6)
+    with pytest.raises(ValueError, match="a mapping dict needs exactly the keys 'action_indices' and 'observation_indices'"):
+        BraxEnv("fast", mapping={"action_indices": {"a": [0]}})
     with pytest.raises(ValueError, match="mapping='jaxmarl' needs a scene"):
         BraxEnv("fast", mapping="jaxmarl")
     with pytest.raises(ValueError, match="mapping='joints': expected None"):
