@@ -44,8 +44,9 @@ def _cmd_info(args: argparse.Namespace) -> None:
 def _cmd_bench(args: argparse.Namespace) -> None:
     backend, _, name = args.name.partition("/")
     module = registry._backend_module(backend)
-    rows = module.benchmark(name, num_envs=args.num_envs, steps=args.steps, device=args.device)
-    print(format_bench(args.name, args.num_envs, args.steps, rows))
+    num_envs = args.num_envs or getattr(module, "BENCH_NUM_ENVS", 4096)
+    rows = module.benchmark(name, num_envs=num_envs, steps=args.steps, device=args.device)
+    print(format_bench(args.name, num_envs, args.steps, rows))
 
 
 def format_bench(name: str, num_envs: int, steps: int, rows: Sequence[tuple[str, float, int]]) -> str:
@@ -83,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_info)
     p = sub.add_parser("bench", help="env-steps/s of our env against the raw backend")
     p.add_argument("name", help="e.g. vmas/navigation")
-    p.add_argument("--num-envs", type=int, default=4096)
+    p.add_argument("--num-envs", type=int, help="default: 4096 (8 for pettingzoo, 128 for brax)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=_cmd_bench)

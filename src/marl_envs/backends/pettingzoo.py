@@ -488,6 +488,10 @@ class PettingZooEnv(PettingZooWrapper):
 # ----------------------------------------------------------------------------------------------------
 # Benchmark
 # ----------------------------------------------------------------------------------------------------
+#: ``marl-envs bench`` default: PettingZoo instances are Python objects, one per env.
+BENCH_NUM_ENVS = 8
+
+
 def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> list[tuple[str, float, int]]:
     """Time ``steps`` batched steps of ours against a hand-written loop over as many PettingZoo instances.
 
