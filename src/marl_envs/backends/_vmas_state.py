@@ -143,6 +143,8 @@ def _walkable(obj: Any) -> bool:
     if isinstance(obj, _OPAQUE) or isinstance(obj, (torch.Tensor, np.ndarray)) or not hasattr(obj, "__dict__"):
         return False
     module = type(obj).__module__
+    if module.startswith("torch.distributions"):
+        return True  # e.g. sampling's per-env Gaussians: plain holders of per-env tensors
     return module.partition(".")[0] not in _FOREIGN_PACKAGES and not module.startswith("vmas.simulator.rendering")
 
 
@@ -159,32 +161,37 @@ class StateSnapshot:
     """Everything reachable from ``roots`` that a reset could change, taken before a masked reset.
 
     ``merge(mask)`` then makes the live state equal to: the current values on the rows where ``mask`` is True,
-    and the snapshot everywhere else (per-env rows of the other envs, and all shared state).
+    and the snapshot everywhere else (per-env rows of the other envs, and all shared state). A slot the reset
+    pointed at another existing object (a goal landmark, a permutation of passages) is shared structure and
+    points back; a slot it pointed at a fresh object of the same type (new per-env Gaussians built from the
+    new positions) keeps the fresh object, whose contents are merged with the old one's, recursively.
     """
 
     def __init__(self, roots: list[Any], batch_dim: int):
         self.batch_dim = batch_dim
-        # (container, members-snapshot) for every dict / list / object __dict__ reached
-        self.containers: list[tuple[Any, dict | list | tuple]] = []
+        # (container, members-snapshot) for every dict / list / tuple / object __dict__ reached
+        self.containers: list[tuple[Any, dict | list]] = []
+        self.members: dict[int, dict | list] = {}  # id(container) -> its members-snapshot
         self.clones: dict[int, torch.Tensor | np.ndarray] = {}  # id(tensor) -> copy of its values
-        self.versions: dict[int, int] = {}  # id(shared tensor) -> its version counter
+        self.versions: dict[int, int] = {}  # id(tensor) -> its version counter
         self._keep: list[Any] = []  # keep snapshotted tensors alive so their ids stay unique
         # Live tensors already holding the merge for ``_last_mask``: id -> (tensor, version after the merge).
         self._settled: dict[int, tuple[torch.Tensor, int]] = {}
         self._last_mask: torch.Tensor | None = None
-        seen: set[int] = set()
+        self.seen: set[int] = set()  # ids of every object reached (alive while the snapshot holds them)
         stack = list(roots)
         while stack:
             obj = stack.pop()
-            if id(obj) in seen:
+            if id(obj) in self.seen:
                 continue
-            seen.add(id(obj))
+            self.seen.add(id(obj))
             members = _members(obj)
             if members is None:
                 stack.extend(m for m in obj if _walkable(m))
                 continue
             copy = dict(members) if isinstance(members, dict) else list(members)
             self.containers.append((obj, copy))
+            self.members[id(obj)] = copy
             for value in copy.values() if isinstance(copy, dict) else copy:
                 if isinstance(value, (torch.Tensor, np.ndarray)):
                     self._record(value)
@@ -211,58 +218,83 @@ class StateSnapshot:
 
     def merge(self, mask: torch.Tensor) -> None:
         """Keep the current values on the rows where ``mask`` is True; restore the snapshot everywhere else."""
-        mask_np = None
-        merged: set[int] = set()  # ids of live tensors already merged (aliases share one merge)
         if mask is not self._last_mask:
             self._settled.clear()
             self._last_mask = mask
+        merge = _Merge(self, mask)
         for container, old in self.containers:
-            live = _members(container)
-            if isinstance(old, list) and len(live) != len(old):
-                live[:] = old  # lists of entities, goals, ... are shared structure
-            elif isinstance(old, dict) and isinstance(container, dict) and live.keys() != old.keys():
-                live.clear()
-                live.update(old)
-            items = old.items() if isinstance(old, dict) else enumerate(old)
-            for key, before in items:
-                now = live.get(key, _MISSING) if isinstance(live, dict) else live[key]
-                if isinstance(before, torch.Tensor):
-                    value = self._merge_tensor(before, now, mask, merged, key)
-                elif isinstance(before, np.ndarray):
-                    if mask_np is None:
-                        mask_np = mask.cpu().numpy()
-                    value = self._merge_array(before, now, mask_np, key)
-                elif now is before or (isinstance(before, _SCALARS) and type(now) is type(before) and now == before):
-                    continue
-                else:
-                    value = before
-                if value is not now:
-                    if isinstance(live, tuple):
-                        continue  # immutable: its tensors were merged in place
-                    live[key] = value
+            merge.members(container, old)
 
-    def _merge_tensor(self, before: torch.Tensor, now: Any, mask: torch.Tensor, merged: set[int], key: Any) -> Any:
-        old = self.clones[id(before)]
-        if not self._is_batched(before, key):  # shared: restore it
-            if before._version != self.versions[id(before)]:
+
+class _Merge:
+    """One ``StateSnapshot.merge`` pass."""
+
+    def __init__(self, snapshot: StateSnapshot, mask: torch.Tensor):
+        self.snapshot, self.mask = snapshot, mask
+        self._mask_np: np.ndarray | None = None
+        self.merged: set[int] = set()  # ids of live tensors already merged (aliases share one merge)
+        self.fresh: set[int] = set()  # ids of fresh objects already merged
+
+    def members(self, container: Any, old: dict | list) -> None:
+        """Merge the live members of ``container`` with their snapshot ``old``."""
+        live = _members(container)
+        if isinstance(old, list) and len(live) != len(old):
+            live[:] = old  # lists of entities, goals, ... are shared structure
+        elif isinstance(container, dict) and live.keys() != old.keys():
+            live.clear()
+            live.update(old)
+        items = old.items() if isinstance(old, dict) else enumerate(old)
+        for key, before in items:
+            now = live.get(key, _MISSING) if isinstance(live, dict) else live[key]
+            if isinstance(before, torch.Tensor):
+                value = self.tensor(before, now, key)
+            elif isinstance(before, np.ndarray):
+                value = self.array(before, now, key)
+            elif now is before or (isinstance(before, _SCALARS) and type(now) is type(before) and now == before):
+                continue
+            elif self._is_fresh_twin(before, now):
+                if id(now) not in self.fresh:
+                    self.fresh.add(id(now))
+                    self.members(now, self.snapshot.members[id(before)])
+                continue
+            else:
+                value = before
+            if value is not now and not isinstance(live, tuple):  # a tuple's tensors were merged in place
+                live[key] = value
+
+    def _is_fresh_twin(self, before: Any, now: Any) -> bool:
+        """``now`` was created by the reset to replace ``before`` (same type, both walkable)."""
+        return (
+            type(now) is type(before)
+            and id(now) not in self.snapshot.seen
+            and id(before) in self.snapshot.members
+            and not isinstance(now, (set, frozenset))
+            and _walkable(now)
+        )
+
+    def tensor(self, before: torch.Tensor, now: Any, key: Any) -> Any:
+        snapshot = self.snapshot
+        old = snapshot.clones[id(before)]
+        if not snapshot._is_batched(before, key):  # shared: restore it
+            if before._version != snapshot.versions[id(before)]:
                 with torch.no_grad():
                     before.copy_(old)
-                self.versions[id(before)] = before._version
+                snapshot.versions[id(before)] = before._version
             return before
         if not isinstance(now, torch.Tensor) or now.shape != before.shape or now.dtype != before.dtype:
-            with torch.no_grad():
-                if before._version != self.versions[id(before)]:
+            if before._version != snapshot.versions[id(before)]:
+                with torch.no_grad():
                     before.copy_(old)
             return before
-        if id(now) in merged:
+        if id(now) in self.merged:
             return now
-        merged.add(id(now))
-        if now is before and now._version == self.versions[id(before)]:
+        self.merged.add(id(now))
+        if now is before and now._version == snapshot.versions[id(before)]:
             return now  # untouched since the snapshot
-        settled = self._settled.get(id(now))
+        settled = snapshot._settled.get(id(now))
         if settled is not None and settled[0] is now and settled[1] == now._version:
             return now  # untouched since the last merge with this mask
-        keep_new = mask.view(-1, *([1] * (now.ndim - 1)))
+        keep_new = self.mask.view(-1, *([1] * (now.ndim - 1)))
         value = torch.where(keep_new, now, old)
         if now.stride(0) == 0 or now.requires_grad:
             result = value  # an expanded (or autograd leaf) tensor cannot take the rows in place
@@ -272,15 +304,17 @@ class StateSnapshot:
                 result = now
             except RuntimeError:  # internal overlap: replace instead
                 result = value
-        self._settled[id(result)] = (result, result._version)
+        snapshot._settled[id(result)] = (result, result._version)
         return result
 
-    def _merge_array(self, before: np.ndarray, now: Any, mask: np.ndarray, key: Any) -> Any:
-        old = self.clones[id(before)]
-        if not self._is_batched(before, key) or not isinstance(now, np.ndarray) or now.shape != before.shape:
+    def array(self, before: np.ndarray, now: Any, key: Any) -> Any:
+        old = self.snapshot.clones[id(before)]
+        if not self.snapshot._is_batched(before, key) or not isinstance(now, np.ndarray) or now.shape != before.shape:
             before[...] = old
             return before
-        keep_new = mask.reshape(-1, *([1] * (now.ndim - 1)))
+        if self._mask_np is None:
+            self._mask_np = self.mask.cpu().numpy()
+        keep_new = self._mask_np.reshape(-1, *([1] * (now.ndim - 1)))
         now[...] = np.where(keep_new, now, old)
         return now
 

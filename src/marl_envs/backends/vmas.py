@@ -49,7 +49,9 @@ from ._vmas_state import RngStreams, StateSnapshot
 __all__ = ["VmasEnv", "VmasWrapper", "benchmark", "env_names", "make_env"]
 
 # vmas.make_env options that are not scenario keywords; VmasEnv takes the ones it supports explicitly.
-_MAKE_ENV_OPTIONS = ("wrapper", "wrapper_kwargs", "dict_spaces", "clamp_actions", "grad_enabled", "terminated_truncated")
+_MAKE_ENV_OPTIONS = (
+    "wrapper", "wrapper_kwargs", "dict_spaces", "clamp_actions", "grad_enabled", "terminated_truncated",
+)
 _UNUSED_KWARGS_WARNING = "passed but not used by the scenario"
 
 
@@ -66,7 +68,9 @@ def make_env(name: str, **kwargs: Any) -> VmasEnv:
 # ----------------------------------------------------------------------------------------------------
 # Spaces -> specs (per agent, without batch dims)
 # ----------------------------------------------------------------------------------------------------
-def _space_to_spec(space: spaces.Space, *, categorical: bool, device: torch.device, what: str) -> TensorSpec | Composite:
+def _space_to_spec(
+    space: spaces.Space, *, categorical: bool, device: torch.device, what: str
+) -> TensorSpec | Composite:
     if isinstance(space, spaces.Dict):
         return Composite(
             {key: _space_to_spec(sub, categorical=categorical, device=device, what=f"{what}.{key}")
@@ -213,7 +217,8 @@ class VmasWrapper(EnvBase):
         self.full_action_spec = Composite({g: Composite(action=s["action"], shape=s.shape, device=self.device)
                                            for g, s in groups.items()}, shape=B, device=self.device)
         self.full_observation_spec = Composite(
-            {g: Composite({k: s[k] for k in s.keys() if k in ("observation", "info")}, shape=s.shape, device=self.device)
+            {g: Composite({k: s[k] for k in s.keys() if k in ("observation", "info")}, shape=s.shape,
+                          device=self.device)
              for g, s in groups.items()}, shape=B, device=self.device)
         self.full_reward_spec = Composite({g: Composite(reward=s["reward"], shape=s.shape, device=self.device)
                                            for g, s in groups.items()}, shape=B, device=self.device)
