@@ -417,6 +417,8 @@ def test_bad_wrapper_arguments():
     with pytest.raises(ValueError, match=r"_Grows.step returns a state unlike the one reset returns \(state.obs: "
                                          r"reset gives \(3,\), step gives \(5,\)\)"):
         BraxWrapper(_Grows())
+    with pytest.raises(ValueError, match=r"_Grows.step returns a state unlike the one reset returns"):
+        BraxWrapper(_Grows(), requires_grad=True)
 
 
 class _Wide(Drift):

@@ -89,6 +89,17 @@ class StateMismatch(ValueError):
     """A Brax env's ``step`` returned a state whose structure or shapes differ from ``reset``'s."""
 
 
+@contextlib.contextmanager
+def _step_errors(env) -> Iterator[None]:
+    """Report a failure while tracing ``env.step`` as a ValueError naming the env."""
+    try:
+        yield
+    except StateMismatch:
+        raise
+    except Exception as err:
+        raise ValueError(f"tracing {type(env).__name__}.step(state, action) failed: {err}") from err
+
+
 def _describe_mismatch(reference: Any, other: Any) -> str:
     ref = {jax.tree_util.keystr(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(reference)[0]}
     oth = {jax.tree_util.keystr(p): tuple(jnp.shape(x)) for p, x in jax.tree_util.tree_flatten_with_path(other)[0]}
@@ -107,9 +118,13 @@ class BraxCore:
         frame_skip: env steps per call, rewards summed (``lax.scan``).
         split: multi-agent tables, or None for the single-agent layout.
         device: the JAX device holding the state.
+        differentiable: a ``Differentiable`` will drive this core (it compiles its own step).
+
+    Raises:
+        ValueError: tracing the env's reset or step fails, or its step changes the state's structure.
     """
 
-    def __init__(self, env, *, num_envs: int, frame_skip: int, split: Split | None, device):
+    def __init__(self, env, *, num_envs: int, frame_skip: int, split: Split | None, device, differentiable: bool = False):
         self.env, self.num_envs, self.frame_skip, self.split, self.device = env, num_envs, frame_skip, split, device
         self._sharding = jax.sharding.SingleDeviceSharding(device)
         one = reset_struct(env)
@@ -124,14 +139,10 @@ class BraxCore:
         self._compiled: dict[str, Any] = {}
         self._traced: dict[str, Any] = {}
         self.compile_seconds: dict[str, float] = {}
-        # Trace the batched step now: a broken custom env fails here, and compiling reuses the trace.
-        try:
-            self._trace("step", self._step, (self.batched_state_struct(), self._keys_struct(), self._action_struct()),
-                        donate=(0, 1))
-        except StateMismatch:
-            raise
-        except Exception as err:
-            raise ValueError(f"tracing {type(env).__name__}.step(state, action) failed: {err}") from err
+        if not differentiable:  # trace the step now: a broken custom env fails here, and compiling reuses it
+            with _step_errors(env):
+                self._trace("step", self._step, (self.batched_state_struct(), self._keys_struct(),
+                                                 self._action_struct()), donate=(0, 1))
         self.observation_size = int(np.prod(one.obs.shape)) if split is not None else None
         self._state: Any = None  # batched Brax State
         self._keys: jax.Array | None = None
@@ -288,7 +299,6 @@ class Differentiable:
 
     def __init__(self, core: BraxCore):
         self.core = core
-        core._traced.pop("step", None)  # this variant compiles its own step
         leaves, self._treedef = jax.tree.flatten(core._reference)
         self._float = [i for i, x in enumerate(leaves) if jnp.issubdtype(x.dtype, jnp.floating)]
         self._shapes = [x.shape for x in leaves]
@@ -301,7 +311,7 @@ class Differentiable:
         self._flat_struct = core._struct((core.num_envs, self.flat_size), jnp.float32)
         self._aux_struct = tuple(leaf for i, leaf in enumerate(structs) if i not in self._float)
         args = (self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct())
-        with quiet_tracing():
+        with quiet_tracing(), _step_errors(core.env):  # also checks the env's step, as BraxCore does
             self.out_width = jax.eval_shape(self._forward, *args)[3].shape[1]
 
     def flatten(self, state) -> tuple[jax.Array, tuple]:

@@ -44,8 +44,9 @@ cache directory (``JAX_COMPILATION_CACHE_DIR``) or ``MARL_ENVS_JAX_CACHE=0`` opt
 loads the compiled reset and step from disk instead of compiling them.
 
 **Rendering** uses MuJoCo's renderer; on a Linux machine without a display, importing this module sets
-``MUJOCO_GL=egl`` (unless MUJOCO_GL is set or MuJoCo was already imported). It needs ``libegl1`` (Debian), or
-``MUJOCO_GL=osmesa`` with ``libosmesa6``.
+``MUJOCO_GL=egl`` (unless MUJOCO_GL is set or MuJoCo was already imported). EGL needs the Debian packages
+``libegl1 libegl-mesa0 libgl1-mesa-dri`` (software rendering, no GPU needed); ``MUJOCO_GL=osmesa`` needs
+``libosmesa6``.
 
 Brax's ``brax/envs`` is no longer maintained upstream; the construction-time ``UserWarning`` Brax emits about
 it is silenced here (only that one).
@@ -276,7 +277,8 @@ class BraxWrapper(EnvBase):
             split = self._split_tables(mapping)
         elif group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
-        self._core = BraxCore(env, num_envs=num_envs, frame_skip=frame_skip, split=split, device=self._jax_device)
+        self._core = BraxCore(env, num_envs=num_envs, frame_skip=frame_skip, split=split, device=self._jax_device,
+                              differentiable=self.requires_grad)
         self._diff = Differentiable(self._core) if self.requires_grad else None
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
         self._steps_since_clear = 0
@@ -467,7 +469,8 @@ class BraxWrapper(EnvBase):
             except Exception as err:
                 raise RuntimeError(
                     f"MuJoCo could not make an OpenGL context ({err}); for headless rendering set MUJOCO_GL=egl "
-                    f"(Debian package libegl1) or MUJOCO_GL=osmesa (libosmesa6) before importing marl_envs.backends.brax"
+                    f"(Debian packages libegl1 libegl-mesa0 libgl1-mesa-dri) or MUJOCO_GL=osmesa (libosmesa6) "
+                    f"before anything imports mujoco"
                 ) from err
             self._renderers[(height, width)] = renderer
         data = mujoco.MjData(model)
