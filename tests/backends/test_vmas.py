@@ -22,9 +22,14 @@ from vmas.simulator.utils import ScenarioUtils  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:Force limits not specified:UserWarning")
 
 SCENARIOS = env_names()
-# road_traffic's 20 default cars cost about half a second a step on a 2-core CPU: the sweeps drive 4 of them,
-# and the default configuration runs under --all.
-SMALL_KWARGS = {"road_traffic": {"n_agents": 4}}
+# Scenarios whose defaults cost seconds per step or reset on a 2-core CPU (road_traffic's 20 cars, pollock's 45
+# entities, sampling's batched reset looping over 1600 grid cells in Python) run small in the sweeps; their
+# default configurations run under --all.
+SMALL_KWARGS = {
+    "road_traffic": {"n_agents": 4},
+    "pollock": {"n_agents": 3, "n_lines": 3, "n_boxes": 3},
+    "sampling": {"grid_spacing": 0.25},
+}
 # football's scripted red team (on by default) draws random numbers in amounts that depend on every env's
 # state, so any change to one env shifts the noise all the others get next step -- with raw VMAS
 # ``reset_at`` too. Its twin test runs without the scripted team; everything else uses the defaults.

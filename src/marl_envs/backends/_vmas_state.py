@@ -1,17 +1,19 @@
 """The VMAS backend's private machinery: per-env random streams and the masked (vectorized) partial reset.
 
-VMAS resets either every env (``reset``) or one index per call (``reset_at``). ``masked_reset`` resets any mask
-of envs with one batched reset: it snapshots every tensor reachable from the scenario (world, agents,
-landmarks, sensors, dynamics, the scenario's own attributes), runs a full batched reset, and then puts back
-the rows of the envs that were not selected, so those envs continue exactly as if nothing had happened.
+VMAS resets either every env (``reset``) or one index per call (``reset_at``). ``StateSnapshot`` lets the
+backend reset any mask of envs with one batched reset: snapshot every tensor reachable from the VMAS env
+(world, agents, landmarks, sensors, dynamics, the scenario's own attributes), run one batched reset, then
+``merge(mask)`` puts back what the envs not selected had, so they continue exactly as if nothing happened.
 
 The rule that decides what "put back" means:
 
 * a tensor whose first dim is ``num_envs`` is per-env state: rows selected by the mask keep the fresh values,
   the other rows get their old values back (``torch.where``), written in place so aliases stay aliases;
-* anything else reachable (Python scalars, tensors without a batch dim, the membership of lists and dicts)
-  is state shared by every env. A reset of a few envs must not change it (it would leak into envs not
-  reset, which raw VMAS ``reset_at`` does), so it is restored as it was.
+* anything else reachable (Python scalars, tensors without a batch dim, which object a slot points at, the
+  membership of lists and dicts) is state shared by every env. A reset of a few envs must not change it (it
+  would leak into the envs not reset, as raw VMAS ``reset_at`` does), so it is restored as it was;
+* except that an object the reset created afresh in place of an old one of the same type (per-env Gaussians
+  rebuilt from new positions) is kept, with its contents merged with the old one's by the same rules.
 
 VMAS draws its randomness from the global torch / numpy / python generators, swapped in and out around each
 public call from one class-level slot shared by every ``Environment``. ``RngStreams`` gives each wrapped env
@@ -218,10 +220,9 @@ class StateSnapshot:
 
     def merge(self, mask: torch.Tensor) -> None:
         """Keep the current values on the rows where ``mask`` is True; restore the snapshot everywhere else."""
-        if mask is not self._last_mask:
-            self._settled.clear()
-            self._last_mask = mask
-        merge = _Merge(self, mask)
+        previous = self._settled if mask is self._last_mask else {}
+        self._settled, self._last_mask = {}, mask  # only tensors in place after this pass stay referenced
+        merge = _Merge(self, mask, previous)
         for container, old in self.containers:
             merge.members(container, old)
 
@@ -229,8 +230,8 @@ class StateSnapshot:
 class _Merge:
     """One ``StateSnapshot.merge`` pass."""
 
-    def __init__(self, snapshot: StateSnapshot, mask: torch.Tensor):
-        self.snapshot, self.mask = snapshot, mask
+    def __init__(self, snapshot: StateSnapshot, mask: torch.Tensor, settled: dict[int, tuple[torch.Tensor, int]]):
+        self.snapshot, self.mask, self.settled = snapshot, mask, settled
         self._mask_np: np.ndarray | None = None
         self.merged: set[int] = set()  # ids of live tensors already merged (aliases share one merge)
         self.fresh: set[int] = set()  # ids of fresh objects already merged
@@ -291,8 +292,9 @@ class _Merge:
         self.merged.add(id(now))
         if now is before and now._version == snapshot.versions[id(before)]:
             return now  # untouched since the snapshot
-        settled = snapshot._settled.get(id(now))
+        settled = self.settled.get(id(now))
         if settled is not None and settled[0] is now and settled[1] == now._version:
+            snapshot._settled[id(now)] = settled
             return now  # untouched since the last merge with this mask
         keep_new = self.mask.view(-1, *([1] * (now.ndim - 1)))
         value = torch.where(keep_new, now, old)
