@@ -7,12 +7,23 @@ BIN := $(VENV)/bin
 # A CPU build of torch; on a CUDA machine: make TORCH_SPEC="torch" ...
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# Headless rendering (VMAS through pyglet, Brax through MuJoCo) draws with EGL from Mesa.
+SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
-.PHONY: setup demo test test-all bench clean
+.PHONY: setup system-packages demo test test-all clean
 
 setup: $(STAMP)
 
+system-packages:
+	@if command -v dpkg >/dev/null 2>&1 && ! dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing $(SYSTEM_PACKAGES) (headless rendering)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; \
+	  else echo "note: rendering needs: sudo apt-get install $(SYSTEM_PACKAGES)"; fi; \
+	fi
+
 $(STAMP): pyproject.toml Makefile
+	$(MAKE) --no-print-directory system-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
