@@ -197,7 +197,9 @@ def _partition(model: RobotModel, split) -> list[set[int]]:
             if owner is None:
                 raise ValueError(f"joint {model.joint_names[j]!r} is claimed by no agent of split {split}")
             groups.setdefault(owner, set()).add(j)
-    first_action = {key: min(a for a, j in enumerate(model.actuator_joint) if j in joints) for key, joints in groups.items()}
+    first_action = {
+        key: min(a for a, j in enumerate(model.actuator_joint) if j in joints) for key, joints in groups.items()
+    }
     return [groups[key] for key in sorted(groups, key=first_action.__getitem__)]
 
 
@@ -286,7 +288,9 @@ def jaxmarl_mapping(scene: str) -> AgentMapping:
 
 
 def _as_indices(what: str, agent: object, values: object) -> tuple[int, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)) and not hasattr(values, "tolist"):
+    if isinstance(values, (str, bytes)) or (
+        not isinstance(values, (Sequence, np.ndarray)) and not hasattr(values, "tolist")
+    ):
         raise TypeError(f"{what}[{agent!r}] must be a sequence of ints, got {values!r}")
     values = np.asarray(values.tolist() if hasattr(values, "tolist") else list(values))
     if values.ndim != 1 or (values.size and values.dtype.kind not in "iu"):

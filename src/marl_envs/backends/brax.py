@@ -30,18 +30,21 @@ key                       shape              spec
 ========================= ================== ===============================================================
 
 ``done`` / ``terminated`` / ``truncated`` ``(B, 1)`` sit at the root. The Brax env's ``done`` is ``terminated``
-(a ``truncation`` info, as ``EpisodeWrapper`` writes, is ``truncated``); ``max_steps`` is ``truncated``.
+(a ``truncation`` info, as ``EpisodeWrapper`` writes, is ``truncated``); ``max_steps`` (counted in env steps,
+each ``frame_skip`` Brax steps) is ``truncated``.
 
-**Speed.** The Brax state stays in JAX. Each ``step`` is one compiled ``jit(vmap(...))`` call (agent
-scatter/gather, ``frame_skip`` via ``lax.scan``) and each reset one more, which draws fresh random starts for
-exactly the envs being reset (Brax's ``AutoResetWrapper`` replays one cached start). The state buffers are
-donated. On CPU actions go in as NumPy views and outputs come back as one copied buffer (measured faster
-than DLPack here); on GPU both ways are zero-copy DLPack. JAX caches are never cleared on the hot path.
+**Speed.** The Brax state stays in JAX, packed into one buffer per dtype. Each ``step`` is one compiled
+``jit(vmap(...))`` call (agent scatter/gather, ``frame_skip`` via ``lax.scan``) and each reset one more, which
+draws fresh random starts for exactly the envs being reset (Brax's ``AutoResetWrapper`` replays one cached
+start). The state buffers are donated. On CPU actions go in as NumPy views and outputs come back as one copied
+buffer (measured here: ~40 us a step, against ~50 us with DLPack out and ~160 us with DLPack in); on GPU both
+ways are zero-copy DLPack. JAX caches are never cleared on the hot path. ``benchmark`` compares with pure JAX.
 
 **Compile once.** JAX's persistent compilation cache is switched on when the first env is built, in
-``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``), unless JAX already has a
-cache directory (``JAX_COMPILATION_CACHE_DIR``) or ``MARL_ENVS_JAX_CACHE=0`` opts out. A second process then
-loads the compiled reset and step from disk instead of compiling them.
+``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``; compilations over 0.2 s
+are kept), unless JAX already has a cache directory (``JAX_COMPILATION_CACHE_DIR``) or ``MARL_ENVS_JAX_CACHE=0``
+opts out. A second process then loads the compiled reset and step from disk instead of compiling them (it
+still traces them: a few seconds for a physics env).
 
 **Rendering** uses MuJoCo's renderer; on a Linux machine without a display, importing this module sets
 ``MUJOCO_GL=egl`` (unless MUJOCO_GL is set or MuJoCo was already imported). EGL needs the Debian packages
@@ -66,7 +69,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -140,6 +142,25 @@ def _unwrap_chain(env) -> list:
     return chain
 
 
+class _Transfer:
+    """torch <-> JAX: NumPy views in and one copy out on CPU (cheapest measured); DLPack on GPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cpu = device.type == "cpu"
+
+    def to_jax(self, tensor: torch.Tensor):
+        tensor = tensor.detach()
+        if self.cpu:
+            return tensor.numpy()
+        return jax.dlpack.from_dlpack(tensor.contiguous())
+
+    def to_torch(self, array) -> torch.Tensor:
+        if self.cpu:
+            return torch.from_numpy(np.array(array))
+        return torch.from_dlpack(array)
+
+
 class _Step(torch.autograd.Function):
     """One differentiable step: ``(flat state, action) -> (next flat state, float outputs, flags)``."""
 
@@ -163,25 +184,6 @@ class _Step(torch.autograd.Function):
         g_flat, g_action = ctx.diff.vjp(io.to_jax(flat), saved, io.to_jax(action), io.to_jax(grad_flat.contiguous()),
                                         io.to_jax(grad_out.contiguous()))
         return None, None, io.to_torch(g_flat), io.to_torch(g_action)
-
-
-class _Transfer:
-    """torch <-> JAX: NumPy views in and one copy out on CPU (cheapest measured); DLPack on GPU."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.cpu = device.type == "cpu"
-
-    def to_jax(self, tensor: torch.Tensor):
-        tensor = tensor.detach()
-        if self.cpu:
-            return tensor.numpy()
-        return jax.dlpack.from_dlpack(tensor.contiguous())
-
-    def to_torch(self, array) -> torch.Tensor:
-        if self.cpu:
-            return torch.from_numpy(np.array(array))
-        return torch.from_dlpack(array)
 
 
 class BraxWrapper(EnvBase):
@@ -208,6 +210,13 @@ class BraxWrapper(EnvBase):
         observation_indices: agent name -> indices into the robot's observation vector (same agents).
         group_map: groups of the split's agents (dict or ``MarlGroupMapType``); default: all in ``"agents"``
             when they drive equally many action dims, else ``groupings.default_group_map``.
+
+    Attributes:
+        action_indices, observation_indices: the split in use (agent -> tuple of indices), or None.
+        compile_seconds: time spent tracing and compiling (or loading from the persistent cache) so far.
+
+    With ``requires_grad=True`` the simulator state carries the autograd history from one step to the next
+    (a reset cuts it for the envs it resets); ``detach_state()`` cuts it for all (truncated backpropagation).
 
     Raises:
         TypeError: ``env`` is not a ``brax.envs.Env``; malformed indices.
@@ -246,7 +255,9 @@ class BraxWrapper(EnvBase):
             isinstance(cache_clear_frequency, bool) or not isinstance(cache_clear_frequency, int)
             or cache_clear_frequency < 1
         ):
-            raise ValueError(f"cache_clear_frequency must be None, False or a positive int, got {cache_clear_frequency!r}")
+            raise ValueError(
+                f"cache_clear_frequency must be None, False or a positive int, got {cache_clear_frequency!r}"
+            )
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
@@ -324,7 +335,7 @@ class BraxWrapper(EnvBase):
     def _build_specs(self, mapping: scenes.AgentMapping | None) -> None:
         B, dev = self.num_envs, self.device
         core = self._core
-        obs, act, rew = Composite(shape=(B,), device=dev), Composite(shape=(B,), device=dev), Composite(shape=(B,), device=dev)
+        obs, act, rew = (Composite(shape=(B,), device=dev) for _ in range(3))
         layout: list[tuple[tuple[str, ...], tuple[int, ...]]] = []  # float buffer entries, in order
         if mapping is None:
             for path, shape in core.obs_leaves:
@@ -343,7 +354,8 @@ class BraxWrapper(EnvBase):
             rewards = []
             for (group, members), table in zip(self.group_map.items(), core.split.gathers):
                 n, d = len(members), len(mapping.action_indices[members[0]])
-                obs[group] = Composite(observation=Unbounded((B, n, table.shape[1]), device=dev), shape=(B, n), device=dev)
+                obs[group] = Composite(observation=Unbounded((B, n, table.shape[1]), device=dev), shape=(B, n),
+                                       device=dev)
                 act[group] = Composite(action=Bounded(-1.0, 1.0, (B, n, d), device=dev), shape=(B, n), device=dev)
                 rew[group] = Composite(reward=Unbounded((B, n, 1), device=dev), shape=(B, n), device=dev)
                 layout.append(((group, "observation"), (B, n, table.shape[1])))
@@ -435,7 +447,9 @@ class BraxWrapper(EnvBase):
         """Seconds spent compiling (or loading from the persistent cache) each compiled function so far."""
         return dict(self._core.compile_seconds)
 
-    def render(self, env_index: int = 0, *, height: int = 240, width: int = 320, camera: str | int | None = None) -> np.ndarray:
+    def render(
+        self, env_index: int = 0, *, height: int = 240, width: int = 320, camera: str | int | None = None
+    ) -> np.ndarray:
         """An ``(height, width, 3)`` uint8 image of env ``env_index``, rendered headless by MuJoCo.
 
         Raises:
@@ -454,14 +468,14 @@ class BraxWrapper(EnvBase):
             )
         if not (isinstance(env_index, int) and 0 <= env_index < self.num_envs):
             raise IndexError(f"env_index={env_index!r} is out of range for num_envs={self.num_envs}")
-        if self._diff is None:
-            state = self._core.env_state(env_index)
-        elif self._flat is not None:
-            state = self._diff.env_state(self._flat.detach().cpu().numpy(), env_index)
-        else:
-            state = None
-        if state is None or (self._diff is None and self._core._state is None):
-            raise RuntimeError("render() before reset(): reset the env first")
+        try:
+            if self._diff is None:
+                state = self._core.env_state(env_index)
+            else:
+                state = self._diff.env_state(self._flat.detach().cpu().numpy() if self._flat is not None else None,
+                                             env_index)
+        except RuntimeError as err:
+            raise RuntimeError("render() before reset(): reset the env first") from err
         renderer = self._renderers.get((height, width))
         if renderer is None:
             try:
@@ -557,7 +571,8 @@ class BraxEnv(BraxWrapper):
             unknown = set(mapping) - {"action_indices", "observation_indices"}
             if unknown or len(mapping) != 2:
                 raise ValueError(
-                    f"a mapping dict needs exactly the keys 'action_indices' and 'observation_indices', got {sorted(mapping)}"
+                    f"a mapping dict needs exactly the keys 'action_indices' and 'observation_indices', "
+                    f"got {sorted(mapping)}"
                 )
             return mapping["action_indices"], mapping["observation_indices"]
         if mapping not in (None, "jaxmarl"):
@@ -567,7 +582,9 @@ class BraxEnv(BraxWrapper):
             )
         if scene is None:
             if mapping == "jaxmarl":
-                raise ValueError(f"mapping='jaxmarl' needs a scene ({', '.join(scenes.SCENES)}); {name!r} is a Brax env")
+                raise ValueError(
+                    f"mapping='jaxmarl' needs a scene ({', '.join(scenes.SCENES)}); {name!r} is a Brax env"
+                )
             return None, None
         obs_size = reset_struct(brax_env).obs.shape[0]
         if mapping == "jaxmarl":
@@ -587,88 +604,113 @@ class BraxEnv(BraxWrapper):
 # ----------------------------------------------------------------------------------------------------
 # Benchmark
 # ----------------------------------------------------------------------------------------------------
-def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu", **env_kwargs: Any) -> list[tuple[str, float, int]]:
+def benchmark(
+    name: str, *, num_envs: int, steps: int, device: str = "cpu", rounds: int = 5, **env_kwargs: Any
+) -> list[tuple[str, float, int]]:
     """Time ``steps`` steps of ``num_envs`` envs of ``brax/<name>``, in this process.
 
+    The implementations take turns: ``rounds`` rounds of ``steps / rounds`` steps each (one round if that does
+    not divide), so a change in the machine's load hits them alike. Every one gets the same pre-drawn uniform
+    random actions (drawing them is not timed).
+
     Rows ``(label, seconds, env_steps)``:
-        1. our ``BraxEnv``: ``step_and_maybe_reset`` with pre-drawn uniform random actions (not timed);
+        1. our ``BraxEnv``: ``step_and_maybe_reset``;
         2. pure JAX: a Python loop over ``jax.jit(step)`` of Brax's own ``VmapWrapper`` + ``EpisodeWrapper`` +
-           ``AutoResetWrapper`` stack (``training.wrap``) with the same actions as JAX arrays, the state never
-           leaving JAX (a scene runs the whole robot: the split is part of what ours pays for);
+           ``AutoResetWrapper`` stack (``training.wrap``), the state never leaving JAX (a scene runs the whole
+           robot: the split is part of what ours pays for);
         3. pure JAX: a Python loop over ``jax.jit(jax.vmap(env.step))`` of the bare env (no episode counting,
            no resets: less work than ours, the floor of a Python loop);
-        4. pure JAX: row 2's steps as one ``lax.scan`` call (the limit: no Python at all);
-    then timing-only rows (env_steps=0): compile (or persistent-cache load) times of each, and ours' first reset.
-    ``env_kwargs`` go to ``BraxEnv`` (e.g. ``backend="spring"``).
+        4. pure JAX: row 2's steps as ``lax.scan`` calls, one per round (the limit: no Python per step);
+    then timing-only rows (env_steps=0): compile (or persistent-cache load) times. ``env_kwargs`` go to
+    ``BraxEnv`` (e.g. ``backend="spring"``).
     """
-    warmup = 3
+    rounds = rounds if steps % rounds == 0 and steps >= rounds else 1
+    chunk, warmup = steps // rounds, 3
     build = time.perf_counter()
     env = BraxEnv(name, num_envs=num_envs, device=device, seed=0, **env_kwargs)
     build = time.perf_counter() - build
     generator = torch.Generator(device=env.device).manual_seed(0)
     plan = [env.full_action_spec.rand(generator=generator) for _ in range(steps + warmup)]
+    flat = torch.stack([env._flat_action(p) for p in plan]).cpu().numpy()
+    if env.action_indices is not None:  # the same actions in the robot's order
+        flat = flat[:, :, env._core.split.action_source]
+    actions = jax.device_put(flat, env._jax_device)
+    chunks = actions[warmup:].reshape(rounds, chunk, *actions.shape[1:])
+
     first = time.perf_counter()
     td = env.reset()
     first_reset = time.perf_counter() - first
-    rows: list[tuple[str, float, int]] = []
-    for t in range(steps + warmup):
-        if t == warmup:
-            start = time.perf_counter()
-        td.update(plan[t])
-        _, td = env.step_and_maybe_reset(td)
-    if env.device.type == "cuda":
-        torch.cuda.synchronize(env.device)
-    ours = time.perf_counter() - start
-    rows.append(("marl_envs BraxEnv, random actions, auto-reset", ours, num_envs * steps))
-
-    # The same actions as the robot's (B, action_size) arrays, on the env's JAX device.
-    flat = torch.stack([env._flat_action(p) for p in plan]).cpu().numpy()
-    if env.action_indices is not None:
-        flat = flat[:, :, env._core.split.action_source]
-    actions = jax.device_put(flat, env._jax_device)
     raw = _brax_training.wrap(env._brax_env, episode_length=env.max_steps or 1000)
     keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
 
     def rollout(state, actions):
-        return jax.lax.scan(lambda s, a: (raw.step(s, a), s.reward), state, actions)
+        return jax.lax.scan(lambda s, a: (raw.step(s, a), None), state, actions)[0]
 
+    compile_times = {}
     with quiet_tracing():
-        state = jax.jit(raw.reset)(keys)
-        t0 = time.perf_counter()
-        step = jax.jit(raw.step, donate_argnums=0).trace(state, actions[0]).lower().compile()
-        compile_loop = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        scan = jax.jit(rollout).trace(state, actions[warmup:]).lower().compile()
-        compile_scan = time.perf_counter() - t0
-    bare_env = env._brax_env
-    with quiet_tracing():
-        bare_state = jax.jit(jax.vmap(bare_env.reset))(keys)
-        t0 = time.perf_counter()
-        bare = jax.jit(jax.vmap(bare_env.step), donate_argnums=0).trace(bare_state, actions[0]).lower().compile()
-        compile_bare = time.perf_counter() - t0
-    for label, fn, state in (("pure JAX: jit(vmap(step)) Python loop, Brax auto-reset", step, state),
-                             ("pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets", bare, bare_state)):
-        for t in range(steps + warmup):
-            if t == warmup:
-                jax.block_until_ready(state)
-                start = time.perf_counter()
-            state = fn(state, actions[t])
-        jax.block_until_ready(state)
-        rows.append((label, time.perf_counter() - start, num_envs * steps))
+        wrapped_state = jax.jit(raw.reset)(keys)
+        bare_state = jax.jit(jax.vmap(env._brax_env.reset))(keys)
+        start = time.perf_counter()
+        wrapped = jax.jit(raw.step, donate_argnums=0).trace(wrapped_state, actions[0]).lower().compile()
+        compile_times["pure JAX loop: compile step"] = time.perf_counter() - start
+        start = time.perf_counter()
+        bare = jax.jit(jax.vmap(env._brax_env.step), donate_argnums=0).trace(bare_state, actions[0]).lower().compile()
+        compile_times["pure JAX bare loop: compile step"] = time.perf_counter() - start
+        start = time.perf_counter()
+        scan = jax.jit(rollout).trace(wrapped_state, chunks[0]).lower().compile()
+        compile_times["lax.scan: compile rollout"] = time.perf_counter() - start
+        scan_state = jax.jit(raw.reset)(keys)
 
-    state = jax.jit(raw.reset)(keys)
-    jax.block_until_ready(scan(state, actions[warmup:]))  # warm
-    start = time.perf_counter()
-    jax.block_until_ready(scan(state, actions[warmup:]))
-    rows.append(("pure JAX: lax.scan rollout (the limit)", time.perf_counter() - start, num_envs * steps))
+    class Ours:
+        def __init__(self):
+            self.td = td
 
+        def __call__(self, t):
+            self.td.update(plan[t])
+            self.td = env.step_and_maybe_reset(self.td)[1]
+
+        def sync(self):
+            if env.device.type == "cuda":
+                torch.cuda.synchronize(env.device)
+
+    class Loop:
+        def __init__(self, fn, state):
+            self.fn, self.state = fn, state
+
+        def __call__(self, t):
+            self.state = self.fn(self.state, actions[t])
+
+        def sync(self):
+            jax.block_until_ready(self.state)
+
+    loops = {
+        "marl_envs BraxEnv, random actions, auto-reset": Ours(),
+        "pure JAX: jit(vmap(step)) Python loop, Brax auto-reset": Loop(wrapped, wrapped_state),
+        "pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets": Loop(bare, bare_state),
+    }
+    for run in loops.values():  # warm-up
+        for t in range(warmup):
+            run(t)
+        run.sync()
+    jax.block_until_ready(scan(scan_state, chunks[0]))
+    totals = dict.fromkeys([*loops, "pure JAX: lax.scan rollout (the limit)"], 0.0)
+    for r in range(rounds):
+        for label, run in loops.items():
+            start = time.perf_counter()
+            for t in range(warmup + r * chunk, warmup + (r + 1) * chunk):
+                run(t)
+            run.sync()
+            totals[label] += time.perf_counter() - start
+        start = time.perf_counter()
+        scan_state = jax.block_until_ready(scan(scan_state, chunks[r]))
+        totals["pure JAX: lax.scan rollout (the limit)"] += time.perf_counter() - start
+
+    rows = [(label, seconds, num_envs * rounds * chunk) for label, seconds in totals.items()]
     compiled = env.compile_seconds
     rows.append(("  build BraxEnv (trace shapes)", build, 0))
     rows.append(("  ours: compile reset", compiled.get("reset", 0.0), 0))
     rows.append(("  ours: compile step", compiled.get("step", 0.0), 0))
     rows.append(("  ours: first reset, compile included", first_reset, 0))
-    rows.append(("  pure JAX loop: compile step", compile_loop, 0))
-    rows.append(("  pure JAX bare loop: compile step", compile_bare, 0))
-    rows.append(("  lax.scan: compile rollout", compile_scan, 0))
+    rows.extend((f"  {label}", seconds, 0) for label, seconds in compile_times.items())
     env.close()
     return rows
