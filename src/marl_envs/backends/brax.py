@@ -125,7 +125,7 @@ def _jax_device(device: torch.device):
             gpus = jax.devices("cuda")
         except RuntimeError:
             gpus = []
-        index = device.index if device.index is not None else torch.cuda.current_device()
+        index = device.index or 0
         if index < len(gpus):
             return gpus[index]
         raise ValueError(
@@ -260,6 +260,7 @@ class BraxWrapper(EnvBase):
             )
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
+        jax_device = _jax_device(torch.device(device))  # before the base class allocates on that device
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         enable_compilation_cache()
         self._brax_env = env
@@ -267,7 +268,7 @@ class BraxWrapper(EnvBase):
         self.requires_grad = bool(requires_grad)
         self.cache_clear_frequency = cache_clear_frequency or None
         self._io = _Transfer(self.device)
-        self._jax_device = _jax_device(self.device)
+        self._jax_device = jax_device
 
         if (action_indices is None) != (observation_indices is None):
             raise ValueError("pass both action_indices and observation_indices for a multi-agent split, or neither")
