@@ -71,7 +71,7 @@ class GroupPolicy(nn.Module):
                 raise TypeError(f"mappo.py supports Bounded, Categorical and OneHot actions, got {type(spec).__name__}")
             dim = spec.shape[-1]
             self.net = mlp(obs_dim, dim, hidden)
-            self.log_std = nn.Parameter(torch.full((dim,), -0.5))
+            self.log_std = nn.Parameter(torch.full((dim,), 0.0))
             low, high = spec.low[0], spec.high[0]  # (n_agents, dim): agents of a group may differ in range
             self.register_buffer("centre", (high + low) / 2)
             self.register_buffer("radius", (high - low) / 2)
@@ -411,7 +411,7 @@ def write_gif(args, act, actors, steps: int) -> Path:
     images, td = [], env.reset()
     with torch.no_grad():
         for _ in range(steps):
-            images.append(env.render(env_index=0))
+            images.append(env.render(env_index=0)[::2, ::2])  # half size keeps the GIF small
             _, td = env.step_and_maybe_reset(act(td))
     set_deterministic(actors, False)
     env.close()

@@ -90,6 +90,6 @@ class PPOLoss(nn.Module):
             clipped = ratio.clamp(1 - self.clip, 1 + self.clip)
             policy_loss = -torch.minimum(ratio * advantage, clipped * advantage).mean()
             value = critic(batch.clone(False)).get(keys.value)
-            value_loss = (value - batch.get(keys.value_target)).pow(2).mean()
+            value_loss = nn.functional.smooth_l1_loss(value, batch.get(keys.value_target))
             total = total + policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy.mean()
         return total

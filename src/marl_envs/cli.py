@@ -45,7 +45,7 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     backend, _, name = args.name.partition("/")
     module = registry._backend_module(backend)
     num_envs = args.num_envs or getattr(module, "BENCH_NUM_ENVS", 4096)
-    rows = module.benchmark(name, num_envs=num_envs, steps=args.steps, device=args.device)
+    rows = module.benchmark(name, num_envs=num_envs, steps=args.steps, device=args.device, **parse_kwargs(args.kwargs))
     print(format_bench(args.name, num_envs, args.steps, rows))
 
 
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_info)
     p = sub.add_parser("bench", help="env-steps/s of our env against the raw backend")
     p.add_argument("name", help="e.g. vmas/navigation")
+    p.add_argument("kwargs", nargs="*", help="KEY=VALUE keywords for the env, e.g. backend=spring (brax)")
     p.add_argument("--num-envs", type=int, help="default: 4096 (8 for pettingzoo, 128 for brax)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--device", default="cpu")

@@ -605,6 +605,10 @@ class BraxEnv(BraxWrapper):
 # ----------------------------------------------------------------------------------------------------
 # Benchmark
 # ----------------------------------------------------------------------------------------------------
+#: ``marl-envs bench`` default number of envs.
+BENCH_NUM_ENVS = 128
+
+
 def benchmark(
     name: str, *, num_envs: int, steps: int, device: str = "cpu", rounds: int = 5, **env_kwargs: Any
 ) -> list[tuple[str, float, int]]:

@@ -522,7 +522,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> list[tuple[str, float, int]]:
+def benchmark(
+    name: str, *, num_envs: int, steps: int, device: str = "cpu", **scenario_kwargs: Any
+) -> list[tuple[str, float, int]]:
     """Time ``steps`` steps of ``num_envs`` envs: our env (auto-reset) against raw VMAS loops.
 
     Every loop gets the same pre-drawn uniformly random actions (drawing them is not timed). The three loops
@@ -535,7 +537,7 @@ def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> l
         raw VMAS that never resets (the ceiling).
     """
     dev = torch.device(device)
-    env = VmasEnv(name, num_envs=num_envs, device=dev, seed=0)
+    env = VmasEnv(name, num_envs=num_envs, device=dev, seed=0, **scenario_kwargs)
     generator = torch.Generator(device=dev).manual_seed(0)
     warmup = 3
     plan = [env.full_action_spec.rand(generator=generator) for _ in range(steps + warmup)]
@@ -560,7 +562,7 @@ def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> l
     for label, resets in (("raw vmas, reset_at loop over done envs", True), ("raw vmas, no resets", False)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            raw = vmas.make_env(name, num_envs=num_envs, device=dev, seed=0)
+            raw = vmas.make_env(name, num_envs=num_envs, device=dev, seed=0, **scenario_kwargs)
         raw.reset()
         loops.append((label, raw_loop(raw, resets)))
     seconds = [0.0] * len(loops)
