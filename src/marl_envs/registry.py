@@ -94,8 +94,8 @@ def _unknown(name: str, candidates: list[str]) -> ValueError:
     return ValueError(f"unknown env {name!r}{hint} available: {shown} (marl_envs.available_envs() lists them all)")
 
 
-def _check_kwargs(name: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
-    """Raise TypeError for keywords ``factory`` does not take, with close matches."""
+def check_kwargs(name: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """Raise TypeError for keywords ``factory`` does not take, with close matches (no-op for ``**kwargs``)."""
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
@@ -106,8 +106,8 @@ def _check_kwargs(name: str, factory: Callable[..., Any], kwargs: dict[str, Any]
     for key in kwargs:
         if key not in accepted:
             close = difflib.get_close_matches(key, accepted, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise TypeError(f"{name!r} got an unexpected keyword argument {key!r}{hint} accepted: {accepted}")
+            hint = f"; did you mean {close[0]!r}?" if close else ";"
+            raise TypeError(f"{name} got an unexpected keyword argument {key!r}{hint} it accepts {accepted}")
 
 
 def make(name: str, **kwargs: Any) -> EnvBase:
@@ -131,7 +131,7 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         raise TypeError(f"env name must be a str like 'vmas/balance', got {name!r}")
     if name in _USER_ENVS:
         factory = _USER_ENVS[name]
-        _check_kwargs(name, factory, kwargs)
+        check_kwargs(repr(name), factory, kwargs)
         return factory(**kwargs)
     backend, _, env_name = name.partition("/")
     if backend in _BACKENDS:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
-import inspect
 import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ..registry import check_kwargs
 
 __all__ = ["Task", "quiet_import", "resolve_task", "tasks"]
 
@@ -32,20 +33,8 @@ class Task:
     def check_kwargs(self, kwargs: dict[str, Any]) -> None:
         """Raise ``TypeError`` for a keyword the task's ``raw_env`` does not take (when its signature says)."""
         raw_env = getattr(importlib.import_module(self.module), "raw_env", None)
-        try:
-            params = inspect.signature(raw_env).parameters if raw_env is not None else None
-        except (TypeError, ValueError):
-            params = None
-        if params is None or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            return
-        accepted = [name for name, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        for key in kwargs:
-            if key not in accepted:
-                close = difflib.get_close_matches(key, accepted, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise TypeError(f"pettingzoo task {self.name!r} got an unexpected keyword argument {key!r}{hint}; "
-                                f"it accepts {accepted}")
-
+        if raw_env is not None:
+            check_kwargs(f"pettingzoo task {self.name!r}", raw_env, kwargs)
 
 def quiet_import(module: str):
     """Import ``module``, silencing the SWIG warnings Box2D emits at import.
