@@ -37,7 +37,7 @@ PRESETS: dict[str, dict] = {
     "vmas/navigation": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
     "vmas/balance": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
     "vmas/simple_adversary": {"env_kwargs": {"max_steps": 25}, "num_envs": 240, "frames": 120_000},
-    "brax/ant_4x2": {"env_kwargs": {"backend": "spring", "max_steps": 1000}, "num_envs": 64, "frames": 400_000,
+    "brax/ant_4x2": {"env_kwargs": {"backend": "spring", "max_steps": 250}, "num_envs": 64, "frames": 400_000,
                      "steps_per_batch": 100, "epochs": 10, "minibatch": 1600, "lr": 3e-4},
 }
 GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
