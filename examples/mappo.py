@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from ppo_loss import GroupKeys, NestedKey, PPOLoss, gae
+from ppo_loss import GroupKeys, NestedKey, PPOLoss, as_tuple, gae
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -221,7 +221,7 @@ class EpisodeTracker:
         out = {}
         done = data.get(("next", "done")).squeeze(-1)  # the env is the unit of episodes
         for i, (name, keys) in enumerate(zip(self.names, self.keys)):
-            reward = data.get(("next", *_tuple(keys.reward)))
+            reward = data.get(("next", *as_tuple(keys.reward)))
             reward = reward.flatten(2).mean(-1)  # (B, T): mean over agents
             running = self.running[i] if self.running[i] is not None else torch.zeros_like(reward[:, 0])
             finished = []
@@ -233,10 +233,6 @@ class EpisodeTracker:
             ended = torch.cat(finished)
             out[name] = ended.mean().item() if ended.numel() else float("nan")
         return out
-
-
-def _tuple(key: NestedKey) -> tuple:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def mean_of(per_group: dict[str, float]) -> float:

@@ -47,9 +47,9 @@ def gae(data: TensorDictBase, keys: GroupKeys, critic: TensorDictModule, gamma: 
     """
     value = critic(data.clone(False)).get(keys.value)
     next_value = critic(data.get("next").clone(False)).get(keys.value)
-    reward = data.get(("next", *_tuple(keys.reward)))
-    done = _like(data.get(("next", *_tuple(keys.done))), reward)
-    terminated = _like(data.get(("next", *_tuple(keys.terminated))), reward)
+    reward = data.get(("next", *as_tuple(keys.reward)))
+    done = _like(data.get(("next", *as_tuple(keys.done))), reward)
+    terminated = _like(data.get(("next", *as_tuple(keys.terminated))), reward)
     delta = reward + gamma * next_value * (1 - terminated) - value
     advantage = torch.zeros_like(delta)
     running = torch.zeros_like(delta[:, 0])
@@ -60,7 +60,8 @@ def gae(data: TensorDictBase, keys: GroupKeys, critic: TensorDictModule, gamma: 
     data.set(keys.value_target, advantage + value)
 
 
-def _tuple(key: NestedKey) -> tuple[str, ...]:
+def as_tuple(key: NestedKey) -> tuple[str, ...]:
+    """A nested key as a tuple (``"done"`` -> ``("done",)``)."""
     return (key,) if isinstance(key, str) else tuple(key)
 
 

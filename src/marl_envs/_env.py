@@ -201,7 +201,8 @@ class EnvBase:
             keys["done"] = self._ordered(done.keys(True, True))
             prefixes = [()] + [(g,) for g in self._group_map if (g, "done") in done]
             keys["reset"] = [_prefixed(prefix, "_reset") for prefix in prefixes]
-            self._done_prefixes = prefixes
+            # done level -> shape of its done entries, looked up on every step
+            self._done_levels = {prefix: done[_prefixed(prefix, "done")].shape for prefix in prefixes}
             self._group_shapes = {
                 g: spec[g].shape for spec in self._specs.values() for g in self._group_map
                 if g in spec and isinstance(spec[g], Composite)
@@ -258,7 +259,7 @@ class EnvBase:
             flag = tensordict.get(key, None)
             if flag is None:
                 continue
-            expected = self.full_done_spec[_prefixed(key[:-1] if isinstance(key, tuple) else (), "done")].shape
+            expected = self._done_levels[key[:-1] if isinstance(key, tuple) else ()]
             if flag.shape != expected or flag.dtype != torch.bool:
                 raise ValueError(
                     f"{key!r} must be a bool tensor of shape {tuple(expected)} (the done shape at its level), "
@@ -336,8 +337,7 @@ class EnvBase:
             if sub is not None and sub.batch_size != shape:
                 sub.batch_size = shape
         limit = (self._step_count >= self.max_steps).unsqueeze(-1) if truncate else None
-        for prefix in self._done_prefixes:
-            shape = (self.num_envs, 1) if not prefix else self.full_done_spec[prefix].shape + (1,)
+        for prefix, shape in self._done_levels.items():
             term = out.get(_prefixed(prefix, "terminated"), None)
             if term is None:
                 if prefix:
