@@ -1,7 +1,9 @@
 """Build environments by name: ``make("vmas/balance", num_envs=64)``.
 
 Backend names are derived from the installed libraries (``marl_envs.backends.<backend>.env_names()``), which
-are only imported when a name of theirs is asked for. Users add their own factories with ``register``.
+are only imported when a name of theirs is asked for. A backend whose ``make_env`` rejects unknown names itself
+says so (``MAKE_ENV_CHECKS_NAMES = True``): ``make`` then skips listing its names (listing Brax's envs imports
+Brax, which a Brax env loaded from the compile cache does not need). Users add their own factories with ``register``.
 """
 
 from __future__ import annotations
@@ -136,9 +138,10 @@ def make(name: str, **kwargs: Any) -> EnvBase:
     backend, _, env_name = name.partition("/")
     if backend in _BACKENDS:
         module = _backend_module(backend)
-        names = _backend_names(backend)
-        if name not in names:
-            raise _unknown(name, names)
+        if not getattr(module, "MAKE_ENV_CHECKS_NAMES", False):  # else make_env rejects unknown names itself
+            names = _backend_names(backend)
+            if name not in names:
+                raise _unknown(name, names)
         return module.make_env(env_name, **kwargs)
     raise _unknown(name, available_envs())
 

@@ -7,7 +7,10 @@ every physics env is built once per module (``built``), with the cheapest backen
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -18,22 +21,23 @@ import marl_envs
 from marl_envs import MarlGroupMapType
 from marl_envs.specs import Bounded, Unbounded
 
-# First the backend: it imports Brax (silencing jaxopt's import-time deprecation warning) and picks headless
-# OpenGL for MuJoCo before MuJoCo is imported.
+# First the backend: it picks headless OpenGL for MuJoCo before MuJoCo is imported, and its env_names() imports
+# Brax (silencing jaxopt's import-time deprecation warning) before this module does.
 pytest.importorskip("marl_envs.backends.brax", exc_type=ImportError)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from marl_envs.backends import _brax_exports as brax_exports  # noqa: E402
 from marl_envs.backends import _brax_scenes as scenes  # noqa: E402
 from marl_envs.backends.brax import BraxEnv, BraxWrapper, benchmark, enable_compilation_cache, env_names  # noqa: E402
+
+NAMES = env_names()
+SCENES = sorted(scenes.SCENES)
 
 from brax import envs as brax_envs  # noqa: E402
 from brax.envs.base import Env, State  # noqa: E402
 from brax.envs.wrappers import training  # noqa: E402
-
-NAMES = env_names()
-SCENES = sorted(scenes.SCENES)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -114,18 +118,9 @@ def built():
         env.close()
 
 
-# Brax 0.14.2's swimmer (brax/fluid.py) calls jnp.clip(a_min=...), which JAX 0.10 removed: it cannot be traced.
-UPSTREAM_BROKEN = {"swimmer": "clip() got an unexpected keyword argument 'a_min'"}
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_every_env_and_scene_passes_check_env_specs(built, name):
-    try:
-        env = built(name)
-    except ValueError as err:
-        if name in UPSTREAM_BROKEN and UPSTREAM_BROKEN[name] in str(err):
-            pytest.xfail(f"upstream Brax bug with this JAX: {err}")
-        raise
+    env = built(name)  # swimmer included: Brax 0.14.2's fluid drag passes jnp.clip an a_min JAX 0.10 dropped
     marl_envs.check_env_specs(env, seed=0)
     data = env.rollout(4, break_when_any_done=False)  # past max_steps: truncation, then an auto-reset
     assert data["next", "truncated"][:, 2].all() and not data["next", "truncated"][:, :2].any()
@@ -158,7 +153,7 @@ def test_scene_observation_layout_matches_the_simulator(built):
         td = env.reset()
         state = env._core.env_state(0).pipeline_state
         robot = scenes.SCENES[name].robot
-        model = scenes.RobotModel.from_mj_model(env._brax_env.sys.mj_model)
+        model = scenes.RobotModel.from_mj_model(env.brax_env.sys.mj_model)
         where = scenes._obs_index(model, scenes._OBS_LAYOUTS[robot], td["state"].shape[-1], robot)
         obs = td["state"][0].numpy()
         root = model.root_body
@@ -415,6 +410,8 @@ def test_bad_wrapper_arguments():
                     group_map={"g": ["a", "b"]})
     with pytest.raises(ValueError, match="unknown Brax env 'antt'; did you mean 'ant'"):
         BraxEnv("antt")
+    with pytest.raises(ValueError, match="unknown Brax env 'antt'; did you mean 'ant'"):
+        marl_envs.make("brax/antt")
     with pytest.raises(TypeError, match=r"the Brax env 'ant' rejected the keywords \['legs'\]"):
         BraxEnv("ant", legs=6)
     with pytest.raises(ValueError, match="a mapping dict needs exactly the keys 'action_indices' and 'observ"):
@@ -557,6 +554,7 @@ def test_compilation_cache_location_and_opt_out(monkeypatch, tmp_path):
         jax.config.update("jax_compilation_cache_dir", None)
         monkeypatch.setenv("MARL_ENVS_JAX_CACHE", "0")
         assert enable_compilation_cache() is None and jax.config.jax_compilation_cache_dir is None
+        assert BraxEnv("fast", num_envs=2).export_file is None  # nor are envs saved
         monkeypatch.delenv("MARL_ENVS_JAX_CACHE")
         monkeypatch.setenv("MARL_ENVS_JAX_CACHE_DIR", str(tmp_path))
         assert enable_compilation_cache() == str(tmp_path) == jax.config.jax_compilation_cache_dir
@@ -564,6 +562,103 @@ def test_compilation_cache_location_and_opt_out(monkeypatch, tmp_path):
         assert enable_compilation_cache() == str(tmp_path)  # an existing JAX cache directory is kept
     finally:
         jax.config.update("jax_compilation_cache_dir", saved)
+
+
+@pytest.fixture
+def exports_dir(tmp_path, monkeypatch):
+    """Saved envs go to a fresh folder (JAX's own compilation cache stays where it is)."""
+    folder = tmp_path / "marl_envs-exported"
+    monkeypatch.setattr(brax_exports, "directory", lambda: folder)
+    return folder
+
+
+def _rollout(env, steps=6):
+    env.set_seed(3)
+    generator = torch.Generator().manual_seed(0)
+    td, out = env.reset(), []
+    for _ in range(steps):
+        td.update(env.full_action_spec.rand(generator=generator))
+        step, td = env.step_and_maybe_reset(td)
+        out.append(step)
+    return torch.stack(out)
+
+
+def test_a_named_env_is_saved_once_and_rebuilt_from_its_export(exports_dir):
+    kwargs = dict(num_envs=2, max_steps=4, backend="spring", mapping="jaxmarl")
+    with pytest.warns(UserWarning, match="mapping='jaxmarl'"):
+        first = BraxEnv("halfcheetah_6x1", **kwargs)
+    assert first.export_file.parent == exports_dir and not first.from_export
+    assert [f.name for f in exports_dir.iterdir()] == [first.export_file.name]  # no temporary file left
+    with pytest.warns(UserWarning, match="mapping='jaxmarl'"):  # the mapping's warnings come back too
+        second = BraxEnv("halfcheetah_6x1", **kwargs)
+    assert second.from_export and second.export_file == first.export_file
+    assert second.group_map == first.group_map and second.action_indices == first.action_indices
+    assert second.observation_indices == first.observation_indices
+    assert second.full_observation_spec == first.full_observation_spec
+    assert second.full_action_spec == first.full_action_spec
+    assert (_rollout(second) == _rollout(first)).all()  # bit for bit, truncations and resets included
+    traced = BraxWrapper(first.brax_env, num_envs=2, max_steps=4, action_indices=first.action_indices,
+                         observation_indices=first.observation_indices)  # never exported
+    assert traced.export_file is None
+    torch.testing.assert_close(_rollout(traced), _rollout(first), rtol=1e-6, atol=1e-6)
+    assert second.brax_env.action_size == 6  # built on first use
+    marl_envs.check_env_specs(second, seed=0)
+
+
+def test_saved_envs_are_keyed_on_their_arguments(exports_dir):
+    base = BraxEnv("fast", num_envs=2)
+    assert BraxEnv("fast", num_envs=3).export_file != base.export_file  # another batch size
+    assert BraxEnv("fast", num_envs=2, frame_skip=2).export_file != base.export_file
+    assert BraxEnv("fast", num_envs=2, max_steps=7, seed=5).from_export  # both only matter on the torch side
+    assert BraxEnv("fast", num_envs=2, requires_grad=True).export_file is None
+    assert len(list(exports_dir.iterdir())) == 3
+
+
+def test_a_corrupt_export_is_rebuilt_and_an_unwritable_folder_warns(exports_dir, monkeypatch):
+    file = BraxEnv("fast", num_envs=2).export_file
+    file.write_text("{not json")
+    rebuilt = BraxEnv("fast", num_envs=2)
+    assert not rebuilt.from_export and json.loads(file.read_text())["format"] >= 1
+    assert BraxEnv("fast", num_envs=2).from_export
+
+    blocker = exports_dir.parent / "a_file"
+    blocker.write_text("")
+    monkeypatch.setattr(brax_exports, "directory", lambda: blocker / "marl_envs-exported")
+    with pytest.warns(RuntimeWarning, match=r"could not save the compiled Brax env to .*a_file/marl_envs-exported"):
+        env = BraxEnv("fast", num_envs=2)
+    assert env.export_file is None and env.rollout(2)["next", "reward"].shape == (2, 2, 1)
+
+
+class _Registered(Drift):
+    pass
+
+
+def test_user_registered_or_unusual_envs_are_not_saved(exports_dir):
+    brax_envs.register_environment("marl_envs_test_drift", _Registered)
+    try:
+        assert BraxEnv("marl_envs_test_drift", num_envs=2).export_file is None  # its code is not pinned down
+    finally:
+        del brax_envs._envs["marl_envs_test_drift"]
+    assert BraxEnv("fast", num_envs=2, mapping={"action_indices": {"a": [0]}, "observation_indices": {"a": (0, 1)}}
+                   ).export_file is not None  # tuples are plain values
+    assert BraxEnv("fast", num_envs=2, mapping={"action_indices": {"a": np.array([0])},
+                                                "observation_indices": {"a": [0]}}).export_file is None
+
+
+def test_a_saved_env_loads_in_a_new_process_without_brax(tmp_path):
+    """The point of saving: the second process neither imports Brax nor traces, and steps the same."""
+    script = (
+        "import json, sys, marl_envs, torch\n"
+        "env = marl_envs.make('brax/fast', num_envs=2, max_steps=3)\n"
+        "data = env.rollout(5, break_when_any_done=False)\n"
+        "print(json.dumps([env.from_export, 'brax' in sys.modules, data['next', 'observation'].tolist()]))\n"
+    )
+    environ = {**os.environ, "MARL_ENVS_JAX_CACHE_DIR": str(tmp_path)}
+    environ.pop("MARL_ENVS_JAX_CACHE", None)
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True, text=True,
+                                      check=True).stdout.splitlines()[-1]) for _ in range(2)]
+    assert runs[0][:2] == [False, True] and runs[1][:2] == [True, False]
+    assert runs[1][2] == runs[0][2]
 
 
 def test_benchmark_rows():

@@ -19,10 +19,11 @@ function that recomputes the step under ``jax.vjp`` (nothing but the step's inpu
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["BraxCore", "Differentiable", "Split", "quiet_tracing", "reset_struct", "tree_paths"]
+__all__ = ["BraxCore", "CoreInfo", "Differentiable", "Split", "export_platform", "quiet_tracing", "reset_struct",
+           "tree_paths"]
 
 _RESET_STRUCTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -125,6 +127,11 @@ def reset_struct(env) -> Any:
     return _RESET_STRUCTS[env]
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _env_keys(root: jax.Array, num_envs: int) -> jax.Array:
+    return jax.vmap(lambda i: jax.random.fold_in(root, i))(jnp.arange(num_envs, dtype=jnp.uint32))
+
+
 def _where(mask: jax.Array, new: Any, old: Any) -> Any:
     """Per-env select over a batched pytree."""
     return jax.tree.map(lambda n, o: jnp.where(mask.reshape(mask.shape + (1,) * (n.ndim - 1)), n, o), new, old)
@@ -154,47 +161,142 @@ def _describe_mismatch(reference: Any, other: Any) -> str:
     return "the tree structures differ"
 
 
+@dataclass(frozen=True)
+class CoreInfo:
+    """What is known of a Brax env without running it: the shapes the compiled functions take and return.
+
+    Plain data (``to_json`` / ``from_json``), so it can be saved with the exported functions.
+
+    Attributes:
+        action_size: the robot's action size.
+        obs_leaves: ``(key path, shape)`` of each observation leaf (one leaf, the empty path, for a flat vector).
+        has_truncation: the state's ``info`` has a ``truncation`` entry (an ``EpisodeWrapper``).
+        widths, dtypes: the packed state's buffers (``Layout``): their widths and dtype names, float32 first.
+    """
+
+    action_size: int
+    obs_leaves: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...]
+    has_truncation: bool
+    widths: tuple[int, ...]
+    dtypes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, env) -> CoreInfo:
+        """Trace ``env.reset`` for shapes (see ``reset_struct``)."""
+        one = reset_struct(env)
+        layout = Layout(_strong(one))
+        return cls(
+            action_size=int(env.action_size),
+            obs_leaves=tuple((path, tuple(leaf.shape)) for path, leaf in tree_paths(one.obs)),
+            has_truncation="truncation" in one.info,
+            widths=tuple(layout.widths),
+            dtypes=tuple(str(d) for d in layout.dtypes),
+        )
+
+    @property
+    def flat_observation_size(self) -> int | None:
+        """The observation's size if it is one flat vector (what a multi-agent split needs), else None."""
+        if len(self.obs_leaves) == 1 and not self.obs_leaves[0][0] and len(self.obs_leaves[0][1]) == 1:
+            return self.obs_leaves[0][1][0]
+        return None
+
+    def to_json(self) -> dict:
+        return {"action_size": self.action_size, "obs_leaves": [[list(p), list(s)] for p, s in self.obs_leaves],
+                "has_truncation": self.has_truncation, "widths": list(self.widths), "dtypes": list(self.dtypes)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> CoreInfo:
+        return cls(
+            action_size=int(data["action_size"]),
+            obs_leaves=tuple((tuple(p), tuple(int(n) for n in s)) for p, s in data["obs_leaves"]),
+            has_truncation=bool(data["has_truncation"]),
+            widths=tuple(int(w) for w in data["widths"]),
+            dtypes=tuple(str(d) for d in data["dtypes"]),
+        )
+
+
+def _strong(tree: Any) -> Any:
+    """``ShapeDtypeStruct`` leaves without weak types (a weakly typed float32 is a float32)."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+def export_platform(device) -> str:
+    """The ``jax.export`` platform name of a JAX device (``cpu``, ``cuda``, ``rocm``, ``tpu``)."""
+    if device.platform != "gpu":
+        return device.platform
+    return "rocm" if "rocm" in device.client.platform_version.lower() else "cuda"
+
+
 class BraxCore:
     """Compiled reset / step of ``num_envs`` copies of a Brax env; the batched state lives here, in JAX.
 
+    The reset and step are traced from the env (``env`` a ``brax.envs.Env``), or come ready as ``jax.export``
+    modules (``exported``, with ``env`` a zero-argument callable that builds the env, called only if something
+    needs the env itself: ``env_state``). With ``export=True`` they are traced as ``jax.export`` modules
+    (``self.exported``, to be saved) and compiled from those, exactly as a later process that loads them does, so
+    that process finds the compiled code in JAX's persistent cache.
+
     Args:
-        env: a ``brax.envs.Env`` (unbatched: this class vmaps it).
+        env: a ``brax.envs.Env`` (unbatched: this class vmaps it), or a callable returning one (``exported``).
+        info: the env's shapes (``CoreInfo.of(env)``).
         num_envs: batch size.
         frame_skip: env steps per call, rewards summed (``lax.scan``).
         split: multi-agent tables, or None for the single-agent layout.
         device: the JAX device holding the state.
         differentiable: a ``Differentiable`` will drive this core (it compiles its own step).
+        export: trace reset and step as ``jax.export`` modules (falls back to plain tracing if export fails).
+        exported: ``{"reset": Exported, "step": Exported}`` to compile instead of tracing.
 
     Raises:
         ValueError: tracing the env's reset or step fails, or its step changes the state's structure.
     """
 
     def __init__(
-        self, env, *, num_envs: int, frame_skip: int, split: Split | None, device, differentiable: bool = False
+        self, env, info: CoreInfo, *, num_envs: int, frame_skip: int, split: Split | None, device,
+        differentiable: bool = False, export: bool = False, exported: Mapping[str, Any] | None = None,
     ):
-        self.env, self.num_envs, self.frame_skip, self.split, self.device = env, num_envs, frame_skip, split, device
+        self.info, self.num_envs, self.frame_skip, self.split, self.device = info, num_envs, frame_skip, split, device
+        self._env, self._env_factory = (None, env) if exported else (env, None)
         self._sharding = jax.sharding.SingleDeviceSharding(device)
-        one = reset_struct(env)
-        self._reference = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), one)  # weak types dropped
-        self.obs_leaves = [(path, leaf.shape) for path, leaf in tree_paths(one.obs)]
-        self.has_truncation = "truncation" in one.info
-        if split is not None and (len(self.obs_leaves) != 1 or self.obs_leaves[0][0] or len(one.obs.shape) != 1):
+        self.obs_leaves = info.obs_leaves
+        self.has_truncation = info.has_truncation
+        if split is not None and info.flat_observation_size is None:
             raise ValueError(
-                f"a multi-agent split needs a flat observation vector, but {type(env).__name__} observes "
+                f"a multi-agent split needs a flat observation vector, but the env observes "
                 f"{ {'/'.join(p) or 'obs': s for p, s in self.obs_leaves} }"
             )
+        self.observation_size = info.flat_observation_size if split is not None else None
         self._compiled: dict[str, Any] = {}
         self._traced: dict[str, Any] = {}
+        self.exported: dict[str, Any] = dict(exported or {})
         self.compile_seconds: dict[str, float] = {}
-        self.layout = Layout(self._reference)
-        if not differentiable:  # trace the step now: a broken custom env fails here, and compiling reuses it
-            with _step_errors(env):
-                self._trace("step", self._step, (self._state_structs(), self._keys_struct(), self._action_struct()),
-                            donate=(0, 1))
-        self.observation_size = int(np.prod(one.obs.shape)) if split is not None else None
+        if not differentiable and not self.exported:
+            # trace the step now: a broken custom env fails here, and compiling reuses the trace
+            with _step_errors(self.env):
+                if not (export and self._export()):
+                    self._trace("step", *self._signature("step"))
         self._state: tuple[jax.Array, ...] | None = None  # the batched Brax state, packed by self.layout
         self._keys: jax.Array | None = None
         self.seed(0)
+
+    @property
+    def env(self):
+        """The Brax env (built now if this core came from exported modules)."""
+        if self._env is None:
+            self._env = self._env_factory()
+        return self._env
+
+    @functools.cached_property
+    def _reference(self) -> Any:
+        return _strong(reset_struct(self.env))
+
+    @functools.cached_property
+    def layout(self) -> Layout:
+        layout = Layout(self._reference)
+        if tuple(layout.widths) != self.info.widths:
+            raise RuntimeError(f"the Brax env's state packs into {layout.widths}, the compiled functions take "
+                               f"{self.info.widths}: a stale export? (delete it, or set MARL_ENVS_JAX_CACHE=0)")
+        return layout
 
     # -- the per-env functions ------------------------------------------------------------------------
     def _cast(self, state: Any) -> Any:
@@ -272,7 +374,14 @@ class BraxCore:
         return jax.ShapeDtypeStruct(shape, dtype, sharding=self._sharding)
 
     def _state_structs(self) -> tuple[jax.ShapeDtypeStruct, ...]:
-        return self.layout.structs(self.num_envs, self._sharding)
+        return tuple(self._struct((self.num_envs, w), np.dtype(d)) for w, d in zip(self.info.widths, self.info.dtypes))
+
+    def _signature(self, name: str) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
+        """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step``."""
+        if name == "step":
+            return self._step, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
+        mask = self._struct((self.num_envs,), jnp.bool_)
+        return self._reset, (self._state_structs(), self._keys_struct(), mask), (0, 1)
 
     def _trace(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()) -> None:
         start = time.perf_counter()
@@ -280,17 +389,38 @@ class BraxCore:
             self._traced[name] = jax.jit(fn, donate_argnums=donate).trace(*args)
         self.compile_seconds[name] = time.perf_counter() - start
 
+    def _export(self) -> bool:
+        """Trace step and reset as ``jax.export`` modules into ``self.exported``; False if JAX cannot export them."""
+        platform = export_platform(self.device)
+        for name in ("step", "reset"):
+            fn, args, _ = self._signature(name)
+            start = time.perf_counter()
+            try:
+                with quiet_tracing():
+                    self.exported[name] = jax.export.export(jax.jit(fn), platforms=[platform])(*args)
+            except Exception:  # not exportable (an unsupported custom call, ...): trace as usual, save nothing
+                self.exported.clear()
+                return False
+            self.compile_seconds[name] = time.perf_counter() - start
+        return True
+
     def compiled(self, name: str, fn, args: Callable[[], Sequence[Any]], donate: tuple[int, ...] = ()):
-        """AOT-compile ``fn`` for the structs ``args()`` once; ``jax.clear_caches()`` never drops it.
+        """AOT-compile ``fn`` (or its exported module) for the structs ``args()`` once; ``jax.clear_caches()``
+        never drops it.
 
         ``compile_seconds[name]`` counts tracing, lowering and compiling (or loading from the persistent cache).
         """
         if name not in self._compiled:
-            if name not in self._traced:
+            if name in self.exported:
+                self.compile_seconds.setdefault(name, 0.0)
+                fn = self.exported[name].call
+            elif name not in self._traced:
                 self._trace(name, fn, args(), donate)
             start = time.perf_counter()
             with quiet_tracing():
-                self._compiled[name] = self._traced.pop(name).lower().compile()
+                traced = (jax.jit(fn, donate_argnums=donate).trace(*args()) if name in self.exported
+                          else self._traced.pop(name))
+                self._compiled[name] = traced.lower().compile()
             self.compile_seconds[name] += time.perf_counter() - start
         return self._compiled[name]
 
@@ -298,24 +428,25 @@ class BraxCore:
         return self._struct((self.num_envs, 2), jnp.uint32)
 
     def _action_struct(self):
-        return self._struct((self.num_envs, self.env.action_size), jnp.float32)
+        return self._struct((self.num_envs, self.info.action_size), jnp.float32)
 
     # -- the public calls -----------------------------------------------------------------------------
     def seed(self, seed: int) -> None:
         """Per-env keys ``fold_in(PRNGKey(seed), i)``: env i's starts do not depend on the batch size."""
-        root = jax.random.PRNGKey(seed)
-        keys = jax.vmap(lambda i: jax.random.fold_in(root, i))(jnp.arange(self.num_envs, dtype=jnp.uint32))
-        self._keys = jax.device_put(keys, self._sharding)
+        self._keys = jax.device_put(_env_keys(jax.random.PRNGKey(seed), self.num_envs), self._sharding)
+
+    def _compile(self, name: str):
+        fn, args, donate = self._signature(name)
+        return self.compiled(name, fn, lambda: args, donate)
 
     def zero_state(self) -> tuple[jax.Array, ...]:
-        return tuple(jax.device_put(jnp.zeros(x.shape, x.dtype), self._sharding) for x in self._state_structs())
+        return tuple(jax.device_put(np.zeros(x.shape, x.dtype), self._sharding) for x in self._state_structs())
 
     def reset(self, mask: np.ndarray | jax.Array) -> jax.Array:
         """Reset the envs where ``mask`` ``(B,)`` is True; return the float buffer (no rewards) of all envs."""
         if self._state is None:
             self._state = self.zero_state()
-        fn = self._compiled.get("reset") or self.compiled("reset", self._reset, lambda: (
-            self._state_structs(), self._keys_struct(), self._struct((self.num_envs,), jnp.bool_)), donate=(0, 1))
+        fn = self._compiled.get("reset") or self._compile("reset")
         self._state, self._keys, out = fn(self._state, self._keys, mask)
         return out
 
@@ -323,8 +454,7 @@ class BraxCore:
         """Step every env with the flat agent action ``(B, action_size)``; the float and flag buffers."""
         if self._state is None:
             raise RuntimeError("step() before reset(): reset the env first")
-        fn = self._compiled.get("step") or self.compiled("step", self._step, lambda: (
-            self._state_structs(), self._keys_struct(), self._action_struct()), donate=(0, 1))
+        fn = self._compiled.get("step") or self._compile("step")
         self._state, self._keys, out, flags = fn(self._state, self._keys, action)
         return out, flags
 
@@ -347,7 +477,7 @@ class Differentiable:
 
     def __init__(self, core: BraxCore):
         self.core = core
-        self.flat_size = core.layout.widths[0]
+        self.flat_size = core.info.widths[0]
         self.aux: tuple | None = None
         structs = core._state_structs()
         self._flat_struct, self._aux_struct = structs[0], structs[1:]

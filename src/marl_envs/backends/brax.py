@@ -43,8 +43,10 @@ ways are zero-copy DLPack. JAX caches are never cleared on the hot path. ``bench
 **Compile once.** JAX's persistent compilation cache is switched on when the first env is built, in
 ``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``; compilations over 0.2 s
 are kept), unless JAX already has a cache directory (``JAX_COMPILATION_CACHE_DIR``) or ``MARL_ENVS_JAX_CACHE=0``
-opts out. A second process then loads the compiled reset and step from disk instead of compiling them (it
-still traces them: a few seconds for a physics env).
+opts out. An env built by name (``BraxEnv``, ``make("brax/...")``) also saves its traced reset and step as
+``jax.export`` modules in that directory's ``marl_envs-exported/`` folder; a later process building it with the
+same arguments loads them and finds their compiled code in JAX's cache, so it neither imports Brax nor traces
+(``benchmarks/compile_once.py`` measures it; ``_brax_exports`` says what the saved files are keyed on).
 
 **Rendering** uses MuJoCo's renderer; on a Linux machine without a display, importing this module sets
 ``MUJOCO_GL=egl`` (unless MUJOCO_GL is set or MuJoCo was already imported). EGL needs the Debian packages
@@ -63,38 +65,64 @@ import sys
 if sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read by mujoco at import
 
+import functools
+import inspect
 import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-
-with warnings.catch_warnings():  # brax imports jaxopt, which warns that it is unmaintained: nothing a user can do
-    warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
-    from brax import envs as brax_envs
-    from brax.envs.base import Env as _BraxEnvType
-    from brax.envs.wrappers import training as _brax_training
 
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
 
 from .._env import EnvBase
 from ..specs import Bounded, Composite, Unbounded
+from . import _brax_exports as exports
 from . import _brax_scenes as scenes
-from ._brax_core import BraxCore, Differentiable, Split, quiet_tracing, reset_struct
+from ._brax_core import BraxCore, CoreInfo, Differentiable, Split, quiet_tracing
 
 __all__ = ["BraxEnv", "BraxWrapper", "benchmark", "env_names", "make_env"]
 
 _UNMAINTAINED = r"Brax System, piplines and environments are not actively being maintained"
-CACHE_DIR_VAR, CACHE_OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE_DIR", "MARL_ENVS_JAX_CACHE"
+CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
+
+
+class _ClipWithBounds:
+    """``jax.numpy`` whose ``clip`` still takes ``a_min`` / ``a_max`` (JAX 0.10 removed them; Brax 0.14.2's
+    ``brax/fluid.py``, used by ``swimmer``, still passes ``a_min``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(jnp, name)
+
+    @staticmethod
+    def clip(x, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002 - jnp.clip's own names
+        return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
+
+
+def _brax():
+    """Import Brax's env package, the first time a Brax env is built or listed (not on a saved env's path)."""
+    if "brax.envs" not in sys.modules:
+        with warnings.catch_warnings():  # brax imports jaxopt, which warns that it is unmaintained
+            warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
+            import brax.envs
+            import brax.fluid
+        if "a_min" not in inspect.signature(jnp.clip).parameters:
+            brax.fluid.jp = _ClipWithBounds()
+    return sys.modules["brax.envs"]
 
 
 def env_names() -> list[str]:
     """Brax's registered envs (``brax.envs._envs``, read when asked) and the multi-agent scenes."""
-    return sorted({*brax_envs._envs, *scenes.SCENES})
+    return sorted({*_brax()._envs, *scenes.SCENES})
+
+
+#: ``BraxEnv`` rejects unknown names itself (``marl_envs.make`` need not list them, which imports Brax).
+MAKE_ENV_CHECKS_NAMES = True
 
 
 def make_env(name: str, **kwargs: Any) -> BraxEnv:
@@ -108,7 +136,7 @@ def enable_compilation_cache() -> str | None:
     Does nothing (and returns JAX's own directory, or None) if JAX already has one or ``MARL_ENVS_JAX_CACHE=0``.
     """
     current = jax.config.jax_compilation_cache_dir
-    if current or os.environ.get(CACHE_OPT_OUT_VAR, "1").strip().lower() in ("0", "false", "off", "no"):
+    if current or not exports.caching_enabled():
         return current or None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     path = os.environ.get(CACHE_DIR_VAR) or os.path.join(base, "marl_envs", "jax")
@@ -135,11 +163,24 @@ def _jax_device(device: torch.device):
     raise ValueError(f"device={str(device)!r} is not supported by the Brax backend; use 'cpu' or 'cuda[:i]'")
 
 
-def _unwrap_chain(env) -> list:
-    chain = [env]
-    while isinstance(chain[-1], brax_envs.Wrapper):
-        chain.append(chain[-1].env)
-    return chain
+def _check_brax_env(env) -> None:
+    """``env`` is an unbatched ``brax.envs.Env`` without auto-reset, or a TypeError / ValueError says why not."""
+    envs = _brax()
+    from brax.envs.wrappers import training
+
+    if not isinstance(env, envs.Env):
+        raise TypeError(f"BraxWrapper wraps a brax.envs.Env, got {type(env).__name__}; or use BraxEnv(name)")
+    layer = env
+    while True:
+        if isinstance(layer, (training.VmapWrapper, training.AutoResetWrapper)):
+            raise ValueError(
+                f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
+                f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
+                f"batches it (num_envs) and resets done envs itself"
+            )
+        if not isinstance(layer, envs.Wrapper):
+            return
+        layer = layer.env
 
 
 class _Transfer:
@@ -214,6 +255,10 @@ class BraxWrapper(EnvBase):
     Attributes:
         action_indices, observation_indices: the split in use (agent -> tuple of indices), or None.
         compile_seconds: time spent tracing and compiling (or loading from the persistent cache) so far.
+        brax_env: the wrapped Brax env.
+        export_file, from_export: (``BraxEnv``) the file holding the env's exported reset and step (None if not
+            saved: caching off, ``requires_grad=True``, keywords that are not plain JSON values, ...), and whether
+            this env was built from it.
 
     With ``requires_grad=True`` the simulator state carries the autograd history from one step to the next
     (a reset cuts it for the envs it resets); ``detach_state()`` cuts it for all (truncated backpropagation).
@@ -227,7 +272,7 @@ class BraxWrapper(EnvBase):
 
     def __init__(
         self,
-        env: _BraxEnvType,
+        env,
         *,
         num_envs: int = 1,
         device: torch.device | str = "cpu",
@@ -240,15 +285,23 @@ class BraxWrapper(EnvBase):
         observation_indices: Mapping[str, Sequence[int]] | None = None,
         group_map: GroupMap | MarlGroupMapType | None = None,
     ):
-        if not isinstance(env, _BraxEnvType):
-            raise TypeError(f"BraxWrapper wraps a brax.envs.Env, got {type(env).__name__}; or use BraxEnv(name)")
-        for layer in _unwrap_chain(env):
-            if isinstance(layer, (_brax_training.VmapWrapper, _brax_training.AutoResetWrapper)):
-                raise ValueError(
-                    f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
-                    f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
-                    f"batches it (num_envs) and resets done envs itself"
-                )
+        _check_brax_env(env)
+        self._init(
+            env, None, num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
+            requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
+            action_indices=action_indices, observation_indices=observation_indices, group_map=group_map,
+        )
+
+    export_file = None  # BraxEnv: the file of its exported reset and step (see _brax_exports)
+    from_export = False  # BraxEnv: built from that file (no Brax import, no tracing)
+
+    def _init(
+        self, env, info: CoreInfo | None, *, num_envs, device, frame_skip, max_steps, requires_grad,
+        cache_clear_frequency, seed, action_indices, observation_indices, group_map,
+        export: bool = False, exported: Mapping[str, Any] | None = None,
+    ) -> None:
+        """The construction shared with ``BraxEnv``: ``env`` is the Brax env, or with ``exported`` (the compiled
+        functions of a saved env, ``info`` their shapes) a callable building it on demand."""
         if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
             raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
         if cache_clear_frequency not in (None, False) and (
@@ -263,7 +316,6 @@ class BraxWrapper(EnvBase):
         jax_device = _jax_device(torch.device(device))  # before the base class allocates on that device
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         enable_compilation_cache()
-        self._brax_env = env
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
         self.cache_clear_frequency = cache_clear_frequency or None
@@ -272,13 +324,15 @@ class BraxWrapper(EnvBase):
 
         if (action_indices is None) != (observation_indices is None):
             raise ValueError("pass both action_indices and observation_indices for a multi-agent split, or neither")
-        self.action_size = int(env.action_size)
+        info = info or CoreInfo.of(env)
+        self.action_size = info.action_size
         mapping = None
         if action_indices is not None:
-            obs = reset_struct(env).obs
-            if not hasattr(obs, "shape") or len(obs.shape) != 1:
-                raise ValueError(f"a multi-agent split needs a flat observation vector; this env observes {obs}")
-            mapping = scenes.validate_mapping(action_indices, observation_indices, self.action_size, obs.shape[0])
+            obs_size = info.flat_observation_size
+            if obs_size is None:
+                shapes = {"/".join(path) or "obs": shape for path, shape in info.obs_leaves}
+                raise ValueError(f"a multi-agent split needs a flat observation vector; this env observes {shapes}")
+            mapping = scenes.validate_mapping(action_indices, observation_indices, self.action_size, obs_size)
         self.action_indices = None if mapping is None else dict(mapping.action_indices)
         self.observation_indices = None if mapping is None else dict(mapping.observation_indices)
 
@@ -286,17 +340,23 @@ class BraxWrapper(EnvBase):
         if mapping is not None:
             self.agent_names = mapping.agent_names
             self.group_map = self._resolve_group_map(group_map, mapping)
-            split = self._split_tables(mapping)
+            split = self._split_tables(mapping, info.flat_observation_size)
         elif group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
-        self._core = BraxCore(env, num_envs=num_envs, frame_skip=frame_skip, split=split, device=self._jax_device,
-                              differentiable=self.requires_grad)
+        self._core = BraxCore(env, info, num_envs=num_envs, frame_skip=frame_skip, split=split,
+                              device=self._jax_device, differentiable=self.requires_grad, export=export,
+                              exported=exported)
         self._diff = Differentiable(self._core) if self.requires_grad else None
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
         self._steps_since_clear = 0
         self._renderers: dict = {}
         self._build_specs(mapping)
         self.set_seed(seed)
+
+    @property
+    def brax_env(self):
+        """The wrapped ``brax.envs.Env`` (for an env loaded from the compile cache, built on first access)."""
+        return self._core.env
 
     # -- construction helpers -------------------------------------------------------------------------
     def _resolve_group_map(self, group_map, mapping: scenes.AgentMapping) -> GroupMap:
@@ -317,10 +377,9 @@ class BraxWrapper(EnvBase):
                     )
         return group_map
 
-    def _split_tables(self, mapping: scenes.AgentMapping) -> Split:
+    def _split_tables(self, mapping: scenes.AgentMapping, obs_size: int) -> Split:
         source = np.empty(self.action_size, dtype=np.int32)
         gathers, column = [], 0
-        obs_size = reset_struct(self._brax_env).obs.shape[0]
         for members in self.group_map.values():
             for agent in members:
                 for dim in mapping.action_indices[agent]:
@@ -460,11 +519,11 @@ class BraxWrapper(EnvBase):
         """
         import mujoco
 
-        sys_ = getattr(self._brax_env.unwrapped, "sys", None)
+        sys_ = getattr(self.brax_env.unwrapped, "sys", None)
         model = getattr(sys_, "mj_model", None)
         if model is None:
             raise NotImplementedError(
-                f"{type(self._brax_env.unwrapped).__name__} has no MuJoCo model to render (an env without a physics "
+                f"{type(self.brax_env.unwrapped).__name__} has no MuJoCo model to render (an env without a physics "
                 f"pipeline, or Brax's 'fast'); render() draws PipelineEnv physics envs"
             )
         if not (isinstance(env_index, int) and 0 <= env_index < self.num_envs):
@@ -519,7 +578,9 @@ class BraxEnv(BraxWrapper):
             ...}`` (also accepted for any Brax env).
         **env_kwargs: forwarded to the Brax env's constructor.
 
-    The other arguments are ``BraxWrapper``'s.
+    The other arguments are ``BraxWrapper``'s. The first build with given arguments saves the traced reset and
+    step (``export_file``); later builds with the same arguments, in any process, load them instead of importing
+    Brax and tracing (``from_export``; see the module docstring).
 
     Raises:
         ValueError: unknown env name (with close matches); a bad mapping.
@@ -541,6 +602,33 @@ class BraxEnv(BraxWrapper):
         mapping: str | Mapping[str, Mapping[str, Sequence[int]]] | None = None,
         **env_kwargs: Any,
     ):
+        scene = scenes.SCENES.get(env_name)
+        robot = scene.robot if scene else env_name
+        if backend is not None:
+            env_kwargs["backend"] = backend
+        self.env_name = env_name
+        self._check_mapping(env_name, scene, mapping)
+        common = dict(num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
+                      requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
+                      group_map=group_map)
+        enable_compilation_cache()
+        key = None
+        if not requires_grad and isinstance(env_name, str):
+            group_key = f"{type(group_map).__name__}.{group_map.name}" if isinstance(group_map, MarlGroupMapType) \
+                else group_map
+            key = exports.key(robot, _jax_device(torch.device(device)), name=env_name, env_kwargs=env_kwargs,
+                              num_envs=num_envs, frame_skip=frame_skip, mapping=mapping, group_map=group_key)
+        saved = exports.load(key) if key else None
+        if saved is not None:  # built before with these arguments: no Brax import, no tracing
+            meta, exported = saved
+            info = CoreInfo.from_json(meta["info"])
+            indices = self._mapping(env_name, scene, mapping, info, lambda: scenes.AgentMapping(
+                *({agent: tuple(v) for agent, v in meta["derived"][i].items()} for i in (0, 1))))
+            self._init(functools.partial(self._brax_env, robot, env_kwargs), info, exported=exported,
+                       action_indices=indices[0], observation_indices=indices[1], **common)
+            self.export_file, self.from_export = exports.path(key), True
+            return
+
         names = env_names()
         if env_name not in names:
             import difflib
@@ -548,26 +636,36 @@ class BraxEnv(BraxWrapper):
             close = difflib.get_close_matches(str(env_name), names, n=3)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             raise ValueError(f"unknown Brax env {env_name!r}{hint} available: {', '.join(names)}")
-        scene = scenes.SCENES.get(env_name)
-        robot = scene.robot if scene else env_name
-        if backend is not None:
-            env_kwargs["backend"] = backend
+        brax_env = self._brax_env(robot, env_kwargs)
+        info = CoreInfo.of(brax_env)
+        derived: list[scenes.AgentMapping] = []
+
+        def derive() -> scenes.AgentMapping:
+            model = scenes.RobotModel.from_mj_model(brax_env.sys.mj_model)
+            exclude = getattr(brax_env, "_exclude_current_positions_from_observation", True)
+            derived.append(scenes.model_mapping(env_name, model, info.flat_observation_size, exclude))
+            return derived[0]
+
+        indices = self._mapping(env_name, scene, mapping, info, derive)
+        self._init(brax_env, info, export=key is not None, action_indices=indices[0],
+                   observation_indices=indices[1], **common)
+        if key is not None and self._core.exported:
+            meta = {"env": env_name, "info": info.to_json(),
+                    "derived": [derived[0].action_indices, derived[0].observation_indices] if derived else None}
+            self.export_file = exports.save(key, meta, self._core.exported)
+
+    @staticmethod
+    def _brax_env(robot: str, env_kwargs: dict[str, Any]):
+        envs = _brax()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNMAINTAINED, category=UserWarning)
             try:
-                brax_env = brax_envs.get_environment(robot, **env_kwargs)
+                return envs.get_environment(robot, **env_kwargs)
             except TypeError as err:
                 raise TypeError(f"the Brax env {robot!r} rejected the keywords {sorted(env_kwargs)}: {err}") from err
-        self.env_name = env_name
-        indices = self._mapping(env_name, scene, brax_env, mapping)
-        super().__init__(
-            brax_env, num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
-            requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
-            action_indices=indices[0], observation_indices=indices[1], group_map=group_map,
-        )
 
     @staticmethod
-    def _mapping(name: str, scene, brax_env, mapping) -> tuple:
+    def _check_mapping(name: str, scene, mapping) -> None:
         if isinstance(mapping, Mapping):
             unknown = set(mapping) - {"action_indices", "observation_indices"}
             if unknown or len(mapping) != 2:
@@ -575,28 +673,30 @@ class BraxEnv(BraxWrapper):
                     f"a mapping dict needs exactly the keys 'action_indices' and 'observation_indices', "
                     f"got {sorted(mapping)}"
                 )
-            return mapping["action_indices"], mapping["observation_indices"]
-        if mapping not in (None, "jaxmarl"):
+        elif mapping not in (None, "jaxmarl"):
             raise ValueError(
                 f"mapping={mapping!r}: expected None (the model-derived split), 'jaxmarl' or a dict with "
                 f"'action_indices' and 'observation_indices'"
             )
+        elif mapping == "jaxmarl" and scene is None:
+            raise ValueError(f"mapping='jaxmarl' needs a scene ({', '.join(scenes.SCENES)}); {name!r} is a Brax env")
+
+    @staticmethod
+    def _mapping(name: str, scene, mapping, info: CoreInfo, derive) -> tuple:
+        """The split's ``(action_indices, observation_indices)`` (``(None, None)`` for none) of a checked
+        ``mapping``; ``derive()`` gives the model-derived mapping of a scene."""
+        if isinstance(mapping, Mapping):
+            return mapping["action_indices"], mapping["observation_indices"]
         if scene is None:
-            if mapping == "jaxmarl":
-                raise ValueError(
-                    f"mapping='jaxmarl' needs a scene ({', '.join(scenes.SCENES)}); {name!r} is a Brax env"
-                )
             return None, None
-        obs_size = reset_struct(brax_env).obs.shape[0]
         if mapping == "jaxmarl":
             table = scenes.jaxmarl_mapping(name)
-            clamped = scenes.validate_mapping(table.action_indices, table.observation_indices, brax_env.action_size,
-                                              obs_size, clamp=True, label=f"brax/{name} mapping='jaxmarl'")
+            clamped = scenes.validate_mapping(table.action_indices, table.observation_indices, info.action_size,
+                                              info.flat_observation_size, clamp=True,
+                                              label=f"brax/{name} mapping='jaxmarl'")
             return clamped.action_indices, clamped.observation_indices
-        model = scenes.RobotModel.from_mj_model(brax_env.sys.mj_model)
-        exclude = getattr(brax_env, "_exclude_current_positions_from_observation", True)
-        derived = scenes.model_mapping(name, model, obs_size, exclude)
-        return derived.action_indices, derived.observation_indices
+        split = derive()
+        return split.action_indices, split.observation_indices
 
     def __repr__(self) -> str:
         return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)
@@ -645,7 +745,9 @@ def benchmark(
     first = time.perf_counter()
     td = env.reset()
     first_reset = time.perf_counter() - first
-    raw = _brax_training.wrap(env._brax_env, episode_length=env.max_steps or 1000)
+    from brax.envs.wrappers import training
+
+    raw = training.wrap(env.brax_env, episode_length=env.max_steps or 1000)
     keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
 
     def rollout(state, actions):
@@ -654,12 +756,12 @@ def benchmark(
     compile_times = {}
     with quiet_tracing():
         wrapped_state = jax.jit(raw.reset)(keys)
-        bare_state = jax.jit(jax.vmap(env._brax_env.reset))(keys)
+        bare_state = jax.jit(jax.vmap(env.brax_env.reset))(keys)
         start = time.perf_counter()
         wrapped = jax.jit(raw.step, donate_argnums=0).trace(wrapped_state, actions[0]).lower().compile()
         compile_times["pure JAX loop: compile step"] = time.perf_counter() - start
         start = time.perf_counter()
-        bare = jax.jit(jax.vmap(env._brax_env.step), donate_argnums=0).trace(bare_state, actions[0]).lower().compile()
+        bare = jax.jit(jax.vmap(env.brax_env.step), donate_argnums=0).trace(bare_state, actions[0]).lower().compile()
         compile_times["pure JAX bare loop: compile step"] = time.perf_counter() - start
         start = time.perf_counter()
         scan = jax.jit(rollout).trace(wrapped_state, chunks[0]).lower().compile()
@@ -712,7 +814,7 @@ def benchmark(
 
     rows = [(label, seconds, num_envs * rounds * chunk) for label, seconds in totals.items()]
     compiled = env.compile_seconds
-    rows.append(("  build BraxEnv (trace shapes)", build, 0))
+    rows.append(("  build BraxEnv (trace and export, or load the export)", build, 0))
     rows.append(("  ours: compile reset", compiled.get("reset", 0.0), 0))
     rows.append(("  ours: compile step", compiled.get("step", 0.0), 0))
     rows.append(("  ours: first reset, compile included", first_reset, 0))
