@@ -47,7 +47,8 @@ KINDS = ("cold", "JAX cache only", "warm")
 
 def run_child(env: str, num_envs: int, kwargs: dict, cache: str) -> dict:
     environ = dict(os.environ, MARL_ENVS_JAX_CACHE_DIR=cache)
-    environ.pop("MARL_ENVS_JAX_CACHE", None)
+    for variable in ("MARL_ENVS_JAX_CACHE", "JAX_COMPILATION_CACHE_DIR"):
+        environ.pop(variable, None)
     start = time.time()
     done = subprocess.run([sys.executable, "-c", CHILD, env, str(num_envs), json.dumps(kwargs)], env=environ,
                           capture_output=True, text=True)

@@ -654,7 +654,8 @@ def test_a_saved_env_loads_in_a_new_process_without_brax(tmp_path):
         "print(json.dumps([env.from_export, 'brax' in sys.modules, data['next', 'observation'].tolist()]))\n"
     )
     environ = {**os.environ, "MARL_ENVS_JAX_CACHE_DIR": str(tmp_path)}
-    environ.pop("MARL_ENVS_JAX_CACHE", None)
+    for variable in ("MARL_ENVS_JAX_CACHE", "JAX_COMPILATION_CACHE_DIR"):
+        environ.pop(variable, None)
     runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True, text=True,
                                       check=True).stdout.splitlines()[-1]) for _ in range(2)]
     assert runs[0][:2] == [False, True] and runs[1][:2] == [True, False]
