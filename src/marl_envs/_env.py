@@ -207,6 +207,7 @@ class EnvBase:
                 g: spec[g].shape for spec in self._specs.values() for g in self._group_map
                 if g in spec and isinstance(spec[g], Composite)
             }
+            self._action_leaves = [(key, self._specs["action"][key]) for key in keys["action"]]  # checked per step
             self._keys = keys
         return self._keys
 
@@ -368,8 +369,8 @@ class EnvBase:
 
     def _check_actions(self, tensordict: TensorDictBase) -> None:
         problems = []
-        for key in self.action_keys:
-            spec = self.full_action_spec[key]
+        self._key_lists()
+        for key, spec in self._action_leaves:
             action = tensordict.get(key, None)
             if action is None:
                 raise KeyError(f"action {key!r} is missing from the TensorDict; env.action_keys = {self.action_keys}")
@@ -381,8 +382,11 @@ class EnvBase:
                 )
             if self.validate_actions:
                 problems.append((key, spec, action))
-        if problems:
-            flags = torch.stack([self._bad_action(spec, action).any() for _, spec, action in problems])
+        if problems:  # one host sync for all keys
+            if len(problems) == 1:
+                flags = self._bad_action(problems[0][1], problems[0][2]).any().view(1)
+            else:
+                flags = torch.stack([self._bad_action(spec, action).any() for _, spec, action in problems])
             if bool(flags.any()):
                 key, spec, action = problems[int(flags.int().argmax())]
                 bad = self._bad_action(spec, action)

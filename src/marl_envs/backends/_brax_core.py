@@ -3,13 +3,13 @@
 The Brax state never leaves JAX. It is kept packed: one ``(B, n)`` buffer per dtype (``Layout``), so a call
 hands XLA a handful of buffers instead of every leaf of the Brax pytree (dispatch costs ~15 us per buffer
 here, and a Brax state has 28 to 117 leaves). Per env step, one ahead-of-time compiled ``jit(vmap(...))`` call
-takes the flat action of every agent and returns, besides the new state, two arrays: a float32 ``(B, K)``
-buffer holding every float output (observations, the global state, rewards) side by side, and a bool
-``(B, 2)`` buffer of ``terminated`` and ``truncated``. Inside that call: the agent actions are scattered into
-the robot's action, the env is stepped ``frame_skip`` times with ``lax.scan`` (rewards summed, an env that ends
-mid-skip stays frozen), and the agent observations are gathered. One reset call draws fresh starts with a
-per-env key for the envs a mask selects and keeps every other env's state bit for bit. The state buffers are
-donated, so XLA updates them in place.
+takes the flat action of every agent and returns, besides the new state, one float32 ``(B, K)`` buffer holding
+every output side by side (observations, the global state, rewards, then ``terminated`` and ``truncated`` as
+0 / 1): one array to hand over to torch, not two (each costs ~0.1 ms right after a step here). Inside that call:
+the agent actions are scattered into the robot's action, the env is stepped ``frame_skip`` times with
+``lax.scan`` (rewards summed, an env that ends mid-skip stays frozen), and the agent observations are gathered.
+One reset call draws fresh starts with a per-env key for the envs a mask selects and keeps every other env's
+state bit for bit. The state buffers are donated, so XLA updates them in place.
 
 The differentiable variant (``Differentiable``) hands the float32 buffer (the part gradients flow through) to
 the caller, so a ``torch.autograd.Function`` can carry it between steps; its backward is a second compiled
@@ -362,6 +362,11 @@ class BraxCore:
         state, reward = jax.vmap(self._step_one)(self.layout.unpack(buffers), self._robot_action(action))
         return self.layout.pack(state), keys, self._outputs(state, reward), self._flags(state)
 
+    def _step_packed(self, buffers, keys, action):
+        """``_step`` with the flags appended to the float buffer as 0 / 1: one array to hand over, not two."""
+        buffers, keys, out, flags = self._step(buffers, keys, action)
+        return buffers, keys, jnp.concatenate([out, flags.astype(jnp.float32)], axis=1)
+
     def _reset(self, buffers, keys, mask):
         pairs = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
         fresh = jax.vmap(lambda key: self._cast(self.env.reset(key)))(pairs[:, 1])
@@ -379,7 +384,7 @@ class BraxCore:
     def _signature(self, name: str) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
         """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step``."""
         if name == "step":
-            return self._step, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
+            return self._step_packed, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
         mask = self._struct((self.num_envs,), jnp.bool_)
         return self._reset, (self._state_structs(), self._keys_struct(), mask), (0, 1)
 
@@ -450,13 +455,14 @@ class BraxCore:
         self._state, self._keys, out = fn(self._state, self._keys, mask)
         return out
 
-    def step(self, action: np.ndarray | jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Step every env with the flat agent action ``(B, action_size)``; the float and flag buffers."""
+    def step(self, action: np.ndarray | jax.Array) -> jax.Array:
+        """Step every env with the flat agent action ``(B, action_size)``; the float buffer, with ``terminated``
+        and ``truncated`` (as 0. / 1.) in its last two columns."""
         if self._state is None:
             raise RuntimeError("step() before reset(): reset the env first")
         fn = self._compiled.get("step") or self._compile("step")
-        self._state, self._keys, out, flags = fn(self._state, self._keys, action)
-        return out, flags
+        self._state, self._keys, out = fn(self._state, self._keys, action)
+        return out
 
     def env_state(self, index: int, buffers: Sequence[Any] | None = None) -> Any:
         """The Brax state of env ``index`` as NumPy arrays (for rendering), from ``buffers`` or the current state."""

@@ -67,6 +67,7 @@ if sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.e
 
 import functools
 import inspect
+import statistics
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -474,8 +475,8 @@ class BraxWrapper(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = self._flat_action(tensordict)
         if self._diff is None:
-            out, flags = self._core.step(self._io.to_jax(action))
-            out, flags = self._io.to_torch(out), self._io.to_torch(flags)
+            out = self._io.to_torch(self._core.step(self._io.to_jax(action)))
+            flags = out[:, -2:] > 0.5  # the float buffer ends with terminated, truncated
         else:
             if self._flat is None:
                 raise RuntimeError("step() before reset(): reset the env first")
@@ -715,8 +716,9 @@ def benchmark(
     """Time ``steps`` steps of ``num_envs`` envs of ``brax/<name>``, in this process.
 
     The implementations take turns: ``rounds`` rounds of ``steps / rounds`` steps each (one round if that does
-    not divide), so a change in the machine's load hits them alike. Every one gets the same pre-drawn uniform
-    random actions (drawing them is not timed).
+    not divide), so a change in the machine's load hits them alike, and each one's time is the median of its
+    rounds times ``rounds``, so a load spike during one round does not decide a ratio. Every one gets the same
+    pre-drawn uniform random actions (drawing them is not timed).
 
     Rows ``(label, seconds, env_steps)``:
         1. our ``BraxEnv``: ``step_and_maybe_reset``;
@@ -800,19 +802,19 @@ def benchmark(
             run(t)
         run.sync()
     jax.block_until_ready(scan(scan_state, chunks[0]))
-    totals = dict.fromkeys([*loops, "pure JAX: lax.scan rollout (the limit)"], 0.0)
+    times: dict[str, list[float]] = {label: [] for label in [*loops, "pure JAX: lax.scan rollout (the limit)"]}
     for r in range(rounds):
         for label, run in loops.items():
             start = time.perf_counter()
             for t in range(warmup + r * chunk, warmup + (r + 1) * chunk):
                 run(t)
             run.sync()
-            totals[label] += time.perf_counter() - start
+            times[label].append(time.perf_counter() - start)
         start = time.perf_counter()
         scan_state = jax.block_until_ready(scan(scan_state, chunks[r]))
-        totals["pure JAX: lax.scan rollout (the limit)"] += time.perf_counter() - start
+        times["pure JAX: lax.scan rollout (the limit)"].append(time.perf_counter() - start)
 
-    rows = [(label, seconds, num_envs * rounds * chunk) for label, seconds in totals.items()]
+    rows = [(label, statistics.median(t) * rounds, num_envs * rounds * chunk) for label, t in times.items()]
     compiled = env.compile_seconds
     rows.append(("  build BraxEnv (trace and export, or load the export)", build, 0))
     rows.append(("  ours: compile reset", compiled.get("reset", 0.0), 0))
