@@ -437,8 +437,9 @@ class BraxWrapper(EnvBase):
         return out
 
     # -- output builder (one for reset and step) ------------------------------------------------------
-    def _build(self, out: torch.Tensor, layout) -> TensorDict:
-        root: dict[str, Any] = {}
+    def _build(self, out: torch.Tensor, layout, **extra: torch.Tensor) -> TensorDict:
+        """The TensorDict of ``out``'s columns laid out by ``layout`` (see ``_slices``), plus root ``extra``."""
+        root: dict[str, Any] = extra
         for key, columns, shape in layout:
             value = out[:, columns].view(shape)
             if len(key) == 1:
@@ -486,10 +487,7 @@ class BraxWrapper(EnvBase):
             if self._steps_since_clear >= self.cache_clear_frequency:
                 self._steps_since_clear = 0
                 jax.clear_caches()
-        td = self._build(out, self._step_layout)
-        td.set("terminated", flags[:, 0:1])
-        td.set("truncated", flags[:, 1:2])
-        return td
+        return self._build(out, self._step_layout, terminated=flags[:, 0:1], truncated=flags[:, 1:2])
 
     def _set_seed(self, seed: int) -> None:
         self._core.seed(seed)
