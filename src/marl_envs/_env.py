@@ -301,12 +301,7 @@ class EnvBase:
             ValueError: wrong batch size; an action of the wrong shape, dtype or device; a NaN or
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
-        self._check_batch(tensordict, "step")
-        self._check_actions(tensordict)
-        out = self._step(tensordict)
-        self._step_count += 1
-        self._complete_done(out, truncate=self.max_steps is not None)
-        tensordict.set("next", out)
+        self._checked_step(tensordict, with_root=False)
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
@@ -316,12 +311,34 @@ class EnvBase:
             ``(tensordict, next_root)``: ``tensordict`` with ``"next"`` holding the terminal data, and the
             data to act on next, in which done envs already hold the first observation of a new episode.
         """
-        tensordict = self.step(tensordict)
-        next_root = self._step_mdp(tensordict)
+        next_root = self._checked_step(tensordict, with_root=True)
+        if next_root is None:
+            next_root = self._step_mdp(tensordict)
         done = next_root.get("done").reshape(self.num_envs)
         if bool(done.any()):
             next_root = self._reset_masked(next_root, done)
         return tensordict, next_root
+
+    def _checked_step(self, tensordict: TensorDictBase, with_root: bool) -> TensorDictBase | None:
+        """Validate, advance, write ``"next"``; return the next root data if ``_advance`` built it."""
+        self._check_batch(tensordict, "step")
+        self._check_actions(tensordict)
+        out, next_root = self._advance(tensordict, with_root)
+        tensordict.set("next", out)
+        return next_root
+
+    def _advance(self, tensordict: TensorDictBase, with_root: bool) -> tuple[TensorDictBase, TensorDictBase | None]:
+        """Step the envs (actions already validated): ``(next data with every done entry, next root or None)``.
+
+        This default runs ``_step``, counts the step and completes the done entries, and leaves the next root
+        to ``_step_mdp``. A backend may override it to build both at once (``with_root``: the root is wanted),
+        e.g. while its simulator computes, as the Brax backend does on CPU; it must give exactly what this
+        default gives.
+        """
+        out = self._step(tensordict)
+        self._step_count += 1
+        self._complete_done(out, truncate=self.max_steps is not None)
+        return out, None
 
     def _step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The root data of the next step: ``next`` without rewards, plus the actions taken."""

@@ -7,6 +7,7 @@ every physics env is built once per module (``built``), with the cheapest backen
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -572,15 +573,36 @@ def exports_dir(tmp_path, monkeypatch):
     return folder
 
 
-def _rollout(env, steps=6):
+def _rollout(env, steps=6, roots=False):
+    """``steps`` of ``step_and_maybe_reset`` with seeded random actions (and the next roots, if ``roots``)."""
     env.set_seed(3)
     generator = torch.Generator().manual_seed(0)
-    td, out = env.reset(), []
+    td, out, nxt = env.reset(), [], []
     for _ in range(steps):
         td.update(env.full_action_spec.rand(generator=generator))
         step, td = env.step_and_maybe_reset(td)
         out.append(step)
-    return torch.stack(out)
+        nxt.append(td.clone())
+    return (torch.stack(out), torch.stack(nxt)) if roots else torch.stack(out)
+
+
+@pytest.mark.parametrize("name", ["walker2d_2x3", "humanoid_9|8", "fast"])
+def test_the_overlapped_step_matches_the_generic_step(built, name):
+    """On CPU BraxWrapper builds the next data and the next root while JAX computes; EnvBase's generic path
+    (``_step``, ``_complete_done``, ``_step_mdp``) must give the same, truncations and resets included."""
+    env = built(name)
+    twin = marl_envs.make(f"brax/{name}", num_envs=2, max_steps=3, seed=0, **_cheapest(name))
+    twin._advance = functools.partial(marl_envs.EnvBase._advance, twin)
+    (steps, roots), (twin_steps, twin_roots) = _rollout(env, 7, roots=True), _rollout(twin, 7, roots=True)
+    assert set(steps.keys(True, True)) == set(twin_steps.keys(True, True))
+    assert set(roots.keys(True, True)) == set(twin_roots.keys(True, True))
+    assert (steps == twin_steps).all() and (roots == twin_roots).all()
+    assert steps["next", "truncated"][2].all()  # max_steps=3: the third step truncates, then a reset
+    td = env.reset()
+    assert (twin.reset() == td).all()
+    td.update(env.full_action_spec.rand())
+    one, other = env.step(td.clone()), twin.step(td.clone())  # step alone (no next root built)
+    assert (one == other).all() and set(one.keys(True, True)) == set(other.keys(True, True))
 
 
 def test_a_named_env_is_saved_once_and_rebuilt_from_its_export(exports_dir):

@@ -424,6 +424,7 @@ class BraxWrapper(EnvBase):
         self.full_observation_spec, self.full_action_spec, self.full_reward_spec = obs, act, rew
         self._reset_layout = self._slices(layout)
         self._step_layout = self._slices(layout + rewards)
+        self._out_width = self._step_layout[-1][1].stop + 2  # the step's float buffer: outputs, then two flags
         self._group_batch = {g: (B, len(m)) for g, m in self.group_map.items()}
         self._all_true = np.ones(B, dtype=bool)
 
@@ -437,18 +438,19 @@ class BraxWrapper(EnvBase):
         return out
 
     # -- output builder (one for reset and step) ------------------------------------------------------
-    def _build(self, out: torch.Tensor, layout, **extra: torch.Tensor) -> TensorDict:
-        """The TensorDict of ``out``'s columns laid out by ``layout`` (see ``_slices``), plus root ``extra``."""
-        root: dict[str, Any] = extra
-        for key, columns, shape in layout:
-            value = out[:, columns].view(shape)
-            if len(key) == 1:
-                root[key[0]] = value
+    def _build(self, out: torch.Tensor, layout, extra: Mapping | None = None) -> TensorDict:
+        """The TensorDict of ``out``'s columns laid out by ``layout`` (see ``_slices``), plus ``extra`` entries
+        (root names, or ``(group, name)`` keys)."""
+        root: dict[str, Any] = {}
+        entries = [(key, out[:, columns].view(shape)) for key, columns, shape in layout]
+        for key, value in [*entries, *(extra or {}).items()]:
+            if isinstance(key, str) or len(key) == 1:
+                root[key if isinstance(key, str) else key[0]] = value
             else:
                 root.setdefault(key[0], {})[key[1:] if len(key) > 2 else key[1]] = value
-        for group, entries in list(root.items()):
-            if isinstance(entries, dict):
-                root[group] = TensorDict(entries, batch_size=self._group_batch.get(group, self.batch_size),
+        for group, members in list(root.items()):
+            if isinstance(members, dict):
+                root[group] = TensorDict(members, batch_size=self._group_batch.get(group, self.batch_size),
                                          device=self.device)
         return TensorDict(root, batch_size=self.batch_size, device=self.device)
 
@@ -487,7 +489,36 @@ class BraxWrapper(EnvBase):
             if self._steps_since_clear >= self.cache_clear_frequency:
                 self._steps_since_clear = 0
                 jax.clear_caches()
-        return self._build(out, self._step_layout, terminated=flags[:, 0:1], truncated=flags[:, 1:2])
+        return self._build(out, self._step_layout, {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2]})
+
+    def _advance(self, tensordict: TensorDictBase, with_root: bool) -> tuple[TensorDictBase, TensorDictBase | None]:
+        """``EnvBase._advance``, overlapped with JAX on CPU: the step is dispatched, the output TensorDicts (next
+        data and next root) are built over empty buffers while JAX computes, then the result is copied in.
+
+        Torch work done after a 10+ ms JAX step runs several times slower here than the same work done before
+        it (caches gone cold), so moving it ahead of the wait is most of what separates this env from a pure-JAX
+        loop. GPU, differentiable and cache-clearing envs take the generic path.
+        """
+        if not self._io.cpu or self._diff is not None or self.cache_clear_frequency is not None:
+            return super()._advance(tensordict, with_root)
+        pending = self._core.step(self._io.to_jax(self._flat_action(tensordict)))  # dispatched, not yet done
+        out = torch.empty((self.num_envs, self._out_width), dtype=torch.float32)
+        flags = torch.empty((self.num_envs, 3), dtype=torch.bool)  # terminated, truncated, done
+        ends = {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2], "done": flags[:, 2:3]}
+        data = self._build(out, self._step_layout, ends)
+        root = None
+        if with_root:
+            actions = {key: tensordict.get(key) for key in self.action_keys}
+            root = self._build(out, self._reset_layout, {**ends, **actions})
+        count = self._step_count + 1
+        limit = count >= self.max_steps if self.max_steps is not None else None
+        np.copyto(out.numpy(), np.asarray(pending))  # waits for JAX
+        torch.gt(out[:, -2:], 0.5, out=flags[:, 0:2])  # the buffer ends with terminated, truncated
+        if limit is not None:
+            flags[:, 1] |= limit
+        torch.bitwise_or(flags[:, 0], flags[:, 1], out=flags[:, 2])
+        self._step_count = count
+        return data, root
 
     def _set_seed(self, seed: int) -> None:
         self._core.seed(seed)
