@@ -320,25 +320,24 @@ class EnvBase:
         return tensordict, next_root
 
     def _checked_step(self, tensordict: TensorDictBase, with_root: bool) -> TensorDictBase | None:
-        """Validate, advance, write ``"next"``; return the next root data if ``_advance`` built it."""
+        """Validate, then advance; return the next root data if ``_advance`` built it."""
         self._check_batch(tensordict, "step")
         self._check_actions(tensordict)
-        out, next_root = self._advance(tensordict, with_root)
-        tensordict.set("next", out)
-        return next_root
+        return self._advance(tensordict, with_root)
 
-    def _advance(self, tensordict: TensorDictBase, with_root: bool) -> tuple[TensorDictBase, TensorDictBase | None]:
-        """Step the envs (actions already validated): ``(next data with every done entry, next root or None)``.
+    def _advance(self, tensordict: TensorDictBase, with_root: bool) -> TensorDictBase | None:
+        """Step the envs (actions already validated) and write ``tensordict["next"]``, every done entry filled;
+        return the next root data, or None for ``_step_mdp`` to derive it.
 
-        This default runs ``_step``, counts the step and completes the done entries, and leaves the next root
-        to ``_step_mdp``. A backend may override it to build both at once (``with_root``: the root is wanted),
-        e.g. while its simulator computes, as the Brax backend does on CPU; it must give exactly what this
-        default gives.
+        This default runs ``_step``, counts the step, completes the done entries and returns None. A backend
+        may override it to build both at once (``with_root``: the root is wanted), e.g. while its simulator
+        computes, as the Brax backend does on CPU; it must give exactly what this default gives.
         """
         out = self._step(tensordict)
         self._step_count += 1
         self._complete_done(out, truncate=self.max_steps is not None)
-        return out, None
+        tensordict.set("next", out)
+        return None
 
     def _step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The root data of the next step: ``next`` without rewards, plus the actions taken."""

@@ -491,7 +491,7 @@ class BraxWrapper(EnvBase):
                 jax.clear_caches()
         return self._build(out, self._step_layout, {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2]})
 
-    def _advance(self, tensordict: TensorDictBase, with_root: bool) -> tuple[TensorDictBase, TensorDictBase | None]:
+    def _advance(self, tensordict: TensorDictBase, with_root: bool) -> TensorDictBase | None:
         """``EnvBase._advance``, overlapped with JAX on CPU: the step is dispatched, the output TensorDicts (next
         data and next root) are built over empty buffers while JAX computes, then the result is copied in.
 
@@ -505,7 +505,7 @@ class BraxWrapper(EnvBase):
         out = torch.empty((self.num_envs, self._out_width), dtype=torch.float32)
         flags = torch.empty((self.num_envs, 3), dtype=torch.bool)  # terminated, truncated, done
         ends = {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2], "done": flags[:, 2:3]}
-        data = self._build(out, self._step_layout, ends)
+        tensordict.set("next", self._build(out, self._step_layout, ends))
         root = None
         if with_root:
             actions = {key: tensordict.get(key) for key in self.action_keys}
@@ -518,7 +518,7 @@ class BraxWrapper(EnvBase):
             flags[:, 1] |= limit
         torch.bitwise_or(flags[:, 0], flags[:, 1], out=flags[:, 2])
         self._step_count = count
-        return data, root
+        return root
 
     def _set_seed(self, seed: int) -> None:
         self._core.seed(seed)
