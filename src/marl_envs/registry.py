@@ -3,7 +3,8 @@
 Backend names are derived from the installed libraries (``marl_envs.backends.<backend>.env_names()``), which
 are only imported when a name of theirs is asked for. A backend whose ``make_env`` rejects unknown names itself
 says so (``MAKE_ENV_CHECKS_NAMES = True``): ``make`` then skips listing its names (listing Brax's envs imports
-Brax, which a Brax env loaded from the compile cache does not need). Users add their own factories with ``register``.
+Brax, which a Brax env loaded from the compile cache does not need). Users add their own factories with
+``register``.
 """
 
 from __future__ import annotations

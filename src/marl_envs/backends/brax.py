@@ -106,14 +106,16 @@ class _ClipWithBounds:
 
 
 def _brax():
-    """Import Brax's env package, the first time a Brax env is built or listed (not on a saved env's path)."""
+    """Brax's env package, imported the first time a Brax env is built or listed (not on a saved env's path),
+    with the ``clip`` shim in ``brax.fluid`` (also when user code imported Brax first)."""
     if "brax.envs" not in sys.modules:
         with warnings.catch_warnings():  # brax imports jaxopt, which warns that it is unmaintained
             warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
             import brax.envs
-            import brax.fluid
-        if "a_min" not in inspect.signature(jnp.clip).parameters:
-            brax.fluid.jp = _ClipWithBounds()
+    import brax.fluid
+
+    if not isinstance(brax.fluid.jp, _ClipWithBounds) and "a_min" not in inspect.signature(jnp.clip).parameters:
+        brax.fluid.jp = _ClipWithBounds()
     return sys.modules["brax.envs"]
 
 
@@ -505,7 +507,7 @@ class BraxWrapper(EnvBase):
         out = torch.empty((self.num_envs, self._out_width), dtype=torch.float32)
         flags = torch.empty((self.num_envs, 3), dtype=torch.bool)  # terminated, truncated, done
         ends = {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2], "done": flags[:, 2:3]}
-        tensordict.set("next", self._build(out, self._step_layout, ends))
+        data = self._build(out, self._step_layout, ends)
         root = None
         if with_root:
             actions = {key: tensordict.get(key) for key in self.action_keys}
@@ -518,6 +520,7 @@ class BraxWrapper(EnvBase):
             flags[:, 1] |= limit
         torch.bitwise_or(flags[:, 0], flags[:, 1], out=flags[:, 2])
         self._step_count = count
+        tensordict.set("next", data)  # only now: a failed step leaves the input as it was
         return root
 
     def _set_seed(self, seed: int) -> None:
