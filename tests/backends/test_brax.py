@@ -635,6 +635,15 @@ def test_saved_envs_are_keyed_on_their_arguments(exports_dir):
     assert BraxEnv("fast", num_envs=2, requires_grad=True).export_file is None
     assert len(list(exports_dir.iterdir())) == 3
 
+    # envs saved by another installation are deleted on the next save once unused for a week, not before
+    stale, recent = exports_dir / "0000000000000000-old.json", exports_dir / "0000000000000000-recent.json"
+    for file in (stale, recent):
+        file.write_text("{}")
+    os.utime(stale, (0, 0))
+    os.utime(base.export_file, (0, 0))  # this installation's own files are kept, however old
+    BraxEnv("fast", num_envs=4)
+    assert not stale.exists() and recent.exists() and base.export_file.exists()
+
 
 def test_a_corrupt_export_is_rebuilt_and_an_unwritable_folder_warns(exports_dir, monkeypatch):
     file = BraxEnv("fast", num_envs=2).export_file

@@ -15,7 +15,8 @@ MuJoCo and NumPy, Brax's installed files (their hashes, from its wheel's ``RECOR
 backend and of ``groupings``. Nothing is saved or loaded when that cannot be pinned down: Brax installed in
 editable mode, keywords that are not plain JSON values, or a Brax env name re-registered by user code. Files
 are written atomically (a temporary file renamed), so concurrent processes are safe; an unreadable file
-counts as a miss and is replaced.
+counts as a miss and is replaced. File names start with a digest of the installation; saving deletes the files
+of other installations (older code or library versions) that nothing loaded for a week.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ __all__ = ["directory", "key", "load", "path", "save"]
 FORMAT = 1
 OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE"
 SUBDIR = "marl_envs-exported"
+STALE_DAYS = 7  # an env saved by another installation and not loaded for this long is deleted
 _SOURCES = ("brax.py", "_brax_core.py", "_brax_scenes.py", "_brax_exports.py")
 _PACKAGES = ("jax", "jaxlib", "brax", "mujoco", "numpy")
 _JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
@@ -104,7 +107,7 @@ def key(robot: str, device, **arguments: Any) -> str | None:
         "robot": robot,
         **arguments,
     }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    return f"{installation[:16]}-{hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()}"
 
 
 def directory() -> Path | None:
@@ -136,6 +139,7 @@ def load(name: str) -> tuple[dict, dict[str, Any]] | None:
         data = json.loads(file.read_text())
         if data["format"] != FORMAT:
             return None
+        os.utime(file)  # in use: see _prune
         exported = {k: jax.export.deserialize(bytearray(base64.b64decode(v))) for k, v in data["exported"].items()}
         return data["meta"], exported
     except Exception:  # missing, half-written by an older crash, or unreadable: rebuild and overwrite
@@ -167,4 +171,17 @@ def save(name: str, meta: dict, exported: dict[str, Any]) -> Path | None:
             RuntimeWarning, stacklevel=3,
         )
         return None
+    _prune(folder, name.partition("-")[0])
     return target
+
+
+def _prune(folder: Path, installation: str) -> None:
+    """Delete envs saved by other installations (older code or library versions) and unused for a week."""
+    cutoff = time.time() - STALE_DAYS * 86400
+    for file in folder.glob("*.json"):
+        if not file.name.startswith(installation + "-"):
+            try:
+                if file.stat().st_mtime < cutoff:
+                    file.unlink()
+            except OSError:  # another process pruned it first
+                pass
