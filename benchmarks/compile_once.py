@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from marl_envs.cli import parse_kwargs
+
 CHILD = r"""
 import json, sys, time
 t = [time.time()]
@@ -66,15 +68,9 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=128)
     parser.add_argument("--pairs", type=int, default=3, help="cold/warm rounds, each in a new cache folder")
     parser.add_argument("--kwargs", nargs="*", default=["backend=spring"], metavar="K=V",
-                        help="env keywords (values parsed as JSON when they can be)")
+                        help="env keywords, parsed as by `marl-envs bench`")
     args = parser.parse_args()
-    kwargs = {}
-    for item in args.kwargs:
-        key, _, value = item.partition("=")
-        try:
-            kwargs[key] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key] = value
+    kwargs = parse_kwargs(args.kwargs)
 
     runs: dict[str, list[dict]] = {kind: [] for kind in KINDS}
     for pair in range(args.pairs):

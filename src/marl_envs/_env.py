@@ -399,10 +399,7 @@ class EnvBase:
             if self.validate_actions:
                 problems.append((key, spec, action))
         if problems:  # one host sync for all keys
-            if len(problems) == 1:
-                flags = self._bad_action(problems[0][1], problems[0][2]).any().view(1)
-            else:
-                flags = torch.stack([self._bad_action(spec, action).any() for _, spec, action in problems])
+            flags = torch.stack([self._bad_action(spec, action).any() for _, spec, action in problems])
             if bool(flags.any()):
                 key, spec, action = problems[int(flags.int().argmax())]
                 bad = self._bad_action(spec, action)

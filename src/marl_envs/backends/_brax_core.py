@@ -106,11 +106,6 @@ class Layout:
         leaves = [buffers[g][..., a:b].reshape((*lead, *shape)) for g, a, b, shape in self.slots]
         return jax.tree.unflatten(self.treedef, leaves)
 
-    def structs(self, num_envs: int, sharding) -> tuple[jax.ShapeDtypeStruct, ...]:
-        return tuple(
-            jax.ShapeDtypeStruct((num_envs, w), d, sharding=sharding) for w, d in zip(self.widths, self.dtypes)
-        )
-
 
 def reset_struct(env) -> Any:
     """Shapes and dtypes of ``env.reset(key)`` (traced once per env object, never run).
@@ -130,11 +125,6 @@ def reset_struct(env) -> Any:
 @functools.partial(jax.jit, static_argnums=1)
 def _env_keys(root: jax.Array, num_envs: int) -> jax.Array:
     return jax.vmap(lambda i: jax.random.fold_in(root, i))(jnp.arange(num_envs, dtype=jnp.uint32))
-
-
-def _where(mask: jax.Array, new: Any, old: Any) -> Any:
-    """Per-env select over a batched pytree."""
-    return jax.tree.map(lambda n, o: jnp.where(mask.reshape(mask.shape + (1,) * (n.ndim - 1)), n, o), new, old)
 
 
 class StateMismatch(ValueError):
@@ -258,14 +248,7 @@ class BraxCore:
         self.info, self.num_envs, self.frame_skip, self.split, self.device = info, num_envs, frame_skip, split, device
         self._env, self._env_factory = (None, env) if exported else (env, None)
         self._sharding = jax.sharding.SingleDeviceSharding(device)
-        self.obs_leaves = info.obs_leaves
-        self.has_truncation = info.has_truncation
-        if split is not None and info.flat_observation_size is None:
-            raise ValueError(
-                f"a multi-agent split needs a flat observation vector, but the env observes "
-                f"{ {'/'.join(p) or 'obs': s for p, s in self.obs_leaves} }"
-            )
-        self.observation_size = info.flat_observation_size if split is not None else None
+        self.observation_size = info.flat_observation_size if split is not None else None  # the wrapper checked it
         self._compiled: dict[str, Any] = {}
         self._traced: dict[str, Any] = {}
         self.exported: dict[str, Any] = dict(exported or {})
@@ -350,7 +333,7 @@ class BraxCore:
 
     def _flags(self, state: Any) -> jax.Array:
         done = state.done > 0
-        truncated = (state.info["truncation"] > 0) & done if self.has_truncation else jnp.zeros_like(done)
+        truncated = (state.info["truncation"] > 0) & done if self.info.has_truncation else jnp.zeros_like(done)
         return jnp.stack([done & ~truncated, truncated], axis=1)
 
     # -- batched functions (these are compiled) -------------------------------------------------------
@@ -416,17 +399,16 @@ class BraxCore:
         ``compile_seconds[name]`` counts tracing, lowering and compiling (or loading from the persistent cache).
         """
         if name not in self._compiled:
-            if name in self.exported:
-                self.compile_seconds.setdefault(name, 0.0)
-                fn = self.exported[name].call
-            elif name not in self._traced:
+            if name not in self.exported and name not in self._traced:
                 self._trace(name, fn, args(), donate)
             start = time.perf_counter()
             with quiet_tracing():
-                traced = (jax.jit(fn, donate_argnums=donate).trace(*args()) if name in self.exported
-                          else self._traced.pop(name))
+                if name in self.exported:
+                    traced = jax.jit(self.exported[name].call, donate_argnums=donate).trace(*args())
+                else:
+                    traced = self._traced.pop(name)
                 self._compiled[name] = traced.lower().compile()
-            self.compile_seconds[name] += time.perf_counter() - start
+            self.compile_seconds[name] = self.compile_seconds.get(name, 0.0) + time.perf_counter() - start
         return self._compiled[name]
 
     def _keys_struct(self):

@@ -36,6 +36,7 @@ class Task:
         if raw_env is not None:
             check_kwargs(f"pettingzoo task {self.name!r}", raw_env, kwargs)
 
+
 def quiet_import(module: str):
     """Import ``module``, silencing the SWIG warnings Box2D emits at import.
 

@@ -37,8 +37,8 @@ each ``frame_skip`` Brax steps) is ``truncated``.
 ``jit(vmap(...))`` call (agent scatter/gather, ``frame_skip`` via ``lax.scan``) and each reset one more, which
 draws fresh random starts for exactly the envs being reset (Brax's ``AutoResetWrapper`` replays one cached
 start). The state buffers are donated. On CPU actions go in as NumPy views and outputs come back as one copied
-buffer (measured here: ~40 us a step, against ~50 us with DLPack out and ~160 us with DLPack in); on GPU both
-ways are zero-copy DLPack. JAX caches are never cleared on the hot path. ``benchmark`` compares with pure JAX.
+buffer (measured here: ~40 us a step, against ~50 us with DLPack out and ~160 us with DLPack in), and the output
+TensorDicts are built while JAX computes the step (``_advance``); on GPU both ways are zero-copy DLPack. JAX caches are never cleared on the hot path. ``benchmark`` compares with pure JAX.
 
 **Compile once.** JAX's persistent compilation cache is switched on when the first env is built, in
 ``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``; compilations over 0.2 s
@@ -401,7 +401,7 @@ class BraxWrapper(EnvBase):
         obs, act, rew = (Composite(shape=(B,), device=dev) for _ in range(3))
         layout: list[tuple[tuple[str, ...], tuple[int, ...]]] = []  # float buffer entries, in order
         if mapping is None:
-            for path, shape in core.obs_leaves:
+            for path, shape in core.info.obs_leaves:
                 key = ("observation", *path)
                 for depth in range(1, len(key)):  # dict observations: nested Composites of batch (B,)
                     if key[:depth] not in obs:
