@@ -98,7 +98,7 @@ def test_terminated_is_the_backend_end(env):
 
 
 def test_root_reset_supersedes_nested(env):
-    td = env._step_mdp(env.rand_step(env.reset()))
+    td = env.step_mdp(env.rand_step(env.reset()))
     before = td.clone()
     root = torch.zeros(B, 1, dtype=torch.bool)
     root[1] = True
@@ -112,7 +112,7 @@ def test_root_reset_supersedes_nested(env):
 
 
 def test_nested_reset_alone_resets_env_of_requesting_agent(env):
-    td = env._step_mdp(env.rand_step(env.reset()))
+    td = env.step_mdp(env.rand_step(env.reset()))
     before = td.clone()
     nested = torch.zeros(B, 1, 1, dtype=torch.bool)
     nested[[0, 4]] = True
@@ -138,7 +138,7 @@ def test_random_partial_resets_keep_other_rows(rows, nested, steps):
     env.set_seed(3)
     td = env.reset()
     for _ in range(steps):
-        td = env._step_mdp(env.rand_step(td))
+        td = env.step_mdp(env.rand_step(td))
     before = td.clone()
     mask = torch.tensor(rows)
     if nested:

@@ -9,17 +9,16 @@ Brax, which a Brax env loaded from the compile cache does not need). Users add t
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 from ._env import EnvBase
+from ._validate import check_kwargs, unknown_name
 
-__all__ = ["available_envs", "backend_installed", "make", "register"]
+__all__ = ["available_backends", "available_envs", "backend_installed", "backend_module", "make", "register"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +37,11 @@ _USER_ENVS: dict[str, Callable[..., EnvBase]] = {}
 _NAME_CACHE: dict[str, list[str]] = {}
 
 
+def available_backends() -> list[str]:
+    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo"]``)."""
+    return list(_BACKENDS)
+
+
 def backend_installed(backend: str) -> bool:
     """True if the libraries ``backend`` needs can be imported."""
     spec = _backend(backend)
@@ -51,7 +55,13 @@ def _backend(backend: str) -> _Backend:
         raise ValueError(f"unknown backend {backend!r}; backends are {sorted(_BACKENDS)}") from None
 
 
-def _backend_module(backend: str):
+def backend_module(backend: str) -> ModuleType:
+    """The backend's module (``marl_envs.backends.<backend>``), imported now.
+
+    Raises:
+        ValueError: unknown backend.
+        ImportError: its libraries are not installed (the message names the pip extra).
+    """
     spec = _backend(backend)
     if not backend_installed(backend):
         missing = [p for p in spec.packages if importlib.util.find_spec(p) is None]
@@ -64,7 +74,7 @@ def _backend_module(backend: str):
 
 def _backend_names(backend: str) -> list[str]:
     if backend not in _NAME_CACHE:
-        _NAME_CACHE[backend] = sorted(f"{backend}/{name}" for name in _backend_module(backend).env_names())
+        _NAME_CACHE[backend] = sorted(f"{backend}/{name}" for name in backend_module(backend).env_names())
     return _NAME_CACHE[backend]
 
 
@@ -91,26 +101,8 @@ def available_envs(backend: str | None = None) -> list[str]:
 
 
 def _unknown(name: str, candidates: list[str]) -> ValueError:
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     shown = ", ".join(candidates[:12]) + (", ..." if len(candidates) > 12 else "")
-    return ValueError(f"unknown env {name!r}{hint} available: {shown} (marl_envs.available_envs() lists them all)")
-
-
-def check_kwargs(name: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
-    """Raise TypeError for keywords ``factory`` does not take, with close matches (no-op for ``**kwargs``)."""
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    for key in kwargs:
-        if key not in accepted:
-            close = difflib.get_close_matches(key, accepted, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ";"
-            raise TypeError(f"{name} got an unexpected keyword argument {key!r}{hint} it accepts {accepted}")
+    return unknown_name("env", name, candidates, f"{shown} (marl_envs.available_envs() lists them all)")
 
 
 def make(name: str, **kwargs: Any) -> EnvBase:
@@ -138,7 +130,7 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         return factory(**kwargs)
     backend, _, env_name = name.partition("/")
     if backend in _BACKENDS:
-        module = _backend_module(backend)
+        module = backend_module(backend)
         if not getattr(module, "MAKE_ENV_CHECKS_NAMES", False):  # else make_env rejects unknown names itself
             names = _backend_names(backend)
             if name not in names:

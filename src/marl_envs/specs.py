@@ -54,7 +54,7 @@ class TensorSpec:
         self.device = torch.device(device if device is not None else "cpu")
 
     # -- domain ---------------------------------------------------------------------------------------
-    def _in_domain(self, value: torch.Tensor) -> torch.Tensor:
+    def in_domain(self, value: torch.Tensor) -> torch.Tensor:
         """Elementwise bool tensor: value lies in the domain (dtype and shape already checked)."""
         return torch.ones((), dtype=torch.bool, device=value.device)
 
@@ -64,7 +64,7 @@ class TensorSpec:
             return False
         if value.shape[value.ndim - len(self.shape) :] != self.shape or value.ndim < len(self.shape):
             return False
-        return bool(self._in_domain(value).all())
+        return bool(self.in_domain(value).all())
 
     def project(self, value: torch.Tensor) -> torch.Tensor:
         """The closest value in the domain (identity for unbounded specs)."""
@@ -165,7 +165,7 @@ class Bounded(TensorSpec):
     def _tensor_fields(self):
         return {"low": self.low, "high": self.high}
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         return (value >= self.low) & (value <= self.high)
 
     def project(self, value):
@@ -246,7 +246,7 @@ class Categorical(_Discrete):
     def _mask_shape(self):
         return torch.Size((*self.shape, self.n))
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         inside = (value >= 0) & (value < self.n)
         if self.mask is not None:
             allowed = self.mask.expand(*value.shape, self.n).gather(-1, value.long().clamp(0, self.n - 1)[..., None])
@@ -274,7 +274,7 @@ class OneHot(_Discrete):
     def _mask_shape(self):
         return self.shape
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         ones = value == 1
         valid = ((value == 0) | ones).all(-1) & (ones.sum(-1) == 1)
         if self.mask is not None:
@@ -298,7 +298,7 @@ class Binary(TensorSpec):
     def __init__(self, shape: ShapeLike = (), dtype: torch.dtype = torch.bool, device=None):
         super().__init__(shape, dtype, device)
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         return (value == 0) | (value == 1)
 
     def project(self, value):
@@ -323,7 +323,7 @@ class MultiCategorical(TensorSpec):
     def _tensor_fields(self):
         return {"nvec": self.nvec}
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         return (value >= 0) & (value < self.nvec)
 
     def project(self, value):

@@ -315,7 +315,7 @@ def test_resets_draw_fresh_starts_per_env_and_keep_other_envs():
     env = BraxWrapper(Drift(), num_envs=4, seed=0)
     first = env.reset()["observation"]
     assert len({tuple(row.tolist()) for row in first}) == 4  # per-env keys
-    td = env._step_mdp(env.rand_step(env.reset()))
+    td = env.step_mdp(env.rand_step(env.reset()))
     before = td["observation"].clone()
     td.set("_reset", torch.tensor([[True], [False], [True], [False]]))
     after = env.reset(td)["observation"]
@@ -477,7 +477,7 @@ def _policy_rollout(env, actions):
         td = env.step(td)
         reward = td["next", "reward"] if env.action_indices is None else td["next", "agents", "reward"][:, 0]
         total = total + reward.sum()
-        td = env._step_mdp(td)
+        td = env.step_mdp(td)
     last = td["observation"] if env.action_indices is None else td["state"]
     return total + (last ** 2).sum()
 
@@ -505,7 +505,7 @@ def test_gradients_stop_at_resets_and_detach_state():
     env = BraxWrapper(Drift(), num_envs=2, requires_grad=True)
     td = env.reset()
     action = torch.zeros(2, 2, requires_grad=True)
-    td = env._step_mdp(env.step(td.set("action", action)))
+    td = env.step_mdp(env.step(td.set("action", action)))
     td.set("_reset", torch.tensor([[True], [False]]))
     td = env.reset(td)
     nxt = env.step(td.set("action", torch.zeros(2, 2)))["next"]
@@ -534,7 +534,7 @@ def test_differentiable_steps_keep_memory_flat():
         for _ in range(10):
             td = env.step(td.set("action", torch.tanh(policy(td["observation"]))))
             loss = loss + td["next", "reward"].sum()
-            td = env._step_mdp(td)
+            td = env.step_mdp(td)
         loss.backward()
         env.detach_state()
 

@@ -156,7 +156,7 @@ def test_tictactoe_scripted_win_reports_rewards_and_masks():
             assert nxt["agents", "action_mask"][0, 0].all()  # the waiting agent: all True
         if t < 4:
             assert not nxt["done"].any() and not nxt["agents", "reward"].any()
-        td = env._step_mdp(td)
+        td = env.step_mdp(td)
     assert nxt["agents", "reward"][0, :, 0].tolist() == [1.0, -1.0]
     assert nxt["agents", "terminated"].all() and nxt["done"].all() and nxt["terminated"].all()
 
@@ -248,7 +248,7 @@ def test_dead_agent_without_use_mask_says_to_set_it():
     env = PettingZooWrapper(Shrinking, num_envs=2, done_on_any=False)
     td = env.reset()
     for _ in range(2):
-        td = env._step_mdp(env.rand_step(td))
+        td = env.step_mdp(env.rand_step(td))
     with pytest.raises(ValueError, match=r"agents \['walker_1'\] of env 0 are not in the episode.*use_mask=True"):
         env.rand_step(td)
     env.reset()  # nothing was half-applied: the env can be reset and stepped
@@ -363,7 +363,7 @@ def test_stepping_a_finished_env_says_to_reset():
     td = env.rand_step(env.reset())
     assert td["next", "truncated"].all()
     with pytest.raises(ValueError, match="env 0 has no agents left.*reset it"):
-        env.rand_step(env._step_mdp(td))
+        env.rand_step(env.step_mdp(td))
 
 
 def test_benchmark_rows():
