@@ -12,7 +12,6 @@ buffers that become tensors once per step (``torch.from_numpy``, no per-agent te
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,14 +20,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from groupings import GroupMap, MarlGroupMapType, default_group_map
+from groupings import GroupMap, MarlGroupMapType
 
 from .._env import EnvBase
 from ..specs import Binary, Composite, Unbounded
-from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, ObsLayout, obs_layout, signature, stacked_spec
+from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, ObsLayout, obs_layout, space_spec
 from ._pettingzoo_tasks import quiet_import, resolve_task, tasks
 
-__all__ = ["PettingZooEnv", "PettingZooWrapper", "benchmark", "env_names", "make_env"]
+__all__ = ["PettingZooEnv", "PettingZooWrapper", "env_names", "make_env"]
 
 Factory = Callable[[], Any]
 
@@ -143,17 +142,16 @@ class PettingZooWrapper(EnvBase):
         self.categorical_actions = bool(categorical_actions)
         self._agents = list(first.possible_agents)
         self._position = {agent: k for k, agent in enumerate(self._agents)}
-        self.agent_names = self._agents
         self._seeds: list[int | None] = [None] * num_envs
 
-        self._groups = self._build_groups(group_map, self._probe_infos(first))
-        self._slot = {agent: (gi, j) for gi, g in enumerate(self._groups) for j, agent in enumerate(g.agents)}
-        self._slots = [self._slot[agent] for agent in self._agents]
+        infos = self._probe_infos(first)  # resets the first instance
         self._state_dtype = self._state_shape = None
         if self.return_state:
             state = self._state_of(first)
             self._state_shape, self._state_dtype = state.shape, (np.float32 if state.dtype.kind == "f" else state.dtype)
-        self._build_specs()
+        self._groups = self._build_groups(group_map, infos)
+        self._slot = {agent: (gi, j) for gi, g in enumerate(self._groups) for j, agent in enumerate(g.agents)}
+        self._slots = [self._slot[agent] for agent in self._agents]
 
         B, N = num_envs, len(self._agents)
         self._term = np.zeros((B, N), dtype=bool)  # each agent's last end flags, kept once it has left
@@ -190,8 +188,9 @@ class PettingZooWrapper(EnvBase):
         return instances
 
     def _build_groups(self, group_map: GroupMap | MarlGroupMapType | None, infos: dict) -> list[_Group]:
-        env = self._envs[0]
-        layouts, masks, info_keys, signatures = {}, {}, {}, {}
+        """Each agent's specs -> the core's grouping and stacking; then the group facts the hot path reads."""
+        env, device = self._envs[0], self.device
+        layouts, masks, info_keys, agent_specs = {}, {}, {}, {}
         for agent in self._agents:
             layout = obs_layout(env.observation_space(agent))
             agent_info = infos.get(agent, {}) or {}
@@ -199,66 +198,38 @@ class PettingZooWrapper(EnvBase):
             if mask_shape is None and ACTION_MASK in agent_info:
                 mask_shape = np.asarray(agent_info[ACTION_MASK]).shape
             layouts[agent], masks[agent], info_keys[agent] = layout, mask_shape, _numeric_infos(agent_info)
-            signatures[agent] = {
-                "observation": signature(layout.space, f"agent {agent!r}'s observation"),
-                "action": signature(env.action_space(agent), f"agent {agent!r}'s action"),
-                "action_mask": mask_shape,
-            }
-        if group_map is None:
-            group_map = default_group_map(self._agents, [tuple(s.values()) for s in signatures.values()])
-        self.group_map = group_map  # validated by EnvBase against agent_names
+            spec = Composite(device=device)
+            spec["observation"] = space_spec(layout.space, device, where=f"agent {agent!r}'s observation")
+            spec["action"] = space_spec(env.action_space(agent), device, action=True,
+                                        categorical=self.categorical_actions, where=f"agent {agent!r}'s action")
+            if mask_shape is not None:
+                spec[ACTION_MASK] = Binary(mask_shape, device=device)
+            spec["reward"] = Unbounded((1,), device=device)
+            for name in ("done", "terminated", "truncated"):
+                spec[name] = Binary((1,), device=device)
+            agent_specs[agent] = spec
+        specs = self._group_agents(agent_specs, group_map, bounds=False)
         groups = []
         for name, members in self.group_map.items():
-            lead = members[0]
-            for other in members[1:]:
-                for entry, value in signatures[lead].items():
-                    if signatures[other][entry] != value:
-                        raise ValueError(
-                            f"group {name!r} puts agents {lead!r} and {other!r} together but their {entry} specs "
-                            f"differ ({value} vs {signatures[other][entry]}); agents of one group must share specs: "
-                            f"put them in different groups or pass group_map=None"
-                        )
-            shared = info_keys[lead]
-            info = tuple((k, s) for k, s in shared.items() if all(info_keys[m].get(k) == s for m in members))
+            lead, spec = members[0], specs[name]
+            info = tuple((k, s) for k, s in info_keys[lead].items() if all(info_keys[m].get(k) == s for m in members))
+            if self.use_mask:
+                spec["mask"] = Binary((*spec.shape, 1), device=device)
+            if info:
+                spec["info"] = Composite({k: Unbounded((*spec.shape, *s), device=device) for k, s in info},
+                                         shape=spec.shape, device=device)
             groups.append(_Group(
                 name=name, agents=tuple(members), index=np.array([self._position[m] for m in members]),
                 obs=layouts[lead], mask_from_info=layouts[lead].mask_leaf is None and masks[lead] is not None,
                 mask_shape=masks[lead], info=info,
                 codec=ActionCodec(env.action_space(lead), self.categorical_actions),
             ))
-        return groups
-
-    def _build_specs(self) -> None:
-        env, B, device = self._envs[0], self.num_envs, self.device
-        obs, act, rew, done = {}, {}, {}, {}
-        for g in self._groups:
-            n, batch = len(g.agents), (B, len(g.agents))
-            entries: dict[str, Any] = {
-                "observation": stacked_spec([obs_layout(env.observation_space(a)).space for a in g.agents], B, device)
-            }
-            if g.mask_shape is not None:
-                entries[ACTION_MASK] = Binary((*batch, *g.mask_shape), device=device)
-            if self.use_mask:
-                entries["mask"] = Binary((*batch, 1), device=device)
-            if g.info:
-                entries["info"] = Composite({k: Unbounded((*batch, *s), device=device) for k, s in g.info},
-                                            shape=batch, device=device)
-            obs[g.name] = Composite(entries, shape=batch, device=device)
-            act[g.name] = Composite(
-                action=stacked_spec([env.action_space(a) for a in g.agents], B, device, action=True,
-                                    categorical=self.categorical_actions),
-                shape=batch, device=device,
-            )
-            rew[g.name] = Composite(reward=Unbounded((*batch, 1), device=device), shape=batch, device=device)
-            done[g.name] = Composite({k: Binary((B, n, 1), device=device) for k in ("done", "terminated", "truncated")},
-                                     shape=batch, device=device)
+        root = {}
         if self.return_state:
-            obs["state"] = Unbounded((B, *self._state_shape), dtype=torch.from_numpy(
-                np.zeros(0, self._state_dtype)).dtype, device=device)
-        self.full_observation_spec = Composite(obs, shape=(B,), device=device)
-        self.full_action_spec = Composite(act, shape=(B,), device=device)
-        self.full_reward_spec = Composite(rew, shape=(B,), device=device)
-        self.full_done_spec = Composite(done, shape=(B,), device=device)
+            root["state"] = Unbounded((self.num_envs, *self._state_shape), device=device,
+                                      dtype=torch.from_numpy(np.zeros(0, self._state_dtype)).dtype)
+        self._declare_specs(specs, **root)
+        return groups
 
     def _state_of(self, env: Any) -> np.ndarray:
         try:
@@ -435,10 +406,8 @@ class PettingZooWrapper(EnvBase):
         """The PettingZoo instances, one per batch index."""
         return list(self._envs)
 
-    def render(self, env_index: int = 0) -> Any:
+    def _render(self, env_index: int) -> Any:
         """``render()`` of instance ``env_index`` (build the task with ``render_mode="rgb_array"`` for frames)."""
-        if not 0 <= env_index < self.num_envs:
-            raise IndexError(f"env_index {env_index} out of range for num_envs={self.num_envs}")
         return self._envs[env_index].render()
 
     def close(self) -> None:
@@ -483,69 +452,3 @@ class PettingZooEnv(PettingZooWrapper):
         super().__init__(functools.partial(creator, **task_kwargs), num_envs=num_envs, return_state=return_state,
                          group_map=group_map, use_mask=use_mask, categorical_actions=categorical_actions,
                          done_on_any=done_on_any, max_steps=max_steps, seed=seed, device=device)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Benchmark
-# ----------------------------------------------------------------------------------------------------
-#: ``marl-envs bench`` default: PettingZoo instances are Python objects, one per env.
-BENCH_NUM_ENVS = 8
-
-
-def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> list[tuple[str, float, int]]:
-    """Time ``steps`` batched steps of ours against a hand-written loop over as many PettingZoo instances.
-
-    Both sides step the same pre-drawn random actions (parallel tasks; turn-based ones draw legal actions on
-    the fly on both sides) and reset finished instances, so the difference is the wrapper's cost. The two
-    run in alternating blocks of 25 steps, so that a busy machine slows both alike.
-
-    Returns:
-        ``[("marl_envs", seconds, env_steps), ("raw PettingZoo loop", seconds, env_steps)]``.
-    """
-    env = make_env(name, num_envs=num_envs, device=device, seed=0)
-    raw = make_env(name, num_envs=num_envs, seed=0).envs  # only its PettingZoo instances are used
-    keys = env.action_keys
-    actions = env.full_action_spec.rand((steps,), generator=torch.Generator().manual_seed(0))  # (T, B, ...)
-    drawn = {key: actions.get(key).tolist() for key in keys}  # Python values, as a raw loop holds them
-    where = {agent: (key, j) for key, members in zip(keys, env.group_map.values()) for j, agent in enumerate(members)}
-    rng = np.random.default_rng(0)
-
-    def ours(td: TensorDictBase, t0: int, t1: int) -> TensorDictBase:
-        for t in range(t0, t1):
-            if env.parallel:
-                for key in keys:
-                    td.set(key, actions.get(key)[t])
-            else:
-                env.rand_action(td)
-            td = env.step_and_maybe_reset(td)[1]
-        return td
-
-    def by_hand(t0: int, t1: int) -> None:
-        for t in range(t0, t1):
-            for i, instance in enumerate(raw):
-                if env.parallel:
-                    if not instance.agents:
-                        instance.reset()
-                    instance.step({a: drawn[where[a][0]][t][i][where[a][1]] for a in instance.agents})
-                    continue
-                if all(instance.terminations.values()) or all(instance.truncations.values()):
-                    instance.reset()
-                obs, _, term, trunc, info = instance.last()
-                mask = obs[ACTION_MASK] if isinstance(obs, dict) and ACTION_MASK in obs else info.get(ACTION_MASK)
-                instance.step(None if term or trunc else int(rng.choice(np.flatnonzero(mask))))
-
-    td = env.reset()
-    for i, instance in enumerate(raw):
-        instance.reset(seed=i)
-    ours_time = raw_time = 0.0
-    for t0 in range(0, steps, 25):
-        t1 = min(steps, t0 + 25)
-        start = time.perf_counter()
-        td = ours(td, t0, t1)
-        middle = time.perf_counter()
-        by_hand(t0, t1)
-        ours_time, raw_time = ours_time + middle - start, raw_time + time.perf_counter() - middle
-    env.close()
-    for instance in raw:
-        instance.close()
-    return [("marl_envs", ours_time, steps * num_envs), ("raw PettingZoo loop", raw_time, steps * num_envs)]
