@@ -47,14 +47,15 @@ class References:
 
     Attributes:
         default_num_envs: the batch size ``marl-envs bench`` uses when none is given.
-        loops: ``loops(env, plan, chunks)`` -> ``{label: Loop}``, the raw reference loops stepping the same
-            actions as ``plan`` (``plan[t]``: the TensorDict of actions of step ``t``); ``chunks`` are the step
-            ranges the loops will be called with (warm-up first), for loops that prepare per chunk.
-        timings: ``timings(env)`` -> ``{label: seconds}``, one-off costs to report (compilation, ...).
+        loops: ``loops(env, plan, chunks)`` -> ``({label: Loop}, {label: seconds})``: the raw reference loops
+            stepping the same actions as ``plan`` (``plan[t]``: the TensorDict of actions of step ``t``), and
+            one-off costs of building them (compilation); ``chunks`` are the step ranges the loops will be called
+            with (warm-up first), for loops that prepare per chunk.
+        timings: ``timings(env)`` -> ``{label: seconds}``, one-off costs of our env, read after the run.
     """
 
     default_num_envs: int
-    loops: Callable[[EnvBase, Sequence[TensorDictBase], Sequence[range]], dict[str, Loop]]
+    loops: Callable[[EnvBase, Sequence[TensorDictBase], Sequence[range]], tuple[dict[str, Loop], dict[str, float]]]
     timings: Callable[[EnvBase], dict[str, float]] = field(default=lambda env: {})
 
 
@@ -115,7 +116,8 @@ def run(
     generator = torch.Generator(device=env.device).manual_seed(0)
     plan = [env.full_action_spec.rand(generator=generator) for _ in range(WARMUP + steps)]
     loops: dict[str, Loop] = {f"marl_envs {type(env).__name__}, auto-reset": _Ours(env, plan)}
-    loops.update(refs.loops(env, plan, chunks))
+    reference_loops, reference_timings = refs.loops(env, plan, chunks)
+    loops.update(reference_loops)
     for loop in loops.values():
         loop(chunks[0])
         loop.sync()
@@ -130,7 +132,8 @@ def run(
             times[label].append(time.perf_counter() - start)
     rows = [(label, statistics.median(t) * rounds, num_envs * rounds * chunk) for label, t in times.items()]
     rows.append((f"  build {type(env).__name__}", build, 0))
-    rows.extend((f"  {label}", seconds, 0) for label, seconds in refs.timings(env).items())
+    timings = {**refs.timings(env), **reference_timings}
+    rows.extend((f"  {label}", seconds, 0) for label, seconds in timings.items())
     env.close()
     return rows
 

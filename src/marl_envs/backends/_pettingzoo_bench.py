@@ -45,8 +45,9 @@ class _ByHand:
         """Nothing is queued: PettingZoo steps synchronously."""
 
 
-def _loops(env: PettingZooEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]) -> dict[str, Loop]:
-    return {"raw PettingZoo loop": _ByHand(env, plan)}
+def _loops(env: PettingZooEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
+           ) -> tuple[dict[str, Loop], dict[str, float]]:
+    return {"raw PettingZoo loop": _ByHand(env, plan)}, {}
 
 
 #: PettingZoo instances are Python objects, one per env: a small default batch.

@@ -44,11 +44,12 @@ class _RawVmas:
             torch.cuda.synchronize(self.device)
 
 
-def _loops(env: VmasEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]) -> dict[str, Loop]:
+def _loops(env: VmasEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
+           ) -> tuple[dict[str, Loop], dict[str, float]]:
     return {
         "raw vmas, reset_at loop over done envs": _RawVmas(env, plan, resets=True),
         "raw vmas, no resets": _RawVmas(env, plan, resets=False),
-    }
+    }, {}
 
 
 BENCH = References(default_num_envs=4096, loops=_loops)

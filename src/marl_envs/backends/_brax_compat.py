@@ -1,0 +1,103 @@
+"""What the Brax backend needs from its surroundings, applied when the first Brax env is built, never at import.
+
+Two adjustments, each made only when needed and documented in the Brax backend's page:
+
+- **Headless rendering.** MuJoCo picks its OpenGL backend when it is imported. On a Linux machine without a
+  display, ``MUJOCO_GL=egl`` is set just before Brax (or, for an env loaded from its export, the renderer)
+  first imports MuJoCo, unless ``MUJOCO_GL`` is set already or MuJoCo was imported by someone else.
+- **``jnp.clip`` shim.** Brax 0.14.2's ``brax/fluid.py`` (fluid drag, used by ``swimmer``) calls
+  ``jnp.clip(..., a_min=...)``, a keyword JAX 0.10 removed. When the installed JAX lacks it, ``brax.fluid``'s
+  ``jp`` is replaced by a proxy of ``jax.numpy`` whose ``clip`` still accepts ``a_min`` / ``a_max`` (also when
+  user code imported Brax first). Nothing else in Brax or JAX is touched.
+
+Also here: the persistent compilation cache (``enable_compilation_cache``) and the torch -> JAX device mapping.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from . import _brax_exports as exports
+
+__all__ = ["CACHE_DIR_VAR", "enable_compilation_cache", "import_brax", "jax_device", "prepare_mujoco_gl"]
+
+CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
+
+
+def prepare_mujoco_gl() -> None:
+    """Set ``MUJOCO_GL=egl`` for headless rendering before MuJoCo is first imported (see the module docstring)."""
+    if sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+class _ClipWithBounds:
+    """``jax.numpy`` whose ``clip`` still takes ``a_min`` / ``a_max``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(jnp, name)
+
+    @staticmethod
+    def clip(x, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002 - jnp.clip's own names
+        return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
+
+
+def import_brax():
+    """Brax's env package, imported on first use (not on a saved env's path) with the adjustments above."""
+    if "brax.envs" not in sys.modules:
+        prepare_mujoco_gl()
+        with warnings.catch_warnings():  # brax imports jaxopt, which warns that it is unmaintained
+            warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
+            import brax.envs
+    import brax.fluid
+
+    if not isinstance(brax.fluid.jp, _ClipWithBounds) and "a_min" not in inspect.signature(jnp.clip).parameters:
+        brax.fluid.jp = _ClipWithBounds()
+    return sys.modules["brax.envs"]
+
+
+def enable_compilation_cache() -> str | None:
+    """Switch on JAX's persistent compilation cache; return its directory.
+
+    The directory is ``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``;
+    compilations over 0.2 s are kept). Does nothing (and returns JAX's own directory, or None) if JAX already
+    has one or ``MARL_ENVS_JAX_CACHE=0``.
+    """
+    current = jax.config.jax_compilation_cache_dir
+    if current or not exports.caching_enabled():
+        return current or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.environ.get(CACHE_DIR_VAR) or os.path.join(base, "marl_envs", "jax")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    return path
+
+
+def jax_device(device: torch.device):
+    """The JAX device of a torch device: ``cpu``, or ``cuda:k`` -> JAX's k-th CUDA device.
+
+    Raises:
+        ValueError: JAX does not see that GPU, or another device type.
+    """
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type == "cuda":
+        try:
+            gpus = jax.devices("cuda")
+        except RuntimeError:
+            gpus = []
+        index = device.index or 0
+        if index < len(gpus):
+            return gpus[index]
+        raise ValueError(
+            f"device={str(device)!r} but JAX sees {len(gpus)} CUDA device(s); install JAX with CUDA support "
+            f"(pip install 'jax[cuda12]') or use device='cpu'"
+        )
+    raise ValueError(f"device={str(device)!r} is not supported by the Brax backend; use 'cpu' or 'cuda[:i]'")
