@@ -334,7 +334,7 @@ class EnvBase:
             self._step_count.zero_()
         else:
             self._step_count.masked_fill_(mask, 0)
-        result = self._reset(mask)
+        result = self._batch_groups(self._reset(mask))
         self._complete_done(result, truncate=False)
         if tensordict is None:
             return result
@@ -358,7 +358,7 @@ class EnvBase:
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
         self._check_step(tensordict)
-        self._finish_step(tensordict, self._step(tensordict))
+        self._finish_step(tensordict, self._batch_groups(self._step(tensordict)))
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
@@ -369,7 +369,7 @@ class EnvBase:
             data to act on next, in which done envs already hold the first observation of a new episode.
         """
         self._check_step(tensordict)
-        out = self._step(tensordict)
+        out = self._batch_groups(self._step(tensordict))
         next_root = self._next_root(tensordict, out)  # built while the backend may still be computing
         self._finish_step(tensordict, out, next_root)
         done = next_root.get("done").reshape(self.num_envs)
@@ -398,12 +398,16 @@ class EnvBase:
                 next_root.set(key, out.get(key))
         tensordict.set("next", out)  # only now: a failed step leaves the input as it was
 
-    def _complete_done(self, out: TensorDictBase, truncate: bool) -> None:
-        """Give group entries their (B, n) batch; fill terminated / truncated / done at every done level."""
-        for group, shape in self._group_shapes.items():  # group sub-TensorDicts have batch (B, n_agents)
+    def _batch_groups(self, out: TensorDictBase) -> TensorDictBase:
+        """Give ``out``'s group entries their ``(B, n_agents)`` batch (a backend may return them with ``(B,)``)."""
+        for group, shape in self._group_shapes.items():
             sub = out.get(group, None)
             if sub is not None and sub.batch_size != shape:
                 sub.batch_size = shape
+        return out
+
+    def _complete_done(self, out: TensorDictBase, truncate: bool) -> None:
+        """Fill terminated / truncated / done at every done level of a step's or a reset's output."""
         limit = (self._step_count >= self.max_steps).unsqueeze(-1) if truncate else None
         for prefix, shape in self._done_levels.items():
             term = out.get(_prefixed(prefix, "terminated"), None)
