@@ -16,7 +16,7 @@ from groupings import GroupMap, MarlGroupMapType, default_group_map
 
 from .specs import Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
 
-__all__ = ["resolve_group_map", "signature", "stack_specs"]
+__all__ = ["resolve_group_map", "signature", "specs_by_kind", "stack_specs"]
 
 
 def _leaf_signature(spec: TensorSpec, bounds: bool) -> Hashable:
@@ -103,3 +103,23 @@ def stack_specs(specs: Sequence[Composite], batch: Sequence[int]) -> Composite:
         members = [s[name] for s in specs]
         stacked[name] = stack_specs(members, ()) if isinstance(spec, Composite) else _stack_leaves(members)
     return stacked.expand(*batch, len(specs)) if batch else stacked
+
+
+_KINDS = {"action": "action", "reward": "reward", "done": "done", "terminated": "done", "truncated": "done"}
+
+
+def specs_by_kind(groups: Mapping[str, Composite], root: Mapping[str, TensorSpec | Composite], batch: torch.Size,
+                  device: torch.device) -> dict[str, Composite]:
+    """The ``full_*_spec`` Composites of group specs and root entries: ``action`` entries are actions, ``reward``
+    rewards, ``done`` / ``terminated`` / ``truncated`` done entries, everything else (observations, infos, masks,
+    a root ``state``) observations."""
+    specs = {kind: Composite(shape=batch, device=device) for kind in ("observation", "action", "reward", "done")}
+    for group, spec in groups.items():
+        for name, entry in spec.items():
+            kind = _KINDS.get(name, "observation")
+            if group not in specs[kind]:
+                specs[kind][group] = Composite(shape=spec.shape, device=device)
+            specs[kind][group, name] = entry
+    for name, entry in root.items():
+        specs[_KINDS.get(name, "observation")][name] = entry
+    return specs

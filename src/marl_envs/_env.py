@@ -11,14 +11,11 @@ from tensordict import TensorDict, TensorDictBase
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 
 from . import _rollout
-from ._agents import resolve_group_map, stack_specs
-from ._validate import bad_actions, check_env_index, domain
-from .specs import Binary, Categorical, Composite, NestedKey, OneHot, TensorSpec
+from ._agents import resolve_group_map, specs_by_kind, stack_specs
+from ._validate import check_actions, check_env_index
+from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
 
 __all__ = ["EnvBase"]
-
-DONE_KEYS = ("done", "terminated", "truncated")
-
 
 def _prefixed(prefix: tuple[str, ...], name: str) -> NestedKey:
     return (*prefix, name) if prefix else name
@@ -76,7 +73,7 @@ class EnvBase:
         self._step_count = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._generator = torch.Generator(device=self.device)
         self._generator.seed()
-        self._complete_done_spec()
+        complete_done_spec(self._specs["done"])
         self._refresh_keys()
 
     # ------------------------------------------------------------------------------------------------
@@ -176,17 +173,7 @@ class EnvBase:
         """Set the ``full_*_spec`` from group Composites and root entries: ``action`` entries go to the action
         spec, ``reward`` to the reward spec, ``done`` / ``terminated`` / ``truncated`` to the done spec, the rest
         (observations, infos, masks, a root ``state``) to the observation spec."""
-        kinds = {"action": "action", "reward": "reward", "done": "done", "terminated": "done", "truncated": "done"}
-        specs = {kind: Composite(shape=self.batch_size, device=self.device)
-                 for kind in ("observation", "action", "reward", "done")}
-        for group, spec in groups.items():
-            for name, entry in spec.items():
-                kind = kinds.get(name, "observation")
-                if group not in specs[kind]:
-                    specs[kind][group] = Composite(shape=spec.shape, device=self.device)
-                specs[kind][group, name] = entry
-        for name, entry in root.items():
-            specs[kinds.get(name, "observation")][name] = entry
+        specs = specs_by_kind(groups, root, self.batch_size, self.device)
         for kind, spec in specs.items():
             self._set_spec(kind, spec)
 
@@ -203,22 +190,8 @@ class EnvBase:
                 raise ValueError(f"spec {key!r} is on {leaf.device}, the env on {self.device}; build it with device=")
         self._specs[kind] = spec
         if kind == "done":
-            self._complete_done_spec()
+            complete_done_spec(spec)
         self._refresh_keys()
-
-    def _complete_done_spec(self) -> None:
-        """Every level that declares any done entry gets all three, root always."""
-        spec = self._specs["done"]
-        prefixes = {()} | {key[:-1] for key in spec.keys(True, True) if isinstance(key, tuple)}
-        for prefix in sorted(prefixes, key=len):
-            level = spec[prefix] if prefix else spec
-            shape = (*level.shape, 1)
-            declared = {name: level._specs.pop(name) for name in DONE_KEYS if name in level._specs}
-            others = dict(level._specs)
-            level._specs.clear()  # canonical order: done, terminated, truncated, then anything else
-            for name in DONE_KEYS:
-                level._specs[name] = declared.get(name) or Binary(shape, device=self.device)
-            level._specs.update(others)
 
     full_observation_spec = property(lambda self: self._specs["observation"],
                                      lambda self, spec: self._set_spec("observation", spec),
@@ -357,7 +330,8 @@ class EnvBase:
             ValueError: wrong batch size; an action of the wrong shape, dtype or device; a NaN or
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
-        self._check_step(tensordict)
+        self._check_batch(tensordict, "step")
+        check_actions(tensordict, self._action_leaves, values=self.validate_actions)
         self._finish_step(tensordict, self._batch_groups(self._step(tensordict)))
         return tensordict
 
@@ -368,7 +342,8 @@ class EnvBase:
             ``(tensordict, next_root)``: ``tensordict`` with ``"next"`` holding the terminal data, and the
             data to act on next, in which done envs already hold the first observation of a new episode.
         """
-        self._check_step(tensordict)
+        self._check_batch(tensordict, "step")
+        check_actions(tensordict, self._action_leaves, values=self.validate_actions)
         out = self._batch_groups(self._step(tensordict))
         next_root = self._next_root(tensordict, out)  # built while the backend may still be computing
         self._finish_step(tensordict, out, next_root)
@@ -437,33 +412,6 @@ class EnvBase:
                 f"env.{method}() got a TensorDict of batch size {tuple(tensordict.batch_size)}; this env has "
                 f"batch size {tuple(self.batch_size)} (num_envs={self.num_envs})"
             )
-
-    def _check_step(self, tensordict: TensorDictBase) -> None:
-        """Raise before anything is applied: batch size, then each action's presence, shape, dtype, device and
-        (if ``validate_actions``) values, with one host sync for all keys."""
-        self._check_batch(tensordict, "step")
-        checked = []
-        for key, spec in self._action_leaves:
-            action = tensordict.get(key, None)
-            if action is None:
-                raise KeyError(f"action {key!r} is missing from the TensorDict; env.action_keys = {self.action_keys}")
-            if action.shape != spec.shape or action.dtype != spec.dtype or action.device != spec.device:
-                raise ValueError(
-                    f"action {key!r} has shape {tuple(action.shape)}, dtype {action.dtype}, device {action.device}; "
-                    f"expected shape {tuple(spec.shape)}, dtype {spec.dtype}, device {spec.device} "
-                    f"(env.full_action_spec[{key!r}].rand() builds a valid one)"
-                )
-            if self.validate_actions:
-                checked.append((key, spec, action))
-        if checked:
-            flags = torch.stack([bad_actions(spec, action).any() for _, spec, action in checked])
-            if bool(flags.any()):
-                key, spec, action = checked[int(flags.int().argmax())]
-                bad = bad_actions(spec, action)
-                raise ValueError(
-                    f"action {key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
-                    f"index {bad.nonzero()[0].tolist()}; expected {domain(spec)}"
-                )
 
     # ------------------------------------------------------------------------------------------------
     # Random actions, seeding, rollouts

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from .specs import Categorical, MultiCategorical, OneHot, TensorSpec
+from tensordict import TensorDictBase
 
-__all__ = [
-    "accepted_keywords", "bad_actions", "check_env_index", "check_kwargs", "did_you_mean", "domain", "unknown_name",
-]
+from .specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
+
+__all__ = ["accepted_keywords", "check_actions", "check_env_index", "check_kwargs", "did_you_mean", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
@@ -75,7 +75,7 @@ def check_env_index(env_index: Any, num_envs: int) -> int:
     return env_index
 
 
-def bad_actions(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor:
+def _bad_actions(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor:
     """Bool tensor flagging invalid entries of ``action`` (per one-hot vector for ``OneHot``)."""
     if action.dtype.is_floating_point:
         return torch.isnan(action)
@@ -84,7 +84,7 @@ def bad_actions(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=torch.bool, device=action.device)
 
 
-def domain(spec: TensorSpec) -> str:
+def _domain(spec: TensorSpec) -> str:
     """The valid values of an action spec, in words."""
     if isinstance(spec, Categorical):
         return f"integers in [0, {spec.n})" + (" allowed by the action mask" if spec.mask is not None else "")
@@ -93,3 +93,35 @@ def domain(spec: TensorSpec) -> str:
     if isinstance(spec, MultiCategorical):
         return f"integers in [0, nvec) with nvec={spec.nvec.reshape(-1, spec.nvec.shape[-1])[0].tolist()}"
     return "finite numbers (no NaN)"
+
+
+def check_actions(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, TensorSpec]], *, values: bool) -> None:
+    """Raise unless every action of ``leaves`` (key, spec) is in ``tensordict`` with its spec's shape, dtype and
+    device, and (if ``values``) valid values: one host sync for all keys.
+
+    Raises:
+        KeyError: an action is missing.
+        ValueError: wrong shape, dtype or device; a NaN or an out-of-range discrete value.
+    """
+    checked = []
+    for key, spec in leaves:
+        action = tensordict.get(key, None)
+        if action is None:
+            raise KeyError(f"action {key!r} is missing from the TensorDict; env.action_keys = {[k for k, _ in leaves]}")
+        if action.shape != spec.shape or action.dtype != spec.dtype or action.device != spec.device:
+            raise ValueError(
+                f"action {key!r} has shape {tuple(action.shape)}, dtype {action.dtype}, device {action.device}; "
+                f"expected shape {tuple(spec.shape)}, dtype {spec.dtype}, device {spec.device} "
+                f"(env.full_action_spec[{key!r}].rand() builds a valid one)"
+            )
+        if values:
+            checked.append((key, spec, action))
+    if checked:
+        flags = torch.stack([_bad_actions(spec, action).any() for _, spec, action in checked])
+        if bool(flags.any()):
+            key, spec, action = checked[int(flags.int().argmax())]
+            bad = _bad_actions(spec, action)
+            raise ValueError(
+                f"action {key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
+                f"index {bad.nonzero()[0].tolist()}; expected {_domain(spec)}"
+            )

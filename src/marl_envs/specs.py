@@ -22,11 +22,13 @@ __all__ = [
     "Bounded",
     "Categorical",
     "Composite",
+    "DONE_KEYS",
     "MultiCategorical",
     "NestedKey",
     "OneHot",
     "TensorSpec",
     "Unbounded",
+    "complete_done_spec",
 ]
 
 NestedKey = str | tuple[str, ...]
@@ -480,3 +482,20 @@ class Composite:
             label = f"Composite(shape={tuple(spec.shape)})" if isinstance(spec, Composite) else repr(spec)
             lines.append(f"{'    ' * depth}{_as_tuple(key)[-1]}: {label}")
         return "\n".join(lines)
+
+
+DONE_KEYS = ("done", "terminated", "truncated")
+
+
+def complete_done_spec(spec: Composite) -> None:
+    """Give every level of a done Composite that declares any done entry all three (``Binary`` of its batch plus
+    a trailing 1), the root always, in the order done, terminated, truncated, then anything else."""
+    prefixes = {()} | {key[:-1] for key in spec.keys(True, True) if isinstance(key, tuple)}
+    for prefix in sorted(prefixes, key=len):
+        level = spec[prefix] if prefix else spec
+        declared = {name: level._specs.pop(name) for name in DONE_KEYS if name in level._specs}
+        others = dict(level._specs)
+        level._specs.clear()
+        for name in DONE_KEYS:
+            level._specs[name] = declared.get(name) or Binary((*level.shape, 1), device=spec.device)
+        level._specs.update(others)
