@@ -12,7 +12,6 @@ pytest.importorskip("mpe2")
 import marl_envs  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from marl_envs import MarlGroupMapType  # noqa: E402
-from marl_envs.backends import pettingzoo as pz_backend  # noqa: E402
 from marl_envs.backends.pettingzoo import PettingZooEnv, PettingZooWrapper  # noqa: E402
 from marl_envs.bench import run as benchmark  # noqa: E402
 from pettingzoo import ParallelEnv  # noqa: E402
@@ -23,36 +22,6 @@ pytestmark = [
     # texas_holdem_no_limit builds a float64 Box that gymnasium casts to float32 at construction
     pytest.mark.filterwarnings("ignore:.*precision lowered by casting to float32:UserWarning"),
 ]
-
-ALL = pz_backend.env_names()
-
-
-def test_sweep_covers_the_registry():
-    registered = {name.removeprefix("pettingzoo/") for name in marl_envs.available_envs("pettingzoo")}
-    assert set(ALL) == registered
-    assert {"mpe/simple_spread_v3", "classic/tictactoe_v3"} <= registered
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_check_env_specs(name):
-    env = marl_envs.make(f"pettingzoo/{name}", num_envs=2, seed=0)
-    marl_envs.check_env_specs(env, seed=0)
-    env.close()
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_auto_resetting_rollout(name):
-    """50 steps of step_and_maybe_reset (not stacked: pistonball's frames would take gigabytes)."""
-    env = marl_envs.make(f"pettingzoo/{name}", num_envs=1, seed=1)
-    td = env.reset()
-    for _ in range(50):
-        td, td_next = env.step_and_maybe_reset(env.rand_action(td))
-        assert env.full_observation_spec.is_in(td["next"])
-        assert env.full_reward_spec.is_in(td["next"])
-        assert not td_next["done"].any()  # a done env starts its next episode
-        td = td_next
-    env.close()
-
 
 # ------------------------------------------------------------------------------------------------------
 # Exactness against hand-written PettingZoo loops

@@ -19,56 +19,28 @@ from vmas.simulator.core import Agent, World  # noqa: E402
 from vmas.simulator.scenario import BaseScenario  # noqa: E402
 from vmas.simulator.utils import ScenarioUtils  # noqa: E402
 
+from envs import SMALL_KWARGS as SMALL_ENVS  # noqa: E402
+
 # vel_control's velocity controllers warn at construction (a VMAS notice, not ours).
 pytestmark = pytest.mark.filterwarnings("ignore:Force limits not specified:UserWarning")
 
 SCENARIOS = env_names()
-# Scenarios whose defaults cost seconds per step or reset on a 2-core CPU (road_traffic's 20 cars, pollock's 45
-# entities, sampling's batched reset looping over 1600 grid cells in Python) run small in the sweeps; their
-# default configurations run under --all.
-SMALL_KWARGS = {
-    "road_traffic": {"n_agents": 4},
-    "pollock": {"n_agents": 3, "n_lines": 3, "n_boxes": 3},
-    "sampling": {"grid_spacing": 0.25},
-}
+SMALL_KWARGS = {name.removeprefix("vmas/"): kwargs for name, kwargs in SMALL_ENVS.items() if name.startswith("vmas/")}
 # football's scripted red team (on by default) draws random numbers in amounts that depend on every env's
 # state, so any change to one env shifts the noise all the others get next step -- with raw VMAS
 # ``reset_at`` too. Its twin test runs without the scripted team; everything else uses the defaults.
 TWIN_KWARGS = {**SMALL_KWARGS, "football": {"ai_red_agents": False}}
 
 
-def test_registered_names_are_vmas_scenarios():
-    expected = sorted({*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios})
-    assert env_names() == expected
-    assert marl_envs.available_envs("vmas") == [f"vmas/{name}" for name in expected]
-
-
-def test_sweeps_cover_every_registered_scenario():
-    assert {f"vmas/{name}" for name in SCENARIOS} == set(marl_envs.available_envs("vmas"))
+def test_special_cases_name_real_scenarios():
     assert {*TWIN_KWARGS, *SMALL_KWARGS, *SHARED_EPISODE_STATE} <= set(SCENARIOS)
 
 
-# ----------------------------------------------------------------------------------------------------
-# Every scenario
-# ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_scenario_passes_check_env_specs_and_auto_resets(name):
-    _check_scenario(name, **SMALL_KWARGS.get(name, {}))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(SMALL_KWARGS))
-def test_scenario_in_its_default_configuration(name):
-    _check_scenario(name)
-
-
-def _check_scenario(name: str, **kwargs):
-    env = marl_envs.make(f"vmas/{name}", num_envs=3, seed=0, **kwargs)
-    marl_envs.check_env_specs(env, seed=0)
+def test_vmas_never_reports_time_limits_itself():
+    env = marl_envs.make("vmas/balance", num_envs=3, seed=0)
     data = env.rollout(20, break_when_any_done=False)
-    assert data.batch_size == (3, 20)
-    assert data.names[-1] == "time"
-    assert not data["next", "truncated"].any()  # VMAS never reports time limits itself
+    assert data.batch_size == (3, 20) and data.names[-1] == "time"
+    assert not data["next", "truncated"].any()
 
 
 # Scenarios that keep episode-level state shared by all their envs: a partial reset keeps it as the envs not
