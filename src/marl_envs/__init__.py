@@ -15,7 +15,7 @@ from .registry import available_backends, available_envs, backend_installed, mak
 __version__ = "0.1.0"
 
 #: Backend classes importable from the top level (``from marl_envs import VmasEnv``), each backend module
-#: imported only when one of its classes is asked for (they stay out of ``__all__``: a star import loads no backend).
+#: imported only when one of its classes is asked for (they stay out of ``__all__``: a star import loads none).
 _LAZY_CLASSES = {
     "VmasEnv": "vmas", "VmasWrapper": "vmas",
     "BraxEnv": "brax", "BraxWrapper": "brax",

@@ -14,6 +14,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any
 
 from ._env import EnvBase
 from ._validate import check_kwargs, unknown_name

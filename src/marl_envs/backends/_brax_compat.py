@@ -10,7 +10,8 @@ Two adjustments, each made only when needed and documented in the Brax backend's
   ``jp`` is replaced by a proxy of ``jax.numpy`` whose ``clip`` still accepts ``a_min`` / ``a_max`` (also when
   user code imported Brax first). Nothing else in Brax or JAX is touched.
 
-Also here: the persistent compilation cache (``enable_compilation_cache``) and the torch -> JAX device mapping.
+Also here: the persistent compilation cache (``enable_compilation_cache``), the torch -> JAX device mapping,
+and what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ import torch
 
 from . import _brax_exports as exports
 
-__all__ = ["CACHE_DIR_VAR", "enable_compilation_cache", "import_brax", "jax_device", "prepare_mujoco_gl"]
+__all__ = [
+    "CACHE_DIR_VAR", "checked_env", "enable_compilation_cache", "env_keywords", "import_brax", "jax_device",
+    "prepare_mujoco_gl",
+]
 
 CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
 
@@ -101,3 +105,37 @@ def jax_device(device: torch.device):
             f"(pip install 'jax[cuda12]') or use device='cpu'"
         )
     raise ValueError(f"device={str(device)!r} is not supported by the Brax backend; use 'cpu' or 'cuda[:i]'")
+
+
+def checked_env(env):
+    """``env`` if it is an unbatched ``brax.envs.Env`` without auto-reset, else a TypeError / ValueError says why."""
+    envs = import_brax()
+    from brax.envs.wrappers import training
+
+    if not isinstance(env, envs.Env):
+        raise TypeError(f"BraxWrapper wraps a brax.envs.Env, got {type(env).__name__}; or use BraxEnv(name)")
+    layer = env
+    while True:
+        if isinstance(layer, (training.VmapWrapper, training.AutoResetWrapper)):
+            raise ValueError(
+                f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
+                f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
+                f"batches it (num_envs) and resets done envs itself"
+            )
+        if not isinstance(layer, envs.Wrapper):
+            return env
+        layer = layer.env
+
+
+def env_keywords(cls: type) -> list[str] | None:
+    """The keywords a Brax env class takes: its ``__init__``'s and, through ``**kwargs``, its bases' (None if
+    they end in an open ``**kwargs``)."""
+    accepted: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
+        accepted += [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return [name for name in dict.fromkeys(accepted) if name != "sys"]
+    return None

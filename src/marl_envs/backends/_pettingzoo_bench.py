@@ -22,7 +22,8 @@ class _ByHand:
         for i, instance in enumerate(self.instances):
             instance.reset(seed=i)
         keys = env.action_keys
-        self.where = {agent: (k, j) for k, members in enumerate(env.group_map.values()) for j, agent in enumerate(members)}
+        self.where = {agent: (k, j) for k, members in enumerate(env.group_map.values())
+                      for j, agent in enumerate(members)}
         self.drawn = [[td.get(key).tolist() for key in keys] for td in plan]  # Python values, as a raw loop holds them
         self.rng = np.random.default_rng(0)
 

@@ -62,7 +62,6 @@ it is silenced here (only that one).
 from __future__ import annotations
 
 import functools
-import inspect
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -79,7 +78,9 @@ from .._validate import check_kwargs, unknown_name
 from ..specs import Bounded, Composite, Unbounded
 from . import _brax_exports as exports
 from . import _brax_scenes as scenes
-from ._brax_compat import enable_compilation_cache, import_brax, jax_device, prepare_mujoco_gl
+from ._brax_compat import (
+    checked_env, enable_compilation_cache, env_keywords, import_brax, jax_device, prepare_mujoco_gl,
+)
 from ._brax_core import BraxCore, CoreInfo, Differentiable, Split
 from ._brax_transfer import Step, Transfer
 
@@ -100,40 +101,6 @@ MAKE_ENV_CHECKS_NAMES = True
 def make_env(name: str, **kwargs: Any) -> BraxEnv:
     """``BraxEnv(name, **kwargs)``: the factory behind ``marl_envs.make("brax/<name>", ...)``."""
     return BraxEnv(name, **kwargs)
-
-
-def _checked(env):
-    """``env`` if it is an unbatched ``brax.envs.Env`` without auto-reset, else a TypeError / ValueError says why."""
-    envs = import_brax()
-    from brax.envs.wrappers import training
-
-    if not isinstance(env, envs.Env):
-        raise TypeError(f"BraxWrapper wraps a brax.envs.Env, got {type(env).__name__}; or use BraxEnv(name)")
-    layer = env
-    while True:
-        if isinstance(layer, (training.VmapWrapper, training.AutoResetWrapper)):
-            raise ValueError(
-                f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
-                f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
-                f"batches it (num_envs) and resets done envs itself"
-            )
-        if not isinstance(layer, envs.Wrapper):
-            return env
-        layer = layer.env
-
-
-def _env_keywords(cls: type) -> list[str] | None:
-    """The keywords a Brax env class takes: its ``__init__``'s and, through ``**kwargs``, its bases' (None if
-    they end in an open ``**kwargs``)."""
-    accepted: list[str] = []
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
-        accepted += [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return [name for name in dict.fromkeys(accepted) if name != "sys"]
-    return None
 
 
 class BraxWrapper(EnvBase):
@@ -209,7 +176,7 @@ class BraxWrapper(EnvBase):
             raise ValueError("pass both action_indices and observation_indices for a multi-agent split, or neither")
         if action_indices is None and group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
-        program = env if isinstance(env, exports.Program) else exports.Program(env, CoreInfo.of(_checked(env)))
+        program = env if isinstance(env, exports.Program) else exports.Program(env, CoreInfo.of(checked_env(env)))
         self._jax_device = jax_device(torch.device(device))  # before the base class allocates on that device
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         enable_compilation_cache()
@@ -504,7 +471,7 @@ class BraxEnv(BraxWrapper):
         if backend is not None:
             env_kwargs["backend"] = backend
         self.env_name = env_name
-        self._check_mapping(env_name, scene, mapping)
+        scenes.check_mapping(env_name, scene, mapping)
         common = dict(num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
                       requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
                       group_map=group_map)
@@ -516,8 +483,10 @@ class BraxEnv(BraxWrapper):
         if saved is not None:  # built before with these arguments: no Brax import, no tracing
             meta, exported = saved
             info = CoreInfo.from_json(meta["info"])
-            indices = self._mapping(env_name, scene, mapping, info, lambda: scenes.AgentMapping(
-                *({agent: tuple(v) for agent, v in meta["derived"][i].items()} for i in (0, 1))))
+            saved_split = lambda: scenes.AgentMapping(  # noqa: E731
+                *({agent: tuple(v) for agent, v in meta["derived"][i].items()} for i in (0, 1)))
+            indices = scenes.resolve_mapping(env_name, scene, mapping, info.action_size, info.flat_observation_size,
+                                             saved_split)
             program = exports.Program(functools.partial(self._brax_env, robot, env_kwargs), info, exported=exported)
             super().__init__(program, action_indices=indices[0], observation_indices=indices[1], **common)
             self.export_file, self.from_export = exports.path(key), True
@@ -536,7 +505,8 @@ class BraxEnv(BraxWrapper):
             derived.append(scenes.model_mapping(env_name, model, info.flat_observation_size, exclude))
             return derived[0]
 
-        indices = self._mapping(env_name, scene, mapping, info, derive)
+        indices = scenes.resolve_mapping(env_name, scene, mapping, info.action_size, info.flat_observation_size,
+                                         derive)
         program = exports.Program(brax_env, info, export=key is not None)
         super().__init__(program, action_indices=indices[0], observation_indices=indices[1], **common)
         if key is not None and self._core.exported:
@@ -547,44 +517,10 @@ class BraxEnv(BraxWrapper):
     @staticmethod
     def _brax_env(robot: str, env_kwargs: dict[str, Any]):
         envs = import_brax()
-        check_kwargs(f"the Brax env {robot!r}", _env_keywords(envs._envs[robot]), env_kwargs)
+        check_kwargs(f"the Brax env {robot!r}", env_keywords(envs._envs[robot]), env_kwargs)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNMAINTAINED, category=UserWarning)
             return envs.get_environment(robot, **env_kwargs)
-
-    @staticmethod
-    def _check_mapping(name: str, scene, mapping) -> None:
-        if isinstance(mapping, Mapping):
-            unknown = set(mapping) - {"action_indices", "observation_indices"}
-            if unknown or len(mapping) != 2:
-                raise ValueError(
-                    f"a mapping dict needs exactly the keys 'action_indices' and 'observation_indices', "
-                    f"got {sorted(mapping)}"
-                )
-        elif mapping not in (None, "jaxmarl"):
-            raise ValueError(
-                f"mapping={mapping!r}: expected None (the model-derived split), 'jaxmarl' or a dict with "
-                f"'action_indices' and 'observation_indices'"
-            )
-        elif mapping == "jaxmarl" and scene is None:
-            raise ValueError(f"mapping='jaxmarl' needs a scene ({', '.join(scenes.SCENES)}); {name!r} is a Brax env")
-
-    @staticmethod
-    def _mapping(name: str, scene, mapping, info: CoreInfo, derive) -> tuple:
-        """The split's ``(action_indices, observation_indices)`` (``(None, None)`` for none) of a checked
-        ``mapping``; ``derive()`` gives the model-derived mapping of a scene."""
-        if isinstance(mapping, Mapping):
-            return mapping["action_indices"], mapping["observation_indices"]
-        if scene is None:
-            return None, None
-        if mapping == "jaxmarl":
-            table = scenes.jaxmarl_mapping(name)
-            clamped = scenes.validate_mapping(table.action_indices, table.observation_indices, info.action_size,
-                                              info.flat_observation_size, clamp=True,
-                                              label=f"brax/{name} mapping='jaxmarl'")
-            return clamped.action_indices, clamped.observation_indices
-        split = derive()
-        return split.action_indices, split.observation_indices
 
     def __repr__(self) -> str:
         return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)
