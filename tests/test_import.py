@@ -9,3 +9,36 @@ def test_import_marl_envs_imports_no_backend():
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_backend_classes_are_importable_from_the_top_level_lazily():
+    code = (
+        "import sys, marl_envs\n"
+        "assert 'vmas' not in sys.modules\n"
+        "from marl_envs import VmasEnv, VmasWrapper\n"
+        "from marl_envs.backends import vmas\n"
+        "assert VmasEnv is vmas.VmasEnv and VmasWrapper is vmas.VmasWrapper\n"
+        "assert 'brax' not in sys.modules and 'pettingzoo' not in sys.modules\n"
+        "assert {'BraxEnv', 'PettingZooWrapper'} <= set(dir(marl_envs))\n"
+        "try:\n"
+        "    marl_envs.VmasEnvv\n"
+        "except AttributeError as err:\n"
+        "    assert \"no attribute 'VmasEnvv'\" in str(err)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_importing_the_brax_backend_changes_nothing_outside():
+    """No Brax import and no MUJOCO_GL until a Brax env is built (or Brax's names are listed)."""
+    code = (
+        "import os, sys\n"
+        "os.environ.pop('MUJOCO_GL', None); os.environ.pop('DISPLAY', None)\n"
+        "import marl_envs.backends.brax as backend\n"
+        "assert 'brax' not in sys.modules and 'mujoco' not in sys.modules, 'imported Brax'\n"
+        "assert 'MUJOCO_GL' not in os.environ\n"
+        "backend.env_names()\n"
+        "assert 'brax.envs' in sys.modules and os.environ['MUJOCO_GL'] == 'egl'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,10 +1,10 @@
 """Build environments by name: ``make("vmas/balance", num_envs=64)``.
 
 Backend names are derived from the installed libraries (``marl_envs.backends.<backend>.env_names()``), which
-are only imported when a name of theirs is asked for. A backend whose ``make_env`` rejects unknown names itself
-says so (``MAKE_ENV_CHECKS_NAMES = True``): ``make`` then skips listing its names (listing Brax's envs imports
-Brax, which a Brax env loaded from the compile cache does not need). Users add their own factories with
-``register``.
+are only imported when a name of theirs is asked for. Each backend module provides ``env_names()`` and
+``make_env(name, **kwargs)``. A backend declared ``checks_names`` rejects unknown names in its ``make_env``
+itself: ``make`` then skips listing its names (listing Brax's envs imports Brax, which a Brax env loaded from
+the compile cache does not need). Users add their own factories with ``register``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ class _Backend:
     module: str
     packages: tuple[str, ...]
     extra: str
+    checks_names: bool = False  # its make_env rejects unknown names (with close matches) itself
 
 
 _BACKENDS: dict[str, _Backend] = {
     "vmas": _Backend("marl_envs.backends.vmas", ("vmas",), "vmas"),
-    "brax": _Backend("marl_envs.backends.brax", ("jax", "brax"), "brax"),
+    "brax": _Backend("marl_envs.backends.brax", ("jax", "brax"), "brax", checks_names=True),
     "pettingzoo": _Backend("marl_envs.backends.pettingzoo", ("pettingzoo",), "pettingzoo"),
 }
 _USER_ENVS: dict[str, Callable[..., EnvBase]] = {}
@@ -132,7 +133,7 @@ def make(name: str, **kwargs: Any) -> EnvBase:
     backend, _, env_name = name.partition("/")
     if backend in _BACKENDS:
         module = backend_module(backend)
-        if not getattr(module, "MAKE_ENV_CHECKS_NAMES", False):  # else make_env rejects unknown names itself
+        if not _BACKENDS[backend].checks_names:
             names = _backend_names(backend)
             if name not in names:
                 raise _unknown(name, names)

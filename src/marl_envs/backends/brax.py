@@ -94,10 +94,6 @@ def env_names() -> list[str]:
     return sorted({*import_brax()._envs, *scenes.SCENES})
 
 
-#: ``BraxEnv`` rejects unknown names itself (``marl_envs.make`` need not list them, which imports Brax).
-MAKE_ENV_CHECKS_NAMES = True
-
-
 def make_env(name: str, **kwargs: Any) -> BraxEnv:
     """``BraxEnv(name, **kwargs)``: the factory behind ``marl_envs.make("brax/<name>", ...)``."""
     return BraxEnv(name, **kwargs)
