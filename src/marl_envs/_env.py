@@ -17,6 +17,7 @@ from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, comple
 
 __all__ = ["EnvBase"]
 
+
 def _prefixed(prefix: tuple[str, ...], name: str) -> NestedKey:
     return (*prefix, name) if prefix else name
 
