@@ -309,6 +309,9 @@ def test_missing_action(env):
         (torch.zeros(B, 2, 3), r"has shape \(6, 2, 3\), dtype torch.float32, device cpu; expected shape \(6, 2, 2\)"),
         (torch.zeros(B, 2, 2, dtype=torch.float64), r"dtype torch.float64.*expected shape \(6, 2, 2\), dtype torch.float32"),
         (torch.full((B, 2, 2), float("nan")), r"action \('predator', 'action'\) has 24 invalid value\(s\), e.g. \[nan, nan, nan\] .* expected finite numbers"),
+        (torch.zeros(B, 2, 2).index_fill_(0, torch.tensor([1]), float("inf")),
+         r"has 4 invalid value\(s\), e.g. \[inf, inf, inf\] at index \[1, 0, 0\]; expected finite numbers \(no NaN, inf or -inf\)"),
+        (torch.full((B, 2, 2), -float("inf")), r"has 24 invalid value\(s\), e.g. \[-inf, -inf, -inf\]"),
     ],
 )
 def test_bad_continuous_action(env, value, match):

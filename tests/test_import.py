@@ -42,3 +42,16 @@ def test_importing_the_brax_backend_changes_nothing_outside():
         "assert 'brax.envs' in sys.modules and os.environ['MUJOCO_GL'] == 'egl'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_building_envs_prints_nothing():
+    """Importing a backend and building an env of each writes nothing to stdout or stderr."""
+    code = (
+        "import marl_envs\n"
+        "from marl_envs.backends import brax\n"
+        "brax.env_names()\n"  # imports Brax (and MuJoCo's MJX)
+        "for name in ('vmas/balance', 'pettingzoo/mpe/simple_spread_v3', 'brax/fast'):\n"
+        "    marl_envs.make(name, num_envs=2).close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (done.stdout, done.stderr) == ("", "")

@@ -42,8 +42,8 @@ class EnvBase:
         max_steps: episode length after which an env reports ``truncated=True``; ``None`` for no limit.
 
     Attributes:
-        validate_actions: check every step's actions for NaNs and out-of-range discrete values (one fused
-            check, one host sync). Set to ``False`` to skip it once a policy is trusted.
+        validate_actions: check every step's actions for non-finite (NaN, inf) and out-of-range discrete values
+            (one fused check, one host sync). Set to ``False`` to skip it once a policy is trusted.
         allow_done_after_reset: the backend may report ``done`` right after a reset (checked by
             ``check_env_specs``).
     """
@@ -328,7 +328,7 @@ class EnvBase:
 
         Raises:
             KeyError: an action entry is missing.
-            ValueError: wrong batch size; an action of the wrong shape, dtype or device; a NaN or
+            ValueError: wrong batch size; an action of the wrong shape, dtype or device; a non-finite or
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
         self._check_batch(tensordict, "step")

@@ -78,7 +78,7 @@ def check_env_index(env_index: Any, num_envs: int) -> int:
 def _bad_actions(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor:
     """Bool tensor flagging invalid entries of ``action`` (per one-hot vector for ``OneHot``)."""
     if action.dtype.is_floating_point:
-        return torch.isnan(action)
+        return ~torch.isfinite(action)
     if isinstance(spec, (Categorical, OneHot, MultiCategorical)):
         return ~spec.in_domain(action)
     return torch.zeros((), dtype=torch.bool, device=action.device)
@@ -92,7 +92,7 @@ def _domain(spec: TensorSpec) -> str:
         return f"one-hot vectors over {spec.n} choices"
     if isinstance(spec, MultiCategorical):
         return f"integers in [0, nvec) with nvec={spec.nvec.reshape(-1, spec.nvec.shape[-1])[0].tolist()}"
-    return "finite numbers (no NaN)"
+    return "finite numbers (no NaN, inf or -inf)"
 
 
 def check_actions(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, TensorSpec]], *, values: bool) -> None:
@@ -101,7 +101,7 @@ def check_actions(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, 
 
     Raises:
         KeyError: an action is missing.
-        ValueError: wrong shape, dtype or device; a NaN or an out-of-range discrete value.
+        ValueError: wrong shape, dtype or device; a non-finite (NaN, inf) or an out-of-range discrete value.
     """
     checked = []
     for key, spec in leaves:

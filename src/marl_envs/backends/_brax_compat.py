@@ -1,6 +1,6 @@
 """What the Brax backend needs from its surroundings, applied when the first Brax env is built, never at import.
 
-Two adjustments, each made only when needed and documented in the Brax backend's page:
+Three adjustments, each made only when needed and documented in the Brax backend's page:
 
 - **Headless rendering.** MuJoCo picks its OpenGL backend when it is imported. On a Linux machine without a
   display, ``MUJOCO_GL=egl`` is set just before Brax (or, for an env loaded from its export, the renderer)
@@ -9,6 +9,8 @@ Two adjustments, each made only when needed and documented in the Brax backend's
   ``jnp.clip(..., a_min=...)``, a keyword JAX 0.10 removed. When the installed JAX lacks it, ``brax.fluid``'s
   ``jp`` is replaced by a proxy of ``jax.numpy`` whose ``clip`` still accepts ``a_min`` / ``a_max`` (also when
   user code imported Brax first). Nothing else in Brax or JAX is touched.
+- **Quiet import.** MuJoCo's MJX prints "Failed to import warp" lines (an optional GPU package) when Brax is
+  imported; those lines are dropped, anything else printed is passed on.
 
 Also here: the persistent compilation cache (``enable_compilation_cache``), the torch -> JAX device mapping,
 and what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes).
@@ -16,8 +18,11 @@ and what is read from Brax itself (the checks of a wrapped env, the keywords an 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import os
+import re
 import sys
 import warnings
 from typing import Any
@@ -53,13 +58,23 @@ class _ClipWithBounds:
         return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
 
 
+_OPTIONAL_GPU_NOTICES = re.compile(r"^Failed to import (mujoco_)?warp: .*\n?", re.M)
+
+
 def import_brax():
-    """Brax's env package, imported on first use (not on a saved env's path) with the adjustments above."""
+    """Brax's env package, imported on first use (not on a saved env's path) with the adjustments above.
+
+    MuJoCo's MJX prints a notice for each optional GPU package (NVIDIA Warp) it does not find; those lines are
+    dropped, anything else the import prints is passed on.
+    """
     if "brax.envs" not in sys.modules:
         prepare_mujoco_gl()
-        with warnings.catch_warnings():  # brax imports jaxopt, which warns that it is unmaintained
+        printed = io.StringIO()
+        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
+            # brax imports jaxopt, which warns that it is unmaintained
             warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
             import brax.envs
+        sys.stdout.write(_OPTIONAL_GPU_NOTICES.sub("", printed.getvalue()))
     import brax.fluid
 
     if not isinstance(brax.fluid.jp, _ClipWithBounds) and "a_min" not in inspect.signature(jnp.clip).parameters:
