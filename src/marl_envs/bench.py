@@ -27,7 +27,7 @@ from ._env import EnvBase
 from ._format import table
 from .registry import make
 
-__all__ = ["Loop", "References", "format_bench", "references", "run"]
+__all__ = ["Loop", "OursLoop", "References", "format_bench", "references", "run"]
 
 WARMUP = 3
 
@@ -64,7 +64,7 @@ def references(backend: str) -> References:
     return importlib.import_module(f"marl_envs.backends._{backend}_bench").BENCH
 
 
-class _Ours:
+class OursLoop:
     """Our env: ``step_and_maybe_reset`` over the plan (legal random actions drawn per step where masks rule)."""
 
     def __init__(self, env: EnvBase, plan: Sequence[TensorDictBase]):
@@ -115,7 +115,7 @@ def run(
     build = time.perf_counter() - start
     generator = torch.Generator(device=env.device).manual_seed(0)
     plan = [env.full_action_spec.rand(generator=generator) for _ in range(WARMUP + steps)]
-    loops: dict[str, Loop] = {f"marl_envs {type(env).__name__}, auto-reset": _Ours(env, plan)}
+    loops: dict[str, Loop] = {f"marl_envs {type(env).__name__}, auto-reset": OursLoop(env, plan)}
     reference_loops, reference_timings = refs.loops(env, plan, chunks)
     loops.update(reference_loops)
     for loop in loops.values():

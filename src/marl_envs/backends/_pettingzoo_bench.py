@@ -1,13 +1,15 @@
-"""The PettingZoo reference loop of ``marl_envs.bench``: a hand-written loop over as many PettingZoo instances."""
+"""The PettingZoo reference loops of ``marl_envs.bench``: a hand-written loop over as many PettingZoo instances,
+and (on a machine with several cores) ours with the instances in worker processes."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
 from tensordict import TensorDictBase
 
-from ..bench import Loop, References
+from ..bench import Loop, OursLoop, References
 from ._pettingzoo_spaces import ACTION_MASK
 from .pettingzoo import PettingZooEnv, make_env
 
@@ -48,7 +50,12 @@ class _ByHand:
 
 def _loops(env: PettingZooEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
            ) -> tuple[dict[str, Loop], dict[str, float]]:
-    return {"raw PettingZoo loop": _ByHand(env, plan)}, {}
+    loops: dict[str, Loop] = {"raw PettingZoo loop": _ByHand(env, plan)}
+    workers = min(os.cpu_count() or 1, env.num_envs)
+    if workers > 1 and env.num_workers == 0:  # ours again, the instances in worker processes
+        twin = make_env(env.task, num_envs=env.num_envs, seed=0, num_workers=workers, **env.task_kwargs)
+        loops[f"marl_envs PettingZooEnv, num_workers={workers}"] = OursLoop(twin, plan)
+    return loops, {}
 
 
 #: PettingZoo instances are Python objects, one per env: a small default batch.
