@@ -154,3 +154,21 @@ SMALL_KWARGS = {
     "vmas/pollock": {"n_agents": 3, "n_lines": 3, "n_boxes": 3},
     "vmas/sampling": {"grid_spacing": 0.25},
 }
+
+
+def cheapest_brax_kwargs(name: str) -> dict:
+    """For ``brax/<name>``: Brax's spring pipeline (its fastest on CPU) where the env takes it, else nothing."""
+    import warnings
+
+    from brax import envs as brax_envs
+
+    from marl_envs.backends._brax_scenes import SCENES
+
+    robot = SCENES[name].robot if name in SCENES else name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            brax_envs.get_environment(robot, backend="spring")
+        except ValueError:
+            return {}
+    return {"backend": "spring"}

@@ -6,14 +6,13 @@ from __future__ import annotations
 import importlib.util
 import pkgutil
 import re
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 import marl_envs
-from envs import SMALL_KWARGS  # small configurations of the slowest envs; their defaults run under --all
+from envs import SMALL_KWARGS, cheapest_brax_kwargs  # small configurations; defaults run under --all
 
 NAMES = marl_envs.available_envs()  # every installed backend's envs (user envs are registered per test)
 MAX_STEPS = 3
@@ -30,22 +29,11 @@ pytestmark = [
 
 
 def _kwargs(name: str) -> dict:
-    """The sweep's keywords for ``name``: small configurations, and Brax's spring pipeline where the env takes it
-    (its fastest on CPU)."""
+    """The sweep's keywords for ``name``: small configurations, and Brax's cheapest pipeline."""
     backend, _, env = name.partition("/")
-    if backend != "brax":
-        return dict(SMALL_KWARGS.get(name, {}))
-    brax_envs = pytest.importorskip("brax.envs")
-    from marl_envs.backends._brax_scenes import SCENES
-
-    robot = SCENES[env].robot if env in SCENES else env
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            brax_envs.get_environment(robot, backend="spring")
-        except ValueError:
-            return {}
-    return {"backend": "spring"}
+    if backend == "brax":
+        return cheapest_brax_kwargs(env)
+    return dict(SMALL_KWARGS.get(name, {}))
 
 
 def _conforms(name: str, **kwargs) -> None:

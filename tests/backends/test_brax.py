@@ -33,6 +33,8 @@ from marl_envs.backends import _brax_scenes as scenes  # noqa: E402
 from marl_envs.backends.brax import BraxEnv, BraxWrapper, enable_compilation_cache, env_names  # noqa: E402
 from marl_envs.bench import run as benchmark  # noqa: E402
 
+from envs import cheapest_brax_kwargs  # noqa: E402
+
 SCENES = sorted(scenes.SCENES)
 env_names()
 
@@ -86,18 +88,6 @@ SPLIT = {"action_indices": {"left": [1], "right": [0]}, "observation_indices": {
 # ----------------------------------------------------------------------------------------------------
 # Envs built once per module
 # ----------------------------------------------------------------------------------------------------
-def _cheapest(name: str) -> dict:
-    """Spring physics where the env supports it (Brax's fastest CPU pipeline), else the env's default."""
-    robot = scenes.SCENES[name].robot if name in scenes.SCENES else name
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            brax_envs.get_environment(robot, backend="spring")
-        except ValueError:
-            return {}
-    return {"backend": "spring"}
-
-
 @pytest.fixture(scope="module")
 def built():
     """Physics envs built once per module: ``built(name)`` -> a 2-env BraxEnv (max_steps=3)."""
@@ -105,7 +95,7 @@ def built():
 
     def get(name: str) -> BraxEnv:
         if name not in cache:
-            cache[name] = marl_envs.make(f"brax/{name}", num_envs=2, max_steps=3, seed=0, **_cheapest(name))
+            cache[name] = marl_envs.make(f"brax/{name}", num_envs=2, max_steps=3, seed=0, **cheapest_brax_kwargs(name))
         return cache[name]
 
     yield get
@@ -578,7 +568,7 @@ def test_the_overlapped_step_matches_the_generic_step(built, name):
     truncations and resets included."""
     env = built(name)
     twin = marl_envs.make(f"brax/{name}", num_envs=2, max_steps=3, seed=0, cache_clear_frequency=10**9,
-                          **_cheapest(name))
+                          **cheapest_brax_kwargs(name))
     (steps, roots), (twin_steps, twin_roots) = _rollout(env, 7, roots=True), _rollout(twin, 7, roots=True)
     assert set(steps.keys(True, True)) == set(twin_steps.keys(True, True))
     assert set(roots.keys(True, True)) == set(twin_roots.keys(True, True))
