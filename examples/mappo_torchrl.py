@@ -42,6 +42,7 @@ from torchrl.modules import (
     TanhNormal,
 )
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
+
 import marl_envs
 from marl_envs.cli import parse_kwargs
 from marl_envs.torchrl import to_torchrl
@@ -222,7 +223,8 @@ def train(args) -> dict:
     params = [p for loss in losses for p in loss.parameters()]
     optim = torch.optim.Adam(params, lr=args.lr)
     collector = Collector(env, TensorDictSequential(*actors), frames_per_batch=frames_per_batch,
-                          total_frames=iterations * frames_per_batch, device=args.device)
+                          total_frames=iterations * frames_per_batch, device=args.device,
+                          auto_register_policy_transforms=False)
     buffer = ReplayBuffer(storage=LazyTensorStorage(frames_per_batch, device=args.device),
                           sampler=SamplerWithoutReplacement(), batch_size=args.minibatch)
 

@@ -303,7 +303,9 @@ def test_serial_and_parallel_env_of_two_adapted_envs():
             batched.close()
 
 
-def test_clip_ppo_loss_and_gae_with_keys_from_the_env():
+@pytest.mark.parametrize("source", ["adapted", "ours"])
+def test_clip_ppo_loss_and_gae_with_keys_from_the_env(source):
+    """TorchRL's loss on data of the adapted env, and on data of our env's own rollout (read as it is)."""
     env = Drift(num_envs=8, n_agents=2, max_steps=10)
     adapted = to_torchrl(env)
     group, n = "agents", 2
@@ -323,7 +325,7 @@ def test_clip_ppo_loss_and_gae_with_keys_from_the_env():
                   sample_log_prob=(group, "log_prob"), value=(group, "state_value"))
     loss.make_value_estimator(ValueEstimators.GAE, gamma=0.99, lmbda=0.9)
     with torch.no_grad():
-        data = adapted.rollout(10, actor, break_when_any_done=False)
+        data = (adapted if source == "adapted" else env).rollout(10, actor, break_when_any_done=False)
         shape = data["next", *reward_key].shape
         for name in ("done", "terminated"):  # the root flags, per agent, as the group's
             data["next", group, name] = data["next", name].unsqueeze(-1).expand(shape)
