@@ -38,9 +38,14 @@ from marl_envs.torchrl import TorchRLEnv, to_torchrl, to_torchrl_spec  # noqa: E
 HAS = {backend: marl_envs.backend_installed(backend) for backend in ("vmas", "brax", "pettingzoo")}
 
 
-def _quiet_check(env) -> None:
-    """TorchRL's check_env_specs, which logs its success at INFO level."""
-    torchrl_check_env_specs(env)
+@pytest.mark.skipif(not HAS["vmas"], reason="the module docstring builds vmas/balance")
+def test_docstring_examples():
+    import doctest
+
+    import marl_envs.torchrl as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 4 and result.failed == 0
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -115,7 +120,7 @@ def test_same_keys_groups_batch_device_and_torchrl_checks_pass(make):
     assert adapted.group_map == env.group_map and adapted.env is env
     for kind in ("action_keys", "reward_keys", "done_keys", "observation_keys", "reset_keys"):
         assert sorted(map(str, getattr(adapted, kind))) == sorted(map(str, getattr(env, kind))), kind
-    _quiet_check(adapted)
+    torchrl_check_env_specs(adapted)
     data = adapted.rollout(12, break_when_any_done=False)
     assert data.batch_size == (4, 12)
     assert torch.equal(data["next", "done"], data["next", "terminated"] | data["next", "truncated"])
@@ -363,7 +368,7 @@ def _check_named(name: str, kwargs: dict) -> None:
         env = marl_envs.make(name, num_envs=2, max_steps=4, seed=0, **kwargs)
     adapted = to_torchrl(env)
     try:
-        _quiet_check(adapted)
+        torchrl_check_env_specs(adapted)
         data = adapted.rollout(6, break_when_any_done=False)
         assert data.batch_size == (2, 6)
     finally:

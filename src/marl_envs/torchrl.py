@@ -11,8 +11,8 @@ Needs the ``torchrl`` extra (``pip install 'marl-envs[torchrl]'``; TorchRL 0.14 
 
 >>> import marl_envs
 >>> from marl_envs.torchrl import to_torchrl
->>> env = to_torchrl(marl_envs.make("vmas/balance", num_envs=4, n_agents=3))  # doctest: +SKIP
->>> env.rollout(5)["next", "agents", "reward"].shape  # doctest: +SKIP
+>>> env = to_torchrl(marl_envs.make("vmas/balance", num_envs=4, n_agents=3))
+>>> env.rollout(5, break_when_any_done=False)["next", "agents", "reward"].shape
 torch.Size([4, 5, 3, 1])
 """
 
@@ -42,8 +42,9 @@ def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite) -> rl_specs.Tensor
     """The ``torchrl.data`` spec equal to a ``marl_envs.specs`` one (same shape, dtype, device, bounds, mask).
 
     >>> from marl_envs import specs
-    >>> to_torchrl_spec(specs.Categorical(5, shape=(4, 3))).n  # doctest: +SKIP
-    5
+    >>> spec = to_torchrl_spec(specs.Categorical(5, shape=(4, 3)))
+    >>> type(spec).__name__, spec.shape, spec.n
+    ('Categorical', torch.Size([4, 3]), 5)
 
     Raises:
         TypeError: ``spec`` is of a class TorchRL has no counterpart for.
