@@ -202,6 +202,22 @@ def test_step_and_maybe_reset_restarts_only_finished_envs():
         assert not td["done"].any()
 
 
+def test_torchrl_rollout_break_when_all_done_freezes_finished_envs():
+    adapted = to_torchrl(Drift(num_envs=4, n_agents=2, max_steps=6))
+
+    def push_env_0(td):  # env 0 leaves [-3, 3] after 3 or 4 steps; the others run to max_steps
+        action = torch.zeros(4, 2, 1)
+        action[0] = 1.0
+        return td.set(("agents", "action"), action)
+
+    data = adapted.rollout(20, push_env_0, break_when_all_done=True)
+    assert data.batch_size == (4, 6) and data["next", "truncated"][1:, -1].all()
+    end = int(data["next", "terminated"][0].squeeze(-1).nonzero()[0])
+    assert end < 5
+    frozen = data["next", "agents", "observation"][0, end:]
+    assert (frozen == frozen[0]).all()  # env 0's last step repeated, not stepped again
+
+
 # ----------------------------------------------------------------------------------------------------
 # Bad input: our errors, unchanged, and the env still works
 # ----------------------------------------------------------------------------------------------------
