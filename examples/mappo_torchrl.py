@@ -260,6 +260,7 @@ def train(args) -> dict:
         if len(per_group) > 1:
             row.update({f"reward_{name}": value for name, value in per_group.items()})
         rows.append(row)
+        write_metrics(args, rows)  # every iteration: a run stopped early still leaves its curve
         if bar is not None:
             bar.update(data.numel())
             bar.set_postfix(episode_reward=f"{row['mean_episode_reward']:.3f}")
@@ -278,13 +279,17 @@ def train(args) -> dict:
     return summary
 
 
-def write_outputs(args, rows: list[dict], summary: dict) -> None:
+def write_metrics(args, rows: list[dict]) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
-    fields = list(dict.fromkeys(k for row in rows for k in row))
     with open(args.out / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def write_outputs(args, rows: list[dict], summary: dict) -> None:
+    write_metrics(args, rows)
+    fields = list(dict.fromkeys(k for row in rows for k in row))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
     import matplotlib
