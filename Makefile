@@ -1,18 +1,26 @@
 # Two commands do everything on a fresh machine:
 #   make demo   sets up .venv and runs the demo (the main job): a tour, then MAPPO on vmas/navigation
-#   make test   sets up .venv and runs the test suite
+#   make test   sets up .venv and .venv-torchrl and runs the test suite in both
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # A CPU build of torch; on a CUDA machine: make TORCH_SPEC="torch" ...
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# The TorchRL interop (marl_envs.torchrl) is tested in a second virtualenv: torchrl 0.14 pins tensordict < 0.15,
+# while .venv gets the newest tensordict the core supports. Pinned, so pip never swaps the CPU torch for another.
+TORCHRL_VENV := .venv-torchrl
+TORCHRL_BIN := $(TORCHRL_VENV)/bin
+TORCHRL_SPEC ?= torchrl==0.14.1 tensordict==0.14.3
+TORCHRL_STAMP := $(TORCHRL_VENV)/.installed
 # Headless rendering (VMAS through pyglet, Brax through MuJoCo) draws with EGL from Mesa.
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
-.PHONY: setup system-packages demo test test-all clean
+.PHONY: setup setup-torchrl system-packages demo test test-all clean
 
 setup: $(STAMP)
+
+setup-torchrl: $(TORCHRL_STAMP)
 
 system-packages:
 	@if command -v dpkg >/dev/null 2>&1 && ! dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
@@ -30,15 +38,27 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e ".[dev]" "$(TORCH_SPEC)"
 	touch $(STAMP)
 
+$(TORCHRL_STAMP): pyproject.toml Makefile
+	$(MAKE) --no-print-directory system-packages
+	$(PYTHON) -m venv $(TORCHRL_VENV)
+	$(TORCHRL_BIN)/python -m pip install --quiet --upgrade pip
+	$(TORCHRL_BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(TORCHRL_BIN)/python -m pip install --quiet -e ".[dev,torchrl]" "$(TORCH_SPEC)" $(TORCHRL_SPEC)
+	touch $(TORCHRL_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/marl-envs demo
 	$(BIN)/python examples/mappo.py --env vmas/navigation --out runs/navigation
 
-test: $(STAMP)
+# Twice: the core on the newest tensordict (.venv; the TorchRL tests skip there), then everything again with
+# torchrl + tensordict 0.14 (.venv-torchrl), where MARL_ENVS_REQUIRE_TORCHRL makes a missing torchrl an error.
+test: $(STAMP) $(TORCHRL_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(TORCHRL_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --all
+	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile --all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(TORCHRL_VENV) .pytest_cache .hypothesis

@@ -1,8 +1,11 @@
 """The MAPPO example runs end to end on a tiny budget and writes its files."""
 
 import csv
+import importlib
 import json
+import os
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -62,3 +65,29 @@ def test_vmas_navigation_writes_gif(tmp_path):
                 "--steps-per-batch", "10", *TINY])
     _check_outputs(tmp_path, "vmas/navigation")
     assert (tmp_path / "policy.gif").read_bytes()[:3] == b"GIF"
+
+
+# ----------------------------------------------------------------------------------------------------
+# examples/mappo_torchrl.py (TorchRL's components only); runs in .venv-torchrl
+# ----------------------------------------------------------------------------------------------------
+@pytest.fixture
+def mappo_torchrl():
+    if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") != "1":
+        pytest.importorskip("torchrl", reason="the TorchRL example is tested in .venv-torchrl (make test)")
+    with warnings.catch_warnings():
+        # torchrl 0.14.1 deprecates its own weight-updater classes while importing torchrl.collectors
+        warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated",
+                                category=DeprecationWarning)
+        return importlib.import_module("mappo_torchrl")
+
+
+@pytest.mark.parametrize("env, extra, groups", [
+    ("test/drift", ["--env-kwargs", "max_steps=10"], None),
+    ("test/drift", ["--env-kwargs", "single_agent=True", "max_steps=10", "--ippo"], None),
+    ("test/predator_prey", ["--env-kwargs", "max_steps=10"], ["predator", "prey"]),
+], ids=["continuous", "single_agent", "two_groups_masked_discrete"])
+def test_mappo_torchrl_runs_tiny(mappo_torchrl, tmp_path, env, extra, groups):
+    mappo_torchrl.main(["--env", env, "--out", str(tmp_path), "--steps-per-batch", "10", *TINY, *extra])
+    summary = _check_outputs(tmp_path, env, groups)
+    assert summary["algorithm"] == ("IPPO" if "--ippo" in extra else "MAPPO")
+    assert not any(value != value for value in (summary["final_mean_episode_reward"], summary["random_policy_reward"]))

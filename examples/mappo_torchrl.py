@@ -1,0 +1,324 @@
+"""MAPPO written with TorchRL's own components, on any env ``marl_envs.make`` accepts.
+
+The env is ``marl_envs.torchrl.to_torchrl(marl_envs.make(...))`` under a ``TransformedEnv`` with ``RewardSum``;
+everything else is TorchRL's: ``Collector``, ``MultiAgentMLP`` policies (one per group, parameters shared inside
+the group) with ``ProbabilisticActor`` + ``TanhNormal`` (continuous) or a (masked) categorical, centralised
+``MultiAgentMLP`` critics, ``ClipPPOLoss`` + ``GAE``, a ``ReplayBuffer`` sampling minibatches without replacement.
+Every key (actions, rewards, done flags, observations, action masks) is read from the env.
+
+    python examples/mappo_torchrl.py --env vmas/navigation --out runs/torchrl_navigation
+    python examples/mappo_torchrl.py --env brax/ant_4x2 --out runs/torchrl_ant
+
+Writes ``OUT/metrics.csv``, ``OUT/summary.json`` (final mean episode reward, the same for a random policy,
+wall time) and ``OUT/learning_curve.png``. Needs the torchrl extra (``pip install 'marl-envs[torchrl]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.collectors import Collector
+from torchrl.data import Bounded, Categorical, OneHot
+from torchrl.data.replay_buffers import ReplayBuffer
+from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
+from torchrl.data.replay_buffers.storages import LazyTensorStorage
+from torchrl.envs import RewardSum, TransformedEnv
+from torchrl.modules import (
+    MLP,
+    MaskedCategorical,
+    MaskedOneHotCategorical,
+    MultiAgentMLP,
+    OneHotCategorical,
+    ProbabilisticActor,
+    TanhNormal,
+)
+from torchrl.objectives import ClipPPOLoss, ValueEstimators
+
+import marl_envs
+from marl_envs.cli import parse_kwargs
+from marl_envs.torchrl import to_torchrl
+
+# Per-env settings (those of examples/mappo.py); anything else gets the generic defaults.
+PRESETS: dict[str, dict] = {
+    "vmas/navigation": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
+    "vmas/balance": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
+    "brax/ant_4x2": {"env_kwargs": {"backend": "spring", "max_steps": 250}, "num_envs": 64, "frames": 400_000,
+                     "steps_per_batch": 100, "epochs": 10, "minibatch": 1600},
+}
+GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
+           "minibatch": 400}
+
+
+def as_tuple(key) -> tuple:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+class Group:
+    """The keys of one group (or of the root, for a single-agent env), all read from the env."""
+
+    def __init__(self, env, action_key):
+        self.action = action_key
+        self.prefix = as_tuple(action_key)[:-1]
+        self.name = self.prefix[0] if self.prefix else "agent"
+        self.n_agents = len(env.group_map[self.name]) if self.prefix else 1
+        at = (lambda name: (*self.prefix, name)) if self.prefix else (lambda name: name)
+        self.reward = next(k for k in env.reward_keys if as_tuple(k)[:-1] == self.prefix)
+        self.observation = at("observation")
+        if self.observation not in env.observation_keys:
+            raise ValueError(f"{self.name}: no {self.observation!r} entry; observation keys are {env.observation_keys}")
+        self.mask = at("action_mask") if at("action_mask") in env.observation_keys else None
+        # Groups without done flags of their own read the root ones, expanded to (..., n_agents, 1) for GAE.
+        self.own_done = at("done") in env.done_keys
+        self.done = at("done") if self.prefix else "done"
+        self.terminated = at("terminated") if self.prefix else "terminated"
+        self.log_prob, self.value = at("action_log_prob"), at("state_value")
+        self.advantage, self.value_target = at("advantage"), at("value_target")
+        self.episode_reward = at("episode_reward")
+
+
+def policy_module(env, g: Group, hidden: int) -> ProbabilisticActor:
+    spec = env.full_action_spec[g.action]
+    obs_dim = env.full_observation_spec[g.observation].shape[-1]
+    continuous = isinstance(spec, Bounded)
+    if not continuous and not isinstance(spec, (Categorical, OneHot)):
+        raise TypeError(f"mappo_torchrl.py supports Bounded, Categorical and OneHot actions, got {type(spec).__name__}")
+    n_out = 2 * spec.shape[-1] if continuous else spec.n
+    if g.prefix:
+        net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=n_out, n_agents=g.n_agents, centralised=False,
+                            share_params=True, depth=2, num_cells=hidden, activation_class=nn.Tanh)
+    else:
+        net = MLP(in_features=obs_dim, out_features=n_out, depth=2, num_cells=hidden, activation_class=nn.Tanh)
+    at = (lambda name: (*g.prefix, name)) if g.prefix else (lambda name: name)
+    if continuous:
+        module = TensorDictModule(nn.Sequential(net, NormalParamExtractor()), in_keys=[g.observation],
+                                  out_keys=[at("loc"), at("scale")])
+        dist_keys, dist = {"loc": at("loc"), "scale": at("scale")}, TanhNormal
+        # Bounds are per agent and dimension: the spec's first env holds them all.
+        dist_kwargs = {"low": spec.space.low[0], "high": spec.space.high[0]}
+    else:
+        module = TensorDictModule(net, in_keys=[g.observation], out_keys=[at("logits")])
+        dist_keys, dist_kwargs = {"logits": at("logits")}, {}
+        if g.mask is not None:
+            dist_keys["mask"] = g.mask
+            dist = MaskedOneHotCategorical if isinstance(spec, OneHot) else MaskedCategorical
+        else:
+            dist = OneHotCategorical if isinstance(spec, OneHot) else torch.distributions.Categorical
+    return ProbabilisticActor(
+        module=module, spec=spec, in_keys=dist_keys, out_keys=[g.action], distribution_class=dist,
+        distribution_kwargs=dist_kwargs, return_log_prob=True, log_prob_key=g.log_prob,
+    )
+
+
+def critic_module(env, g: Group, hidden: int, centralised: bool) -> TensorDictModule:
+    obs_dim = env.full_observation_spec[g.observation].shape[-1]
+    if g.prefix:
+        net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, n_agents=g.n_agents, centralised=centralised,
+                            share_params=True, depth=2, num_cells=hidden, activation_class=nn.Tanh)
+    else:
+        net = MLP(in_features=obs_dim, out_features=1, depth=2, num_cells=hidden, activation_class=nn.Tanh)
+    return TensorDictModule(net, in_keys=[g.observation], out_keys=[g.value])
+
+
+def make_env(args):
+    base = to_torchrl(marl_envs.make(args.env, num_envs=args.num_envs, device=args.device, **args.env_kwargs))
+    groups = [Group(base, key) for key in base.action_keys]
+    env = TransformedEnv(base, RewardSum(in_keys=[g.reward for g in groups],
+                                         out_keys=[g.episode_reward for g in groups]))
+    return env, groups
+
+
+def expand_done(data, groups: list[Group]) -> None:
+    """Give groups without their own done flags the root ones, shaped like their rewards (what GAE reads)."""
+    for g in groups:
+        if g.prefix and not g.own_done:
+            shape = data.get(("next", *as_tuple(g.reward))).shape
+            for name, key in (("done", g.done), ("terminated", g.terminated)):
+                data.set(("next", *as_tuple(key)), data.get(("next", name)).unsqueeze(-1).expand(shape))
+
+
+def episode_rewards(data, groups: list[Group]) -> dict[str, float]:
+    """Per group: the mean over agents and finished episodes of the per-agent return (nan if none finished)."""
+    done = data.get(("next", "done"))  # (..., 1): the env is the unit of episodes
+    out = {}
+    for g in groups:
+        returns = data.get(("next", *as_tuple(g.episode_reward)))
+        per_env = returns.flatten(len(done.shape) - 1).mean(-1) if g.prefix else returns[..., 0]
+        ended = per_env[done[..., 0]]
+        out[g.name] = ended.mean().item() if ended.numel() else float("nan")
+    return out
+
+
+def mean_of(values) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else float("nan")
+
+
+def random_policy_reward(args, frames: int, steps: int) -> float:
+    """The same accounting as training, over ``frames`` frames of the env's random actions."""
+    env, groups = make_env(args)
+    env.set_seed(12345)
+    collector = Collector(env, None, frames_per_batch=args.num_envs * steps, total_frames=max(frames, 1))
+    rewards = [mean_of(episode_rewards(data, groups).values()) for data in collector]
+    collector.shutdown()
+    return mean_of(rewards)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="vmas/navigation", help="any name marl_envs.make accepts")
+    p.add_argument("--env-kwargs", nargs="*", default=None, metavar="KEY=VALUE", help="forwarded to marl_envs.make")
+    p.add_argument("--num-envs", type=int)
+    p.add_argument("--frames", type=int, help="env-steps to train for")
+    p.add_argument("--steps-per-batch", type=int, help="steps per env per iteration (default: max_steps, or 100)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--minibatch", type=int, help="(env, step) samples per gradient step")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--gamma", type=float, default=0.99)
+    p.add_argument("--lmbda", type=float, default=0.9)
+    p.add_argument("--clip", type=float, default=0.2)
+    p.add_argument("--entropy", type=float, default=1e-4)
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--ippo", action="store_true", help="decentralised critics (IPPO)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default=None, help="output folder (default runs/torchrl_<env>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    preset = {**GENERIC, **PRESETS.get(args.env, {})}
+    args.env_kwargs = parse_kwargs(args.env_kwargs) if args.env_kwargs is not None else dict(preset["env_kwargs"])
+    for name in ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch"):
+        if getattr(args, name) is None:
+            setattr(args, name, preset[name])
+    args.out = Path(args.out or Path("runs") / f"torchrl_{args.env.replace('/', '_')}")
+    return args
+
+
+def train(args) -> dict:
+    torch.manual_seed(args.seed)
+    env, groups = make_env(args)
+    env.set_seed(args.seed)
+    steps = args.steps_per_batch or env.base_env.env.max_steps or 100
+    frames_per_batch = args.num_envs * steps
+    iterations = max(1, args.frames // frames_per_batch)
+    actors = [policy_module(env, g, args.hidden) for g in groups]
+    critics = [critic_module(env, g, args.hidden, centralised=not args.ippo) for g in groups]
+    losses = []
+    for g, actor, critic in zip(groups, actors, critics):
+        loss = ClipPPOLoss(actor_network=actor, critic_network=critic, clip_epsilon=args.clip,
+                           entropy_coeff=args.entropy, normalize_advantage=False)
+        loss.set_keys(action=g.action, reward=g.reward, done=g.done, terminated=g.terminated,
+                      sample_log_prob=g.log_prob, value=g.value, advantage=g.advantage, value_target=g.value_target)
+        loss.make_value_estimator(ValueEstimators.GAE, gamma=args.gamma, lmbda=args.lmbda)
+        losses.append(loss)
+    params = [p for loss in losses for p in loss.parameters()]
+    optim = torch.optim.Adam(params, lr=args.lr)
+    collector = Collector(env, TensorDictSequential(*actors), frames_per_batch=frames_per_batch,
+                          total_frames=iterations * frames_per_batch, device=args.device,
+                          auto_register_policy_transforms=False)
+    buffer = ReplayBuffer(storage=LazyTensorStorage(frames_per_batch, device=args.device),
+                          sampler=SamplerWithoutReplacement(), batch_size=args.minibatch)
+
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=iterations * frames_per_batch, unit="frame", unit_scale=True, desc=args.env)
+    rows, start, frames = [], time.perf_counter(), 0
+    for data in collector:
+        expand_done(data, groups)
+        with torch.no_grad():
+            for loss in losses:
+                loss.value_estimator(data, params=loss.critic_network_params,
+                                     target_params=loss.target_critic_network_params)
+        frames += data.numel()
+        per_group = episode_rewards(data, groups)
+        buffer.extend(data.reshape(-1))
+        for _ in range(args.epochs):
+            for _ in range(max(1, frames_per_batch // args.minibatch)):
+                sample = buffer.sample()
+                total = 0.0
+                for loss in losses:
+                    out = loss(sample)
+                    total = total + out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+                optim.zero_grad()
+                total.backward()
+                nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+                optim.step()
+        collector.update_policy_weights_()
+        wall = time.perf_counter() - start
+        row = {"frames": frames, "mean_episode_reward": mean_of(per_group.values()), "wall_s": round(wall, 2)}
+        if len(per_group) > 1:
+            row.update({f"reward_{name}": value for name, value in per_group.items()})
+        rows.append(row)
+        write_metrics(args, rows)  # every iteration: a run stopped early still leaves its curve
+        if bar is not None:
+            bar.update(data.numel())
+            bar.set_postfix(episode_reward=f"{row['mean_episode_reward']:.3f}")
+    collector.shutdown()
+    if bar is not None:
+        bar.close()
+    wall = time.perf_counter() - start
+    finite = [r["mean_episode_reward"] for r in rows if not math.isnan(r["mean_episode_reward"])]
+    summary = {
+        "env": args.env, "env_kwargs": args.env_kwargs, "algorithm": "IPPO" if args.ippo else "MAPPO",
+        "frames": frames, "wall_s": round(wall, 2),
+        "final_mean_episode_reward": finite[-1] if finite else float("nan"),
+        "random_policy_reward": random_policy_reward(args, frames, steps), "seed": args.seed,
+    }
+    write_outputs(args, rows, summary)
+    return summary
+
+
+def write_metrics(args, rows: list[dict]) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_outputs(args, rows: list[dict], summary: dict) -> None:
+    write_metrics(args, rows)
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for col in [k for k in fields if k.startswith("reward_")] or ["mean_episode_reward"]:
+        label = col.removeprefix("reward_") if col.startswith("reward_") else summary["algorithm"]
+        ax.plot([r["frames"] for r in rows], [r[col] for r in rows], marker="o", ms=3, label=label)
+    ax.axhline(summary["random_policy_reward"], color="grey", ls="--", label="random policy")
+    ax.set_xlabel("frames")
+    ax.set_ylabel("mean episode reward")
+    ax.set_title(f"{summary['algorithm']} (TorchRL) on {summary['env']} ({summary['wall_s']:.0f} s)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(args.out / "learning_curve.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    summary = train(args)
+    print(json.dumps(summary, indent=2))
+    print(f"learning curve: {args.out / 'learning_curve.png'}")
+    return summary
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
