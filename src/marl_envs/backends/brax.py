@@ -82,6 +82,7 @@ from tensordict import TensorDict, TensorDictBase
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
 
 from .._env import EnvBase
+from ..distributed import jax_device as _jax_device  # torch's cuda:k is the JAX GPU with CUDA id k
 from ..specs import Bounded, Composite, Unbounded
 from . import _brax_exports as exports
 from . import _brax_scenes as scenes
@@ -146,24 +147,6 @@ def enable_compilation_cache() -> str | None:
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     return path
-
-
-def _jax_device(device: torch.device):
-    if device.type == "cpu":
-        return jax.devices("cpu")[0]
-    if device.type == "cuda":
-        try:
-            gpus = jax.devices("cuda")
-        except RuntimeError:
-            gpus = []
-        index = device.index or 0
-        if index < len(gpus):
-            return gpus[index]
-        raise ValueError(
-            f"device={str(device)!r} but JAX sees {len(gpus)} CUDA device(s); install JAX with CUDA support "
-            f"(pip install 'jax[cuda12]') or use device='cpu'"
-        )
-    raise ValueError(f"device={str(device)!r} is not supported by the Brax backend; use 'cpu' or 'cuda[:i]'")
 
 
 def _check_brax_env(env) -> None:
