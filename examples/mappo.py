@@ -293,7 +293,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--env-kwargs", nargs="*", default=None, metavar="KEY=VALUE", help="forwarded to marl_envs.make")
     p.add_argument("--num-envs", type=int, help="envs per process (per rank under torchrun)")
     p.add_argument("--frames", type=int,
-                   help="env-steps to train for, all ranks together (ranks x num_envs x steps per iteration x iterations)")
+                   help="env-steps to train for, all ranks together (ranks x num_envs x steps per batch x iterations)")
     p.add_argument("--steps-per-batch", type=int, help="steps per env per iteration (default: max_steps, or 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None,
@@ -321,7 +321,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def rank_device(requested: str | None, info: distributed.RankInfo) -> torch.device:
+def pick_device(requested: str | None, info: distributed.RankInfo) -> torch.device:
     """``--device``: cpu by default; under torchrun (or for a bare ``cuda``) this rank's GPU when CUDA is there."""
     if requested == "cuda" or (requested is None and info.launched):
         return distributed.rank_device(info, cuda=True if requested else None)
@@ -331,7 +331,7 @@ def rank_device(requested: str | None, info: distributed.RankInfo) -> torch.devi
 def train(args: argparse.Namespace, callback=None) -> dict:
     """Train; ``callback(iteration, data, loss_fn)``, if given, runs after each update on every rank."""
     info = distributed.rank_info()
-    device = rank_device(args.device, info)
+    device = pick_device(args.device, info)
     if args.minibatch % info.world_size:
         raise ValueError(f"--minibatch {args.minibatch} counts samples over all {info.world_size} ranks; "
                          f"pass a multiple of {info.world_size}")
@@ -346,9 +346,10 @@ def train(args: argparse.Namespace, callback=None) -> dict:
     objective = loss_fn
     if info.world_size > 1:  # rank 0's initial parameters are copied to every rank; backward averages gradients
         ddp = nn.parallel.DistributedDataParallel
-        # the buffers (action bounds) are constants: no broadcast before every forward (older torch: broadcast_buffers)
-        no_sync = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(ddp).parameters else "broadcast_buffers"
-        objective = ddp(loss_fn, device_ids=[device] if device.type == "cuda" else None, **{no_sync: False})
+        # the buffers (action bounds) are constants: no broadcast before each forward (older torch: broadcast_buffers)
+        no_sync = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(ddp).parameters else None
+        objective = ddp(loss_fn, device_ids=[device] if device.type == "cuda" else None,
+                        **{no_sync or "broadcast_buffers": False})
     optim = torch.optim.Adam(loss_fn.parameters(), lr=args.lr)
     tracker = EpisodeTracker(env, keys)
     iterations = max(1, args.frames // (info.world_size * args.num_envs * steps))

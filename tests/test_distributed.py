@@ -17,9 +17,9 @@ from marl_envs import distributed, registry
 from marl_envs.distributed import RankInfo, rank_info, rank_seed
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "examples"), str(ROOT / "benchmarks")]
 import mappo  # noqa: E402
-import scaling_bench  # noqa: E402
+import scaling  # noqa: E402
 
 TORCHRUN = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
 
@@ -35,9 +35,11 @@ def test_rank_info_from_torchrun_variables():
 
 
 @pytest.mark.parametrize(("environ", "match"), [
-    ({"RANK": "0", "WORLD_SIZE": "2"}, "RANK, WORLD_SIZE set but not LOCAL_RANK, LOCAL_WORLD_SIZE; launch with torchrun"),
+    ({"RANK": "0", "WORLD_SIZE": "2"},
+     "RANK, WORLD_SIZE set but not LOCAL_RANK, LOCAL_WORLD_SIZE; launch with torchrun"),
     ({**TORCHRUN, "WORLD_SIZE": "four"}, "WORLD_SIZE='four' is not an integer"),
-    ({**TORCHRUN, "RANK": "4"}, r"inconsistent torchrun variables RANK=4, WORLD_SIZE=4, .*expected 0 <= RANK < WORLD_SIZE"),
+    ({**TORCHRUN, "RANK": "4"},
+     r"inconsistent torchrun variables RANK=4, WORLD_SIZE=4, .*expected 0 <= RANK < WORLD_SIZE"),
     ({**TORCHRUN, "LOCAL_WORLD_SIZE": "8"}, "LOCAL_WORLD_SIZE=8; expected"),
 ])
 def test_rank_info_rejects_partial_or_inconsistent_variables(environ, match):
@@ -177,7 +179,8 @@ def test_two_ranks_of_b_envs_match_one_process_of_2b(two_ranks, tmp_path, test_e
     two = json.loads((two_ranks / "out" / "summary.json").read_text())
     assert one["world_size"] == 1 and two["world_size"] == 2
     assert one.keys() == two.keys() and one["frames"] == two["frames"] == 480
-    rows = [list(csv.DictReader((out / "metrics.csv").read_text().splitlines())) for out in (tmp_path, two_ranks / "out")]
+    rows = [list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
+            for out in (tmp_path, two_ranks / "out")]
     assert rows[0][0].keys() == rows[1][0].keys()
     assert [r["frames"] for r in rows[0]] == [r["frames"] for r in rows[1]] == ["120", "240", "360", "480"]
     frames = [u["frames"] for rank in _records(two_ranks) for u in rank["updates"]]
@@ -200,7 +203,7 @@ def test_scaling_doc_commands_parse():
     lines = [line for block in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M) for line in block.splitlines()]
     commands = [shlex.split(line.split("  #")[0]) for line in lines if line.strip()]
     assert len(commands) >= 5
-    scripts = {"mappo.py": mappo, "scaling_bench.py": scaling_bench}
+    scripts = {"mappo.py": mappo, "scaling.py": scaling}
     for words in commands:
         assert words[0] in ("python", "torchrun", "flock"), words
         if words[0] == "flock":

@@ -1,11 +1,12 @@
 """Measure the parts of the data-parallel scaling model of docs/scaling.md, for one rank count.
 
-Per rank: collection throughput (the MAPPO policy acting in ``--num-envs`` envs, ``step_and_maybe_reset``), the
-time of one PPO gradient step on the per-rank share of a minibatch, and the time of one all-reduce of the
-gradients of every parameter the MAPPO update trains. Rank 0 prints a table (and ``--json`` writes it).
+Per rank: collection throughput (the MAPPO policy of examples/mappo.py acting in ``--num-envs`` envs,
+``step_and_maybe_reset``), the time of one PPO gradient step on the per-rank share of a minibatch (and on the
+shares of 1 to 16 ranks), and the time of one all-reduce of the gradients of every parameter the MAPPO update
+trains. Rank 0 prints a table (and ``--json`` writes it).
 
-    python examples/scaling_bench.py --env vmas/navigation --num-envs 30
-    torchrun --standalone --nproc_per_node 2 examples/scaling_bench.py --env vmas/navigation --num-envs 30
+    python benchmarks/scaling.py --env vmas/navigation --num-envs 30
+    torchrun --standalone --nproc_per_node 2 benchmarks/scaling.py --env vmas/navigation --num-envs 30
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import time
 from pathlib import Path
 
 import torch
-from mappo import PRESETS, build_agents, collect
-from ppo_loss import PPOLoss, gae
 from torch import distributed as dist
 
 import marl_envs
 from marl_envs import distributed
 from marl_envs.cli import parse_kwargs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from mappo import PRESETS, build_agents, collect  # noqa: E402  (the example's policy, critic and collection)
+from ppo_loss import PPOLoss, gae  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -104,14 +107,17 @@ def bench(args: argparse.Namespace) -> dict:
     share = args.minibatch // info.world_size
     generator = torch.Generator(device=device).manual_seed(seed)
 
-    def grad_step():
-        idx = torch.randint(flat.shape[0], (share,), generator=generator, device=device)
+    def grad_step(samples: int) -> None:
+        idx = torch.randint(flat.shape[0], (samples,), generator=generator, device=device)
         loss = loss_fn(flat[idx])
         optim.zero_grad()
         loss.backward()
         optim.step()
 
-    step_ms = _median_ms(grad_step, args.reps, device)
+    step_ms = _median_ms(lambda: grad_step(share), args.reps, device)
+    # the same step on the shares of 1, 2, 4, 8 and 16 ranks (the compute term of the scaling model)
+    by_samples = {n: round(_median_ms(lambda n=n: grad_step(n), args.reps, device), 3)
+                  for n in (args.minibatch // ranks for ranks in (1, 2, 4, 8, 16))}
 
     # the all-reduce DDP does per gradient step: every trained parameter's gradient, float32
     n_params = sum(p.numel() for p in loss_fn.parameters())
@@ -126,7 +132,7 @@ def bench(args: argparse.Namespace) -> dict:
         "backend": dist.get_backend() if info.world_size > 1 else None,
         "collect_fps_per_rank": round(frames / seconds),
         "collect_fps_total": round(info.world_size * frames / slowest.item()),
-        "minibatch_per_rank": share, "grad_step_ms": round(step_ms, 3),
+        "minibatch_per_rank": share, "grad_step_ms": round(step_ms, 3), "grad_step_ms_by_samples": by_samples,
         "params": n_params, "allreduce_ms": None if allreduce_ms is None else round(allreduce_ms, 3),
         "allreduce_one_float_ms": None if latency_ms is None else round(latency_ms, 3),
     }
