@@ -7,15 +7,23 @@ else the group's concatenated observations (MAPPO), or a per-agent critic (IPPO)
     python examples/mappo.py --env vmas/navigation --out runs/navigation
     python examples/mappo.py --env vmas/balance --env-kwargs n_agents=3 --frames 60000
     python examples/mappo.py --env vmas/simple_adversary --ippo
+    torchrun --standalone --nproc_per_node 2 examples/mappo.py --env vmas/navigation --num-envs 30
 
 Writes ``OUT/metrics.csv``, ``OUT/summary.json``, ``OUT/learning_curve.png`` and, for envs that render,
 ``OUT/policy.gif``.
+
+Under ``torchrun`` every process (rank) builds ``--num-envs`` envs of its own, seeded per rank, on
+``cuda:LOCAL_RANK`` when CUDA is available (else the CPU); gradients are averaged across ranks
+(DistributedDataParallel), episode statistics are summed over ranks, and rank 0 alone writes the files.
+``--frames`` and ``--minibatch`` count over all ranks, so N ranks of B envs run the same updates as one
+process of N x B envs (see docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import json
 import math
 import sys
@@ -26,9 +34,11 @@ import torch
 from ppo_loss import GroupKeys, NestedKey, PPOLoss, as_tuple, gae
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
+from torch import distributed as dist
 from torch import nn
 
 import marl_envs
+from marl_envs import distributed
 from marl_envs.cli import parse_kwargs
 from marl_envs.specs import Bounded, Categorical, OneHot
 
@@ -209,16 +219,20 @@ def set_deterministic(actors, flag: bool) -> None:
 # Collection and episode accounting
 # ---------------------------------------------------------------------------------------------------
 class EpisodeTracker:
-    """Per-agent return summed over an episode, averaged over agents and finished episodes, per group."""
+    """Per-agent return summed over an episode, averaged over agents and finished episodes, per group.
+
+    ``update`` returns each group's sum and count of finished-episode returns, so that ranks can add theirs up
+    before dividing (:func:`episode_means`).
+    """
 
     def __init__(self, env: marl_envs.EnvBase, keys: list[GroupKeys]):
         self.names = list(env.group_map) or ["agent"]
         self.keys = keys
         self.running = [None] * len(keys)
 
-    def update(self, data: TensorDictBase) -> dict[str, float]:
-        """Feed a (B, T) batch; return each group's mean finished-episode reward (nan if none finished)."""
-        out = {}
+    def update(self, data: TensorDictBase) -> torch.Tensor:
+        """Feed a (B, T) batch; return ``(groups, 2)``: each group's sum and count of finished-episode returns."""
+        out = []
         done = data.get(("next", "done")).squeeze(-1)  # the env is the unit of episodes
         for i, (name, keys) in enumerate(zip(self.names, self.keys)):
             reward = data.get(("next", *as_tuple(keys.reward)))
@@ -231,8 +245,16 @@ class EpisodeTracker:
                 running = torch.where(done[:, t], 0.0, running)
             self.running[i] = running
             ended = torch.cat(finished)
-            out[name] = ended.mean().item() if ended.numel() else float("nan")
-        return out
+            out.append(torch.stack([ended.sum(), ended.new_tensor(ended.numel())]))
+        return torch.stack(out)
+
+
+def episode_means(names: list[str], sums_counts: torch.Tensor, info: distributed.RankInfo) -> dict[str, float]:
+    """Each group's mean finished-episode reward over all ranks (nan where no episode finished)."""
+    if info.world_size > 1:
+        dist.all_reduce(sums_counts)
+    means = (sums_counts[:, 0] / sums_counts[:, 1]).tolist()  # nan where no episode finished
+    return dict(zip(names, means))
 
 
 def mean_of(per_group: dict[str, float]) -> float:
@@ -250,14 +272,14 @@ def collect(env, td, act, steps: int) -> tuple[TensorDictBase, TensorDictBase]:
     return torch.stack(out, dim=1), td
 
 
-def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int) -> float:
-    """The same accounting as training, over ``frames`` frames of uniformly random actions."""
-    env.set_seed(12345)
+def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int, info: distributed.RankInfo) -> float:
+    """The same accounting as training, over ``frames`` frames (all ranks) of uniformly random actions."""
+    env.set_seed(distributed.rank_seed(12345, info.rank, info.world_size))
     tracker = EpisodeTracker(env, keys)
     td, rewards = env.reset(), []
-    for _ in range(max(1, frames // (env.num_envs * steps))):
+    for _ in range(max(1, frames // (info.world_size * env.num_envs * steps))):
         data, td = collect(env, td, env.rand_action, steps)
-        rewards.append(mean_of(tracker.update(data)))
+        rewards.append(mean_of(episode_means(tracker.names, tracker.update(data), info)))
     finite = [r for r in rewards if not math.isnan(r)]
     return sum(finite) / len(finite) if finite else float("nan")
 
@@ -269,15 +291,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="vmas/navigation", help="any name marl_envs.make accepts")
     p.add_argument("--env-kwargs", nargs="*", default=None, metavar="KEY=VALUE", help="forwarded to marl_envs.make")
-    p.add_argument("--num-envs", type=int)
-    p.add_argument("--frames", type=int, help="env-steps to train for (num_envs x steps per iteration x iterations)")
+    p.add_argument("--num-envs", type=int, help="envs per process (per rank under torchrun)")
+    p.add_argument("--frames", type=int,
+                   help="env-steps to train for, all ranks together (ranks x num_envs x steps per batch x iterations)")
     p.add_argument("--steps-per-batch", type=int, help="steps per env per iteration (default: max_steps, or 100)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default=None,
+                   help="default: cpu; under torchrun cuda:LOCAL_RANK when CUDA is available, else cpu")
     p.add_argument("--out", default=None, help="output folder (default runs/<env>)")
     p.add_argument("--ippo", action="store_true", help="decentralised critics (IPPO) instead of a centralised one")
     p.add_argument("--epochs", type=int, help="passes over each batch")
-    p.add_argument("--minibatch", type=int, help="(env, step) samples per gradient step")
+    p.add_argument("--minibatch", type=int, help="(env, step) samples per gradient step, all ranks together")
     p.add_argument("--lr", type=float)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--gamma", type=float, default=0.99)
@@ -297,16 +321,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def train(args: argparse.Namespace) -> dict:
-    torch.manual_seed(args.seed)
-    env = marl_envs.make(args.env, num_envs=args.num_envs, device=args.device, **args.env_kwargs)
-    env.set_seed(args.seed)
+def pick_device(requested: str | None, info: distributed.RankInfo) -> torch.device:
+    """``--device``: cpu by default; under torchrun (or for a bare ``cuda``) this rank's GPU when CUDA is there."""
+    if requested == "cuda" or (requested is None and info.launched):
+        return distributed.rank_device(info, cuda=True if requested else None)
+    return torch.device(requested or "cpu")
+
+
+def train(args: argparse.Namespace, callback=None) -> dict:
+    """Train; ``callback(iteration, data, loss_fn)``, if given, runs after each update on every rank."""
+    info = distributed.rank_info()
+    device = pick_device(args.device, info)
+    if args.minibatch % info.world_size:
+        raise ValueError(f"--minibatch {args.minibatch} counts samples over all {info.world_size} ranks; "
+                         f"pass a multiple of {info.world_size}")
+    joined = distributed.init_process_group(device, info)  # None outside torchrun
+    seed = distributed.rank_seed(args.seed, info.rank, info.world_size)  # args.seed itself on rank 0
+    torch.manual_seed(seed)
+    env = marl_envs.make(args.env, num_envs=args.num_envs, device=device, **args.env_kwargs)
+    env.set_seed(seed)
     steps = args.steps_per_batch or env.max_steps or 100
     actors, critics, keys = build_agents(env, args.hidden, centralised=not args.ippo)
-    loss_fn = PPOLoss(actors, critics, keys, clip=args.clip, entropy_coef=args.entropy).to(args.device)
+    loss_fn = PPOLoss(actors, critics, keys, clip=args.clip, entropy_coef=args.entropy).to(device)
+    objective = loss_fn
+    if info.world_size > 1:  # rank 0's initial parameters are copied to every rank; backward averages gradients
+        ddp = nn.parallel.DistributedDataParallel
+        # the buffers (action bounds) are constants: no broadcast before each forward (older torch: broadcast_buffers)
+        no_sync = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(ddp).parameters else None
+        objective = ddp(loss_fn, device_ids=[device] if device.type == "cuda" else None,
+                        **{no_sync or "broadcast_buffers": False})
     optim = torch.optim.Adam(loss_fn.parameters(), lr=args.lr)
     tracker = EpisodeTracker(env, keys)
-    iterations = max(1, args.frames // (args.num_envs * steps))
+    iterations = max(1, args.frames // (info.world_size * args.num_envs * steps))
+    minibatch = args.minibatch // info.world_size  # per rank
 
     def act(td):
         for actor in actors:
@@ -314,25 +361,26 @@ def train(args: argparse.Namespace) -> dict:
         return td
 
     bar = None
-    if not args.quiet:
+    if not args.quiet and info.is_main:
         from tqdm import tqdm
 
-        bar = tqdm(total=iterations * args.num_envs * steps, unit="frame", unit_scale=True, desc=args.env)
+        bar = tqdm(total=iterations * info.world_size * args.num_envs * steps, unit="frame", unit_scale=True,
+                   desc=args.env)
     rows, start, frames = [], time.perf_counter(), 0
     td = env.reset()
-    for _ in range(iterations):
+    for iteration in range(iterations):
         with torch.no_grad():
             data, td = collect(env, td, act, steps)
             for critic, k in zip(critics, keys):
                 gae(data, k, critic, gamma=args.gamma, lmbda=args.lmbda)
-        frames += data.numel()
-        per_group = tracker.update(data)
+        frames += data.numel() * info.world_size
+        per_group = episode_means(tracker.names, tracker.update(data), info)
         flat = data.reshape(-1)
-        n_minibatches = max(1, flat.shape[0] // args.minibatch)
+        n_minibatches = max(1, flat.shape[0] // minibatch)
         for _ in range(args.epochs):
-            order = torch.randperm(flat.shape[0], device=flat.device)[: n_minibatches * args.minibatch]
-            for idx in order.split(args.minibatch):
-                loss = loss_fn(flat[idx])
+            order = torch.randperm(flat.shape[0], device=flat.device)[: n_minibatches * minibatch]
+            for idx in order.split(minibatch):
+                loss = objective(flat[idx])
                 optim.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(loss_fn.parameters(), args.max_grad_norm)
@@ -342,8 +390,10 @@ def train(args: argparse.Namespace) -> dict:
         if len(per_group) > 1:
             row.update({f"reward_{name}": value for name, value in per_group.items()})
         rows.append(row)
+        if callback is not None:
+            callback(iteration, data, loss_fn)
         if bar is not None:
-            bar.update(data.numel())
+            bar.update(data.numel() * info.world_size)
             bar.set_postfix(episode_reward=f"{row['mean_episode_reward']:.3f}", fps=f"{frames / wall:,.0f}")
     if bar is not None:
         bar.close()
@@ -357,15 +407,19 @@ def train(args: argparse.Namespace) -> dict:
         "frames": frames,
         "wall_s": round(wall, 2),
         "final_mean_episode_reward": finite[-1] if finite else float("nan"),
-        "random_policy_reward": random_policy_reward(env, keys, frames, steps),
+        "random_policy_reward": random_policy_reward(env, keys, frames, steps, info),
         "seed": args.seed,
+        "world_size": info.world_size,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_outputs(args, rows, summary)
-    gif = None if args.no_gif else write_gif(args, act, actors, steps)
-    if gif is not None:
-        summary["gif"] = str(gif)
+    if info.is_main:
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_outputs(args, rows, summary)
+        gif = None if args.no_gif else write_gif(args, act, actors, steps, device)
+        if gif is not None:
+            summary["gif"] = str(gif)
     env.close()
+    if joined:
+        dist.destroy_process_group()
     return summary
 
 
@@ -398,11 +452,11 @@ def write_outputs(args, rows: list[dict], summary: dict) -> None:
     plt.close(fig)
 
 
-def write_gif(args, act, actors, steps: int) -> Path | None:
+def write_gif(args, act, actors, steps: int, device: torch.device) -> Path | None:
     """A GIF of env 0 under the trained policy, taking its most likely actions (None if the env cannot render)."""
     import imageio.v2 as imageio
 
-    env = marl_envs.make(args.env, num_envs=1, device=args.device, **args.env_kwargs)
+    env = marl_envs.make(args.env, num_envs=1, device=device, **args.env_kwargs)
     env.set_seed(args.seed + 1)
     images, td = [], env.reset()
     try:
@@ -425,6 +479,8 @@ def write_gif(args, act, actors, steps: int) -> Path | None:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     summary = train(args)
+    if not distributed.rank_info().is_main:
+        return summary
     print(json.dumps(summary, indent=2))
     print(f"learning curve: {args.out / 'learning_curve.png'}")
     if "gif" in summary:

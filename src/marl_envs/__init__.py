@@ -7,7 +7,7 @@ True
 
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
 
-from . import specs
+from . import distributed, specs
 from ._env import EnvBase
 from .checks import check_env_specs
 from .registry import available_backends, available_envs, backend_installed, make, register
@@ -44,6 +44,7 @@ __all__ = [
     "check_env_specs",
     "check_marl_grouping",
     "default_group_map",
+    "distributed",
     "make",
     "register",
     "specs",

@@ -374,7 +374,7 @@ def test_bad_wrapper_arguments():
     if not jax.devices()[0].platform == "gpu":
         with pytest.raises(ValueError, match=r"device='cuda' but JAX sees 0 CUDA device\(s\); install JAX with CUDA"):
             BraxWrapper(Drift(), device="cuda")
-    with pytest.raises(ValueError, match="device='mps' is not supported by the Brax backend; use 'cpu' or 'cuda"):
+    with pytest.raises(ValueError, match="device='mps' is not supported by the JAX backends; use 'cpu' or 'cuda"):
         BraxWrapper(Drift(), device="mps")
     with pytest.raises(ValueError, match="frame_skip must be a positive int, got 0"):
         BraxWrapper(Drift(), frame_skip=0)

@@ -12,8 +12,7 @@ Three adjustments, each made only when needed and documented in the Brax backend
 - **Quiet import.** MuJoCo's MJX prints "Failed to import warp" lines (an optional GPU package) when Brax is
   imported; those lines are dropped, anything else printed is passed on.
 
-Also here: the persistent compilation cache (``enable_compilation_cache``), the torch -> JAX device mapping,
-and what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes).
+Also here: the persistent compilation cache (``enable_compilation_cache``) and what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes).
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import torch
 
+from ..distributed import jax_device  # torch cuda:k -> the JAX GPU of CUDA id k (public, checked)
 from . import _brax_exports as exports
 
 __all__ = [
@@ -97,29 +96,6 @@ def enable_compilation_cache() -> str | None:
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     return path
-
-
-def jax_device(device: torch.device):
-    """The JAX device of a torch device: ``cpu``, or ``cuda:k`` -> JAX's k-th CUDA device.
-
-    Raises:
-        ValueError: JAX does not see that GPU, or another device type.
-    """
-    if device.type == "cpu":
-        return jax.devices("cpu")[0]
-    if device.type == "cuda":
-        try:
-            gpus = jax.devices("cuda")
-        except RuntimeError:
-            gpus = []
-        index = device.index or 0
-        if index < len(gpus):
-            return gpus[index]
-        raise ValueError(
-            f"device={str(device)!r} but JAX sees {len(gpus)} CUDA device(s); install JAX with CUDA support "
-            f"(pip install 'jax[cuda12]') or use device='cpu'"
-        )
-    raise ValueError(f"device={str(device)!r} is not supported by the Brax backend; use 'cpu' or 'cuda[:i]'")
 
 
 def checked_env(env):
