@@ -22,7 +22,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from .._env import EnvBase
 from ._brax_transfer import Transfer
-from ._jax_core import JaxCore, env_keys
+from ._jax_core import JaxCore, env_keys, quiet_tracing
 
 __all__ = ["JaxEnvBase", "JaxFunctions"]
 
@@ -182,7 +182,8 @@ class JaxEnvBase(EnvBase):
                           for key, cols, shape, dtype in layout})
 
         def reset(key):
-            state, out = reset_one(key)
+            with quiet_tracing():
+                state, out = reset_one(key)
             return state, unflatten(out, reset_layout)
 
         def step(key, state, actions):
@@ -192,7 +193,8 @@ class JaxEnvBase(EnvBase):
                 for part in path:
                     node = node[part]
                 flat.append(jnp.asarray(node).reshape(-1).astype(jnp.float32))
-            state, out, flags = step_one(key, state, jnp.concatenate(flat))
+            with quiet_tracing():
+                state, out, flags = step_one(key, state, jnp.concatenate(flat))
             return state, unflatten(jnp.concatenate([out, flags.astype(jnp.float32)]), step_layout)
 
         return JaxFunctions(reset=reset, step=step, first_keys=_first_keys)

@@ -6,10 +6,10 @@
 Single-agent layout (as Brax's single-agent envs): ``observation`` ``(B, *o)`` float32, ``action`` ``(B,)``
 ``Categorical`` (``Discrete``) or ``(B, *a)`` ``Bounded`` (``Box``), ``("next", "reward")`` ``(B, 1)``.
 
-The step is ``step_env`` (no auto-reset), so the terminal observation stays in ``next``. gymnax's ``done``
-includes its time limit (``state.time >= params.max_steps_in_episode``); ``truncated`` is a ``done`` reached at
-that limit and ``terminated`` is ``done`` otherwise (an episode that fails exactly at the limit counts as
-truncated). ``params`` are the env's ``default_params``, with ``env_params={...}`` overriding fields.
+The step is ``step_env`` (no auto-reset), so the terminal observation stays in ``next``. gymnax 1.0 keeps the
+two ends apart: ``step_env``'s ``done`` is the natural end (``terminated``) and ``env.is_truncated(state,
+params)`` its time limit (``state.time >= params.max_steps_in_episode``), reported as ``truncated`` unless the
+episode also terminated on that step. ``params`` are the env's ``default_params``, with ``env_params={...}`` overriding fields.
 """
 
 from __future__ import annotations
@@ -72,12 +72,11 @@ class _GymnaxCore(JaxCore):
         action = action[0].astype(jnp.int32) if self._discrete else action.reshape(self._action_shape)
         obs, state, reward, done, _ = self.env.step_env(key, state, action, self.params)
         state = self._cast(state)
-        done = jnp.asarray(done).reshape(()) > 0
-        limit = getattr(self.params, "max_steps_in_episode", None)
-        truncated = done & (state.time >= limit) if limit is not None and hasattr(state, "time") else done & False
+        terminated = jnp.asarray(done).reshape(()) > 0  # gymnax 1.0: step_env's done is the natural end only
+        truncated = jnp.asarray(self.env.is_truncated(state, self.params)).reshape(()) & ~terminated
         out = jnp.concatenate([jnp.asarray(obs, jnp.float32).reshape(-1),
                                jnp.asarray(reward, jnp.float32).reshape(1)])
-        return state, out, jnp.stack([done & ~truncated, truncated])
+        return state, out, jnp.stack([terminated, truncated])
 
 
 class GymnaxEnv(JaxEnvBase):
