@@ -29,7 +29,10 @@ from ._brax_compat import enable_compilation_cache, jax_device
 from ._jax_core import JaxCore, Layout, strong
 from ._jax_env import JaxEnvBase
 
-__all__ = ["GymnaxEnv", "env_names", "make_env"]
+__all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names", "make_env"]
+
+UNAVAILABLE = {"MNISTBandit-bsuite": "downloads MNIST when built (no network at run time here)"}
+"""Registered gymnax envs not offered by name, with the reason."""
 
 
 @functools.cache
@@ -41,8 +44,8 @@ def import_gymnax():
 
 
 def env_names() -> list[str]:
-    """``gymnax.registered_envs``."""
-    return sorted(import_gymnax().registered_envs)
+    """``gymnax.registered_envs`` less ``UNAVAILABLE``."""
+    return sorted(n for n in import_gymnax().registered_envs if n not in UNAVAILABLE)
 
 
 def make_env(name: str, **kwargs: Any) -> GymnaxEnv:
@@ -97,6 +100,8 @@ class GymnaxEnv(JaxEnvBase):
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None):
         gymnax = import_gymnax()
+        if env_name in UNAVAILABLE:
+            raise ValueError(f"the gymnax env {env_name!r} is not offered here: {UNAVAILABLE[env_name]}")
         names = env_names()
         if env_name not in names:
             raise unknown_name("gymnax env", env_name, names)

@@ -50,6 +50,11 @@ __all__ = ["JaxMarlEnv", "env_names", "make_env", "UNAVAILABLE"]
 
 UNAVAILABLE = {
     "LearnedPolicyEnemySMAX": "needs a trained enemy policy and its parameters (no default)",
+    # STORM runs upstream, but its agents are the ints 0, 1 and its observations a dict of image and inventory
+    # (storm), a tuple (storm_2p) or one array (storm_np): not yet mapped by this adapter
+    "storm": "dict observations per agent (image, inventory) are not mapped yet",
+    "storm_2p": "dict observations per agent (image, inventory) are not mapped yet",
+    "storm_np": "integer agent ids with one stacked observation array are not mapped yet",
 }
 """Registered JaxMARL envs that cannot be built by name here, with the reason (JaxRobotarium_* need the
 ``jaxrobotarium`` package, which is not on PyPI: they are listed by ``unavailable()``)."""
