@@ -1,0 +1,57 @@
+"""The JaxMARL reference loop of ``marl_envs.bench``: JaxMARL's own auto-resetting ``step``, ``jit(vmap(...))``,
+in a Python loop over the same actions (per-agent dicts) and per-env keys, both split into one array per step
+beforehand, so that a step is one dispatch. Its carry holds everything a step returns (state, observations,
+rewards, dones), as a training loop would read them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from tensordict import TensorDictBase
+
+from ..bench import Loop, References
+from ._brax_compat import jax_device
+from ._jax_bench import JaxLoop
+from .jaxmarl import JaxMarlEnv
+
+
+def _loops(env: JaxMarlEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
+           ) -> tuple[dict[str, Loop], dict[str, float]]:
+    raw, B = env.jaxmarl_env, env.num_envs
+    device = jax_device(env.device)
+    discrete = {a: type(raw.action_space(a)).__name__ != "Box" for a in raw.agents}
+    inputs = []
+    keys = jax.random.split(jax.random.PRNGKey(1), len(plan) * B).reshape(len(plan), B, 2)
+    for t, td in enumerate(plan):
+        actions = {}
+        for group, members in env.group_map.items():
+            value = td[group, "action"].cpu().numpy()
+            for j, agent in enumerate(members):
+                actions[agent] = value[:, j].astype("int32") if discrete[agent] else value[:, j]
+        inputs.append(jax.device_put((keys[t], actions), device))
+
+    def step(carry, inp):
+        key, actions = inp
+        obs, state, reward, dones, _ = jax.vmap(raw.step)(key, carry[1], actions)
+        return obs, state, reward, dones
+
+    obs, state = jax.jit(jax.vmap(raw.reset))(jax.random.split(jax.random.PRNGKey(0), B))
+    carry = jax.eval_shape(step, (obs, state, None, None), inputs[0])
+    carry = (obs, state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), carry[2]),
+             jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), carry[3]))
+    start = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=0).trace(carry, inputs[0]).lower().compile()
+    compile_seconds = {"pure JAX loop: compile step": time.perf_counter() - start}
+    return {"pure JAX: jit(vmap(env.step)) Python loop, JaxMARL auto-reset": JaxLoop(compiled, carry, inputs)}, \
+        compile_seconds
+
+
+def _timings(env: JaxMarlEnv) -> dict[str, float]:
+    compiled = env.compile_seconds
+    return {"ours: compile reset": compiled.get("reset", 0.0), "ours: compile step": compiled.get("step", 0.0)}
+
+
+BENCH = References(default_num_envs=1024, loops=_loops, timings=_timings)
