@@ -30,7 +30,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
+import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -62,10 +65,29 @@ _TIME_LIMITED = ("coin_game", "storm", "storm_2p", "storm_np")  # episodes end b
 _SEPARATE_ENDS = ("SMAX", "HeuristicEnemySMAX", "jaxnav")  # agents end on their own (units die, robots arrive)
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence prints, also at the file-descriptor level, and restore ``sys.stdout`` / ``sys.stderr`` after: JaxMARL
+    prints about its optional submodules and its MABrax module resets both to ``sys.__stdout__`` /
+    ``sys.__stderr__`` (which would break any capture in place, pytest's included)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout.flush()
+    fd = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        os.dup2(fd, 1)
+        os.close(fd)
+        sys.stdout, sys.stderr = saved
+
+
 @functools.cache
 def import_jaxmarl():
-    """``jaxmarl``, imported quietly (it prints about its optional submodules)."""
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+    """``jaxmarl``, imported quietly (see ``_quiet``)."""
+    with _quiet(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import jaxmarl
     return jaxmarl
@@ -190,7 +212,7 @@ class JaxMarlEnv(JaxEnvBase):
         max_steps: episode length reported as ``truncated`` (besides the env's own limit); None for none.
         seed: seed of the per-env keys (``set_seed`` changes it).
         group_map: groups of the agents; default: ``groupings.default_group_map`` over their specs.
-        **env_kwargs: forwarded to ``jaxmarl.make`` (``scenario=...`` for SMAX, ``layout=...`` for Overcooked).
+        **env_kwargs: forwarded to ``jaxmarl.make`` (``scenario="3m"``: a SMAX map by name, or a ``Scenario``).
 
     Raises:
         ValueError: unknown env name (with close matches) or one that cannot be built here (with the reason).
@@ -206,7 +228,14 @@ class JaxMarlEnv(JaxEnvBase):
         names = env_names()
         if env_name not in names:
             raise unknown_name("JaxMARL env", env_name, names)
-        with contextlib.redirect_stdout(io.StringIO()):
+        if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name: "3m", "2s3z", ...
+            from jaxmarl.environments.smax import map_name_to_scenario
+
+            try:
+                env_kwargs["scenario"] = map_name_to_scenario(env_kwargs["scenario"])
+            except KeyError:
+                raise ValueError(f"unknown SMAX map {env_kwargs['scenario']!r}") from None
+        with _quiet():
             env = jaxmarl.make(env_name, **env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
         jdevice = jax_device(torch.device(device))
