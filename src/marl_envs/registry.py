@@ -42,7 +42,7 @@ _NAME_CACHE: dict[str, list[str]] = {}
 
 
 def available_backends() -> list[str]:
-    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo"]``)."""
+    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo", "jaxmarl", "gymnax"]``)."""
     return list(_BACKENDS)
 
 
