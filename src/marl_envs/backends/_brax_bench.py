@@ -24,7 +24,7 @@ from tensordict import TensorDictBase
 from ..bench import Loop, References
 from ._brax_compat import jax_device
 from ._brax_core import quiet_tracing
-from ._jax_bench import JaxLoop, ScanLoop
+from ._jax_bench import JaxLoop, ScanLoop, core_timings
 from .brax import BraxEnv
 
 
@@ -66,9 +66,4 @@ def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
     }, compile_seconds
 
 
-def _timings(env: BraxEnv) -> dict[str, float]:
-    compiled = env.compile_seconds
-    return {"ours: compile reset": compiled.get("reset", 0.0), "ours: compile step": compiled.get("step", 0.0)}
-
-
-BENCH = References(default_num_envs=128, loops=_loops, timings=_timings)
+BENCH = References(default_num_envs=128, loops=_loops, timings=core_timings)

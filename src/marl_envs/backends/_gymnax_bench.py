@@ -4,7 +4,6 @@ per step). Its carry holds everything a step returns."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import jax
@@ -13,7 +12,7 @@ from tensordict import TensorDictBase
 
 from ..bench import Loop, References
 from ._brax_compat import jax_device
-from ._jax_bench import JaxLoop
+from ._jax_bench import compiled_loop, core_timings
 from .gymnax import GymnaxEnv
 
 
@@ -33,16 +32,7 @@ def _loops(env: GymnaxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[rang
     obs, state = jax.jit(jax.vmap(raw.reset, in_axes=(0, None)))(jax.random.split(jax.random.PRNGKey(0), B), params)
     shapes = jax.eval_shape(step, (obs, state), inputs[0])
     carry = (obs, state, *(jnp.zeros(s.shape, s.dtype) for s in shapes[2:]))
-    start = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=0).trace(carry, inputs[0]).lower().compile()
-    compile_seconds = {"pure JAX loop: compile step": time.perf_counter() - start}
-    return {"pure JAX: jit(vmap(env.step)) Python loop, gymnax auto-reset": JaxLoop(compiled, carry, inputs)}, \
-        compile_seconds
+    return compiled_loop("pure JAX: jit(vmap(env.step)) Python loop, gymnax auto-reset", step, carry, inputs)
 
 
-def _timings(env: GymnaxEnv) -> dict[str, float]:
-    compiled = env.compile_seconds
-    return {"ours: compile reset": compiled.get("reset", 0.0), "ours: compile step": compiled.get("step", 0.0)}
-
-
-BENCH = References(default_num_envs=1024, loops=_loops, timings=_timings)
+BENCH = References(default_num_envs=1024, loops=_loops, timings=core_timings)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -35,3 +36,17 @@ class ScanLoop:
 
     def sync(self) -> None:
         jax.block_until_ready(self.state)
+
+
+def compiled_loop(label: str, step: Callable, carry: Any, inputs: Sequence[Any]) -> tuple[dict, dict[str, float]]:
+    """``({label: JaxLoop}, {compile time})`` of ``carry = step(carry, inputs[t])``, compiled ahead of time with
+    the carry donated."""
+    start = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=0).trace(carry, inputs[0]).lower().compile()
+    return {label: JaxLoop(compiled, carry, inputs)}, {"pure JAX loop: compile step": time.perf_counter() - start}
+
+
+def core_timings(env) -> dict[str, float]:
+    """Our env's one-off costs: compiling (or loading) its reset and step."""
+    compiled = env.compile_seconds
+    return {"ours: compile reset": compiled.get("reset", 0.0), "ours: compile step": compiled.get("step", 0.0)}

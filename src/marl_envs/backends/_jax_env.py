@@ -20,11 +20,14 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from .._agents import nest_keys
 from .._env import EnvBase
+from .._validate import unknown_name
+from ._brax_compat import enable_compilation_cache, jax_device
 from ._brax_transfer import Transfer
 from ._jax_core import JaxCore, env_keys, quiet_tracing
 
-__all__ = ["JaxEnvBase", "JaxFunctions"]
+__all__ = ["JaxEnvBase", "JaxFunctions", "check_name"]
 
 Entry = tuple[tuple[str, ...], tuple[int, ...], Any]  # (key, batched shape, torch dtype: float32 or bool)
 
@@ -51,18 +54,16 @@ class JaxFunctions:
     first_keys: Callable[[int, int], jax.Array]
 
 
+def check_name(family: str, name: str, names: list[str], unavailable: dict[str, str]) -> None:
+    """Raise a ValueError for a name the family does not offer: the reason, or close matches."""
+    if name in unavailable:
+        raise ValueError(f"the {family} env {name!r} cannot be built here: {unavailable[name]}")
+    if name not in names:
+        raise unknown_name(f"{family} env", name, names)
+
+
 def _first_keys(seed: int, num_envs: int) -> jax.Array:
     return jax.vmap(lambda k: jax.random.split(k, 2)[1])(env_keys(seed, num_envs))
-
-
-def _nest(flat: dict[tuple[str, ...], Any]) -> dict:
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = value
-    return out
 
 
 class JaxEnvBase(EnvBase):
@@ -70,6 +71,14 @@ class JaxEnvBase(EnvBase):
 
     _core: JaxCore
     _pending: tuple | None = None  # a CPU step JAX is computing: (result, its torch buffer, bool fills)
+
+    def _start(self, *, num_envs: int, device, max_steps: int | None):
+        """``EnvBase.__init__``, the compilation cache, the torch/JAX hand-off; the JAX device of ``device``."""
+        jdevice = jax_device(torch.device(device))  # checked before the base class allocates on that device
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        enable_compilation_cache()
+        self._init_io()
+        return jdevice
 
     def _init_io(self) -> None:
         self._io = Transfer(self.device)
@@ -178,7 +187,7 @@ class JaxEnvBase(EnvBase):
         action_keys = self._action_keys
 
         def unflatten(out, layout):
-            return _nest({key: (out[cols] > 0.5 if dtype is torch.bool else out[cols]).reshape(shape[1:])
+            return nest_keys({key: (out[cols] > 0.5 if dtype is torch.bool else out[cols]).reshape(shape[1:])
                           for key, cols, shape, dtype in layout})
 
         def reset(key):

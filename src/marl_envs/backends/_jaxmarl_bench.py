@@ -5,7 +5,6 @@ rewards, dones), as a training loop would read them."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import jax
@@ -14,7 +13,7 @@ from tensordict import TensorDictBase
 
 from ..bench import Loop, References
 from ._brax_compat import jax_device
-from ._jax_bench import JaxLoop
+from ._jax_bench import compiled_loop, core_timings
 from .jaxmarl import JaxMarlEnv
 
 
@@ -42,16 +41,7 @@ def _loops(env: JaxMarlEnv, plan: Sequence[TensorDictBase], chunks: Sequence[ran
     carry = jax.eval_shape(step, (obs, state, None, None), inputs[0])
     carry = (obs, state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), carry[2]),
              jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), carry[3]))
-    start = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=0).trace(carry, inputs[0]).lower().compile()
-    compile_seconds = {"pure JAX loop: compile step": time.perf_counter() - start}
-    return {"pure JAX: jit(vmap(env.step)) Python loop, JaxMARL auto-reset": JaxLoop(compiled, carry, inputs)}, \
-        compile_seconds
+    return compiled_loop("pure JAX: jit(vmap(env.step)) Python loop, JaxMARL auto-reset", step, carry, inputs)
 
 
-def _timings(env: JaxMarlEnv) -> dict[str, float]:
-    compiled = env.compile_seconds
-    return {"ours: compile reset": compiled.get("reset", 0.0), "ours: compile step": compiled.get("step", 0.0)}
-
-
-BENCH = References(default_num_envs=1024, loops=_loops, timings=_timings)
+BENCH = References(default_num_envs=1024, loops=_loops, timings=core_timings)

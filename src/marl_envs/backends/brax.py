@@ -69,7 +69,7 @@ from typing import Any
 import jax
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from groupings import GroupMap, MarlGroupMapType
 

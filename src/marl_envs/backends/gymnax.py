@@ -23,11 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .._validate import unknown_name
 from ..specs import Bounded, Categorical, Unbounded
-from ._brax_compat import enable_compilation_cache, jax_device
 from ._jax_core import JaxCore, Layout, strong
-from ._jax_env import JaxEnvBase
+from ._jax_env import JaxEnvBase, check_name
 
 __all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names", "make_env"]
 
@@ -100,11 +98,7 @@ class GymnaxEnv(JaxEnvBase):
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None):
         gymnax = import_gymnax()
-        if env_name in UNAVAILABLE:
-            raise ValueError(f"the gymnax env {env_name!r} is not offered here: {UNAVAILABLE[env_name]}")
-        names = env_names()
-        if env_name not in names:
-            raise unknown_name("gymnax env", env_name, names)
+        check_name("gymnax", env_name, env_names(), UNAVAILABLE)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             env, params = gymnax.make(env_name)
@@ -115,10 +109,7 @@ class GymnaxEnv(JaxEnvBase):
                 raise ValueError(f"gymnax {env_name} has no parameter {bad[0]!r}; its parameters are {sorted(fields)}")
             params = params.replace(**env_params)
         self.env_name, self.gymnax_env, self.env_params = env_name, env, params
-        jdevice = jax_device(torch.device(device))
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
-        enable_compilation_cache()
-        self._init_io()
+        jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
         B, dev = self.num_envs, self.device
         space = env.action_space(params)
         obs_shape = tuple(jax.eval_shape(env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), params)[0].shape)

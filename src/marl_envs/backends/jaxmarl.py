@@ -43,11 +43,9 @@ import torch
 
 from groupings import GroupMap, MarlGroupMapType
 
-from .._validate import unknown_name
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
-from ._brax_compat import enable_compilation_cache, jax_device
 from ._jax_core import JaxCore, Layout, strong
-from ._jax_env import JaxEnvBase
+from ._jax_env import JaxEnvBase, check_name
 
 __all__ = ["JaxMarlEnv", "env_names", "make_env", "UNAVAILABLE"]
 
@@ -147,6 +145,7 @@ class _JaxMarlCore(JaxCore):
         self.name = name
         self._offsets = np.concatenate([[0], np.cumsum(widths)]).astype(int)
         self._discrete, self._masks, self._separate = discrete, masks, separate
+        self._shapes = [tuple(env.action_space(a).shape) for a in agents]
         self.action_size = int(self._offsets[-1])
         limit = getattr(env, "max_steps", None)
         self._max_steps = limit if isinstance(limit, (int, np.integer)) else None
@@ -159,11 +158,11 @@ class _JaxMarlCore(JaxCore):
         return strong(jax.eval_shape(self.env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[1])
 
     def _actions(self, action: jax.Array) -> dict:
+        """The flat float32 action of one env as JaxMARL's per-agent dict (each in its space's shape and dtype)."""
         out = {}
         for i, agent in enumerate(self.agents):
-            part = action[self._offsets[i]:self._offsets[i + 1]]
-            out[agent] = part[0].astype(jnp.int32) if self._discrete[i] and part.shape == (1,) else (
-                part.astype(jnp.int32) if self._discrete[i] else part)
+            part = action[self._offsets[i]:self._offsets[i + 1]].reshape(self._shapes[i])
+            out[agent] = part.astype(jnp.int32) if self._discrete[i] else part
         return out
 
     def _observations(self, obs: Any, state: Any) -> list[jax.Array]:
@@ -222,12 +221,7 @@ class JaxMarlEnv(JaxEnvBase):
                  max_steps: int | None = None, seed: int = 0,
                  group_map: GroupMap | MarlGroupMapType | None = None, **env_kwargs: Any):
         jaxmarl = import_jaxmarl()
-        skip = unavailable()
-        if env_name in skip:
-            raise ValueError(f"the JaxMARL env {env_name!r} cannot be built here: {skip[env_name]}")
-        names = env_names()
-        if env_name not in names:
-            raise unknown_name("JaxMARL env", env_name, names)
+        check_name("JaxMARL", env_name, env_names(), unavailable())
         if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name: "3m", "2s3z", ...
             from jaxmarl.environments.smax import map_name_to_scenario
 
@@ -238,10 +232,7 @@ class JaxMarlEnv(JaxEnvBase):
         with _quiet():
             env = jaxmarl.make(env_name, **env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
-        jdevice = jax_device(torch.device(device))
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
-        enable_compilation_cache()
-        self._init_io()
+        jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
         dev = self.device
         agents = list(env.agents)
         names_ = [str(a) for a in agents]
