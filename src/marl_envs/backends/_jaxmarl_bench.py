@@ -1,7 +1,9 @@
 """The JaxMARL reference loop of ``marl_envs.bench``: JaxMARL's own auto-resetting ``step``, ``jit(vmap(...))``,
 in a Python loop over the same actions (per-agent dicts) and per-env keys, both split into one array per step
 beforehand, so that a step is one dispatch. Its carry holds everything a step returns (state, observations,
-rewards, dones), as a training loop would read them."""
+rewards, dones), as a training loop would read them. For envs with action masks (``get_avail_actions``) a
+second loop also computes the masks every step, as a JaxMARL training loop on such an env does (JaxMARL's own
+SMAX baselines call it every step)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,20 @@ def _loops(env: JaxMarlEnv, plan: Sequence[TensorDictBase], chunks: Sequence[ran
     carry = jax.eval_shape(step, (obs, state, None, None), inputs[0])
     carry = (obs, state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), carry[2]),
              jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), carry[3]))
-    return compiled_loop("pure JAX: jit(vmap(env.step)) Python loop, JaxMARL auto-reset", step, carry, inputs)
+    loops, seconds = compiled_loop("pure JAX: jit(vmap(env.step)) Python loop, JaxMARL auto-reset", step, carry,
+                                   inputs)
+    if ("agents", "action_mask") in env.observation_keys or any(
+            isinstance(k, tuple) and k[-1] == "action_mask" for k in env.observation_keys):
+        def masked(carry, inp):
+            out = step(carry[:4], inp)
+            return (*out, jax.vmap(raw.get_avail_actions)(out[1]))
+
+        start = jax.tree.map(jnp.copy, (*carry, jax.vmap(raw.get_avail_actions)(state)))  # each loop donates its own
+        more, more_seconds = compiled_loop("pure JAX: the same loop, plus get_avail_actions per step", masked, start,
+                                           inputs)
+        loops.update(more)
+        seconds["pure JAX masked loop: compile step"] = more_seconds["pure JAX loop: compile step"]
+    return loops, seconds
 
 
 BENCH = References(default_num_envs=1024, loops=_loops, timings=core_timings)
