@@ -25,6 +25,11 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*precision lowered by casting to float32:UserWarning"),
     # vel_control's velocity controllers warn at construction (a VMAS notice, not ours)
     pytest.mark.filterwarnings("ignore:Force limits not specified:UserWarning"),
+    # JaxMARL's MABrax builds Brax envs (Brax's unmaintained notice); JaxNav warns about its own map range and
+    # scatters int into bool (JAX's FutureWarning): notices from the libraries, not ours
+    pytest.mark.filterwarnings("ignore:Brax System, piplines and environments:UserWarning"),
+    pytest.mark.filterwarnings("ignore:max_dist_to_goal:UserWarning"),
+    pytest.mark.filterwarnings("ignore:scatter inputs have incompatible types:FutureWarning"),
 ]
 
 
@@ -55,7 +60,17 @@ def _conforms(name: str, **kwargs) -> None:
     env.close()
 
 
-@pytest.mark.parametrize("name", NAMES)
+# JAX families: each env compiles its own reset and step (2 s to 2 min here); a representative set runs by default
+JAX_DEFAULT = {"jaxmarl/MPE_simple_spread_v3", "jaxmarl/MPE_simple_adversary_v3", "jaxmarl/SMAX",
+               "jaxmarl/switch_riddle", "gymnax/CartPole-v1", "gymnax/Pendulum-v1", "gymnax/Breakout-MinAtar"}
+
+
+def _param(name: str):
+    heavy = name.partition("/")[0] in ("jaxmarl", "gymnax") and name not in JAX_DEFAULT
+    return pytest.param(name, marks=pytest.mark.slow) if heavy else name
+
+
+@pytest.mark.parametrize("name", [_param(n) for n in NAMES])
 def test_every_registered_env_conforms(name):
     _conforms(name, **_kwargs(name))
 
@@ -103,3 +118,15 @@ def test_pettingzoo_names_are_its_env_modules():
     ours = _ours("pettingzoo")
     assert ours <= modules
     assert modules - ours == {m for m in modules if m.startswith("atari/")}
+
+
+def test_jax_family_names_are_their_registries():
+    """JaxMARL's and gymnax's registries, less the envs each backend lists with the reason it cannot build them."""
+    jaxmarl = pytest.importorskip("jaxmarl")
+    gymnax = pytest.importorskip("gymnax")
+    from marl_envs.backends import gymnax as gx
+    from marl_envs.backends import jaxmarl as jm
+
+    assert _ours("jaxmarl") == set(jaxmarl.registered_envs) - set(jm.unavailable())
+    assert _ours("gymnax") == set(gymnax.registered_envs) - set(gx.UNAVAILABLE) == set(gymnax.registered_envs) - {
+        "MNISTBandit-bsuite"}

@@ -16,7 +16,7 @@ from groupings import GroupMap, MarlGroupMapType, default_group_map
 
 from .specs import Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
 
-__all__ = ["resolve_group_map", "signature", "specs_by_kind", "stack_specs"]
+__all__ = ["nest_keys", "resolve_group_map", "signature", "specs_by_kind", "stack_specs"]
 
 
 def _leaf_signature(spec: TensorSpec, bounds: bool) -> Hashable:
@@ -123,3 +123,14 @@ def specs_by_kind(groups: Mapping[str, Composite], root: Mapping[str, TensorSpec
     for name, entry in root.items():
         specs[_KINDS.get(name, "observation")][name] = entry
     return specs
+
+
+def nest_keys(flat: Mapping[tuple[str, ...], object]) -> dict:
+    """``{("a", "b"): x, ("c",): y}`` -> ``{"a": {"b": x}, "c": y}``."""
+    out: dict = {}
+    for key, value in flat.items():
+        node = out
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
+    return out

@@ -34,13 +34,15 @@ _BACKENDS: dict[str, _Backend] = {
     "vmas": _Backend("marl_envs.backends.vmas", ("vmas",), "vmas"),
     "brax": _Backend("marl_envs.backends.brax", ("jax", "brax"), "brax", checks_names=True),
     "pettingzoo": _Backend("marl_envs.backends.pettingzoo", ("pettingzoo",), "pettingzoo"),
+    "jaxmarl": _Backend("marl_envs.backends.jaxmarl", ("jax", "jaxmarl"), "jaxmarl", checks_names=True),
+    "gymnax": _Backend("marl_envs.backends.gymnax", ("jax", "gymnax"), "gymnax"),
 }
 _USER_ENVS: dict[str, Callable[..., EnvBase]] = {}
 _NAME_CACHE: dict[str, list[str]] = {}
 
 
 def available_backends() -> list[str]:
-    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo"]``)."""
+    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo", "jaxmarl", "gymnax"]``)."""
     return list(_BACKENDS)
 
 

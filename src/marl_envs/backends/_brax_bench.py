@@ -24,32 +24,8 @@ from tensordict import TensorDictBase
 from ..bench import Loop, References
 from ._brax_compat import jax_device
 from ._brax_core import quiet_tracing
+from ._jax_bench import JaxLoop, ScanLoop, core_timings
 from .brax import BraxEnv
-
-
-class _JaxLoop:
-    def __init__(self, fn, state, actions: Sequence[jax.Array]):
-        self.fn, self.state, self.actions = fn, state, actions
-
-    def __call__(self, steps: range) -> None:
-        state, fn, actions = self.state, self.fn, self.actions
-        for t in steps:
-            state = fn(state, actions[t])
-        self.state = state
-
-    def sync(self) -> None:
-        jax.block_until_ready(self.state)
-
-
-class _ScanLoop:
-    def __init__(self, fn, state, chunks: dict[tuple[int, int], jax.Array]):
-        self.fn, self.state, self.chunks = fn, state, chunks
-
-    def __call__(self, steps: range) -> None:
-        self.state = self.fn(self.state, self.chunks[steps.start, steps.stop])
-
-    def sync(self) -> None:
-        jax.block_until_ready(self.state)
 
 
 def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
@@ -84,15 +60,10 @@ def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
         compile_seconds["lax.scan: compile rollout"] = time.perf_counter() - start
         scan_state = jax.jit(raw.reset)(keys)
     return {
-        "pure JAX: jit(vmap(step)) Python loop, Brax auto-reset": _JaxLoop(wrapped, wrapped_state, actions),
-        "pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets": _JaxLoop(bare, bare_state, actions),
-        "pure JAX: lax.scan rollout (the limit)": _ScanLoop(lambda s, c: scans[c.shape[0]](s, c), scan_state, stacked),
+        "pure JAX: jit(vmap(step)) Python loop, Brax auto-reset": JaxLoop(wrapped, wrapped_state, actions),
+        "pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets": JaxLoop(bare, bare_state, actions),
+        "pure JAX: lax.scan rollout (the limit)": ScanLoop(lambda s, c: scans[c.shape[0]](s, c), scan_state, stacked),
     }, compile_seconds
 
 
-def _timings(env: BraxEnv) -> dict[str, float]:
-    compiled = env.compile_seconds
-    return {"ours: compile reset": compiled.get("reset", 0.0), "ours: compile step": compiled.get("step", 0.0)}
-
-
-BENCH = References(default_num_envs=128, loops=_loops, timings=_timings)
+BENCH = References(default_num_envs=128, loops=_loops, timings=core_timings)

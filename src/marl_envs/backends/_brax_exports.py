@@ -45,7 +45,8 @@ FORMAT = 1
 OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE"
 SUBDIR = "marl_envs-exported"
 STALE_DAYS = 7  # an env saved by another installation and not loaded for this long is deleted
-_SOURCES = ("brax.py", "_brax_compat.py", "_brax_core.py", "_brax_scenes.py", "_brax_exports.py")
+_SOURCES = ("brax.py", "_brax_compat.py", "_brax_core.py", "_brax_scenes.py", "_brax_exports.py", "_jax_core.py",
+            "_jax_env.py")
 _PACKAGES = ("jax", "jaxlib", "brax", "mujoco", "numpy")
 _JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
               "jax_threefry_partitionable", "jax_numpy_rank_promotion", "jax_numpy_dtype_promotion")

@@ -69,11 +69,10 @@ from typing import Any
 import jax
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from groupings import GroupMap, MarlGroupMapType
 
-from .._env import EnvBase
 from .._validate import check_kwargs, unknown_name
 from ..specs import Bounded, Composite, Unbounded
 from . import _brax_exports as exports
@@ -82,7 +81,8 @@ from ._brax_compat import (
     checked_env, enable_compilation_cache, env_keywords, import_brax, jax_device, prepare_mujoco_gl,
 )
 from ._brax_core import BraxCore, CoreInfo, Differentiable, Split
-from ._brax_transfer import Step, Transfer
+from ._brax_transfer import Step
+from ._jax_env import JaxEnvBase
 
 __all__ = ["BraxEnv", "BraxWrapper", "enable_compilation_cache", "env_names", "make_env"]
 
@@ -99,7 +99,7 @@ def make_env(name: str, **kwargs: Any) -> BraxEnv:
     return BraxEnv(name, **kwargs)
 
 
-class BraxWrapper(EnvBase):
+class BraxWrapper(JaxEnvBase):
     """Any ``brax.envs.Env`` as a batched marl_envs env, single-agent or split between agents.
 
     ``env`` is one unbatched env (this class vmaps it), a built-in one or your own ``Env`` subclass, including
@@ -179,7 +179,7 @@ class BraxWrapper(EnvBase):
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
         self.cache_clear_frequency = cache_clear_frequency or None
-        self._io = Transfer(self.device)
+        self._init_io()
         info = program.info
         self.action_size = info.action_size
         mapping = None
@@ -203,7 +203,6 @@ class BraxWrapper(EnvBase):
                               exported=program.exported)
         self._diff = Differentiable(self._core) if self.requires_grad else None
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
-        self._pending: tuple | None = None  # a CPU step JAX is computing: (result, its torch buffer, flags)
         self._steps_since_clear = 0
         self._renderers: dict = {}
         self._build_specs(groups)
@@ -238,7 +237,7 @@ class BraxWrapper(EnvBase):
         """Specs, and the column layout of the buffers the compiled reset and step return."""
         B, dev = self.num_envs, self.device
         core = self._core
-        layout: list[tuple[tuple[str, ...], tuple[int, ...]]] = []  # float buffer entries, in order
+        layout: list = []  # (key, shape, dtype) of the float buffer entries, in order
         if groups is None:
             obs = Composite(shape=(B,), device=dev)
             for path, shape in core.info.obs_leaves:
@@ -247,56 +246,21 @@ class BraxWrapper(EnvBase):
                     if key[:depth] not in obs:
                         obs[key[:depth]] = Composite(shape=(B,), device=dev)
                 obs[key] = Unbounded((B, *shape), device=dev)
-                layout.append((key, (B, *shape)))
+                layout.append((key, (B, *shape), torch.float32))
             self._declare_specs({}, observation=obs["observation"],
                                 action=Bounded(-1.0, 1.0, (B, self.action_size), device=dev),
                                 reward=Unbounded((B, 1), device=dev))
-            rewards = [(("reward",), (B, 1))]
+            rewards = [(("reward",), (B, 1), torch.float32)]
         else:
-            layout.append((("state",), (B, core.observation_size)))
+            layout.append((("state",), (B, core.observation_size), torch.float32))
             rewards = []
             for (group, spec), table in zip(groups.items(), core.split.gathers):
                 spec["observation"] = Unbounded((*spec.shape, table.shape[1]), device=dev)
-                layout.append(((group, "observation"), (*spec.shape, table.shape[1])))
-                rewards.append(((group, "reward"), (*spec.shape, 1)))
+                layout.append(((group, "observation"), (*spec.shape, table.shape[1]), torch.float32))
+                rewards.append(((group, "reward"), (*spec.shape, 1), torch.float32))
             self._declare_specs(groups, state=Unbounded((B, core.observation_size), device=dev))
-        self._reset_layout = self._slices(layout)
-        self._step_layout = self._slices(layout + rewards)
-        self._out_width = self._step_layout[-1][1].stop + 2  # the step's float buffer: outputs, then two flags
-        self._group_batch = {g: (B, len(m)) for g, m in self.group_map.items()}
-        self._all_true = np.ones(B, dtype=bool)
-
-    @staticmethod
-    def _slices(layout):
-        out, start = [], 0
-        for key, shape in layout:
-            width = int(np.prod(shape[1:]))
-            out.append((key, slice(start, start + width), shape))
-            start += width
-        return out
-
-    # -- output builder (one for reset and step) ------------------------------------------------------
-    def _build(self, out: torch.Tensor, layout, extra: Mapping | None = None) -> TensorDict:
-        """The TensorDict of ``out``'s columns laid out by ``layout`` (see ``_slices``), plus ``extra`` entries
-        (root names, or ``(group, name)`` keys)."""
-        root: dict[str, Any] = {}
-        entries = [(key, out[:, columns].view(shape)) for key, columns, shape in layout]
-        for key, value in [*entries, *(extra or {}).items()]:
-            if isinstance(key, str) or len(key) == 1:
-                root[key if isinstance(key, str) else key[0]] = value
-            else:
-                root.setdefault(key[0], {})[key[1:] if len(key) > 2 else key[1]] = value
-        for group, members in list(root.items()):
-            if isinstance(members, dict):
-                root[group] = TensorDict(members, batch_size=self._group_batch.get(group, self.batch_size),
-                                         device=self.device)
-        return TensorDict(root, batch_size=self.batch_size, device=self.device)
-
-    def _flat_action(self, tensordict: TensorDictBase) -> torch.Tensor:
-        if self.action_indices is None:
-            return tensordict.get("action")
-        parts = [tensordict.get((g, "action")).reshape(self.num_envs, -1) for g in self.group_map]
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        actions = [("action",)] if groups is None else [(g, "action") for g in self.group_map]
+        self._set_layout(layout, rewards, actions)
 
     def robot_action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The robot's ``(num_envs, action_size)`` action, in the Brax env's own order, that the agents' actions
@@ -304,47 +268,33 @@ class BraxWrapper(EnvBase):
         flat = self._flat_action(tensordict)
         return flat if self.action_indices is None else flat[:, self._action_source]
 
-    # -- the hook -------------------------------------------------------------------------------------
+    # -- the hook: the shared JAX path (JaxEnvBase), or the differentiable one -------------------------
     def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        if self._diff is None:
+            return super()._reset(mask)
         io = self._io
         jmask = self._all_true if mask is None else io.to_jax(mask)
-        if self._diff is None:
-            out = io.to_torch(self._core.reset(jmask))
-        else:
-            previous = None if self._flat is None or mask is None else io.to_jax(self._flat)
-            flat, out = self._diff.reset(previous, jmask)
-            flat, out = io.to_torch(flat), io.to_torch(out)
-            if previous is not None:  # envs not reset keep their state, and its gradient history
-                flat = torch.where(mask.view(-1, 1), flat, self._flat)
-            self._flat = flat
+        previous = None if self._flat is None or mask is None else io.to_jax(self._flat)
+        flat, out = self._diff.reset(previous, jmask)
+        flat, out = io.to_torch(flat), io.to_torch(out)
+        if previous is not None:  # envs not reset keep their state, and its gradient history
+            flat = torch.where(mask.view(-1, 1), flat, self._flat)
+        self._flat = flat
         return self._build(out, self._reset_layout)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Dispatch the compiled step. On CPU the result is returned over empty buffers that ``_wait_step``
-        fills once JAX is done, so that the base class builds the next root data meanwhile (torch work done right
-        after a 10+ ms JAX step runs several times slower here than before it: caches gone cold)."""
-        action = self._flat_action(tensordict)
-        if self._diff is not None:
-            if self._flat is None:
-                raise RuntimeError("step() before reset(): reset the env first")
-            self._flat, out, flags = Step.apply(self._diff, self._io, self._flat, action)
-        elif self._io.cpu and self.cache_clear_frequency is None:
-            pending = self._core.step(self._io.to_jax(action))  # dispatched, not yet done
-            out = torch.empty((self.num_envs, self._out_width), dtype=torch.float32)
-            flags = torch.empty((self.num_envs, 2), dtype=torch.bool)
-            self._pending = (pending, out, flags)
-        else:
-            out = self._io.to_torch(self._core.step(self._io.to_jax(action)))
-            flags = out[:, -2:] > 0.5  # the float buffer ends with terminated, truncated
-            self._clear_caches()
-        return self._build(out, self._step_layout, {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2]})
+        if self._diff is None:
+            return super()._step(tensordict)
+        if self._flat is None:
+            raise RuntimeError("step() before reset(): reset the env first")
+        self._flat, out, flags = Step.apply(self._diff, self._io, self._flat, self._flat_action(tensordict))
+        return self._build(torch.cat([out, flags.to(out.dtype)], dim=1), self._step_layout)
 
-    def _wait_step(self) -> None:
-        if self._pending is not None:
-            pending, out, flags = self._pending
-            self._pending = None
-            np.copyto(out.numpy(), np.asarray(pending))  # waits for JAX
-            torch.gt(out[:, -2:], 0.5, out=flags)  # the buffer ends with terminated, truncated
+    def _synchronous(self) -> bool:
+        return super()._synchronous() or self.cache_clear_frequency is not None
+
+    def _after_step(self) -> None:
+        self._clear_caches()
 
     def _clear_caches(self) -> None:
         if self.cache_clear_frequency is not None:
@@ -352,9 +302,6 @@ class BraxWrapper(EnvBase):
             if self._steps_since_clear >= self.cache_clear_frequency:
                 self._steps_since_clear = 0
                 jax.clear_caches()
-
-    def _set_seed(self, seed: int) -> None:
-        self._core.seed(seed)
 
     # -- extras ---------------------------------------------------------------------------------------
     def detach_state(self) -> None:
@@ -364,11 +311,6 @@ class BraxWrapper(EnvBase):
         """
         if self._flat is not None:
             self._flat = self._flat.detach()
-
-    @property
-    def compile_seconds(self) -> dict[str, float]:
-        """Seconds spent compiling (or loading from the persistent cache) each compiled function so far."""
-        return dict(self._core.compile_seconds)
 
     def _render(self, env_index: int, *, height: int = 240, width: int = 320, camera: str | int | None = None
                 ) -> np.ndarray:

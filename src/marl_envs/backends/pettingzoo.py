@@ -21,6 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from groupings import GroupMap, MarlGroupMapType
 
+from .._agents import nest_keys
 from .._env import EnvBase
 from ..specs import Binary, Composite, Unbounded
 from ._pettingzoo_shard import Buffers, Group, Layout, Shard, dead_message, state_of
@@ -54,16 +55,6 @@ def _numeric_infos(info: dict) -> dict[str, tuple[int, ...]]:
         array = np.asarray(value)
         if key != ACTION_MASK and array.dtype.kind in "biuf":
             out[key] = array.shape
-    return out
-
-
-def _nest(flat: dict[tuple[str, ...], Any]) -> dict:
-    out: dict = {}
-    for key, value in flat.items():
-        node = out
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = value
     return out
 
 
@@ -310,7 +301,7 @@ class PettingZooWrapper(EnvBase):
                 flat[("reward",)] = torch.from_numpy(reward[:, idx, None])
             flat[("terminated",)] = torch.from_numpy(term[:, idx, None])
             flat[("truncated",)] = torch.from_numpy(trunc[:, idx, None])
-            out[g.name] = TensorDict(_nest(flat), batch_size=(B, len(g.agents)))
+            out[g.name] = TensorDict(nest_keys(flat), batch_size=(B, len(g.agents)))
         if self.done_on_any:
             root_term, root_trunc = term.any(1), trunc.any(1)
         else:  # every agent done; "terminated" if every agent terminated, else "truncated"

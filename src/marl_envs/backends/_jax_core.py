@@ -1,0 +1,323 @@
+"""The one jit-vmapped core of every JAX env family (Brax, JaxMARL, gymnax).
+
+A family plugs in through a small adapter: a subclass of ``JaxCore`` giving three pure per-env functions,
+
+- ``reset_one(key) -> (state, out)``: a fresh state and its outputs (``out``: one float32 vector),
+- ``step_one(key, state, action) -> (state, out, flags)``: one step from the flat float32 action vector;
+  ``out`` holds every output side by side (observations, rewards, masks, per-agent ends) and ``flags`` the
+  root ``(terminated, truncated)`` as two bools,
+- ``observe_one(state) -> out`` (optional): ``reset_one``'s outputs for a state kept by a partial reset,
+
+and the state's structure (``_reference``). This class owns everything else once: the state of ``num_envs``
+envs kept in JAX, packed into one ``(B, n)`` buffer per dtype (``Layout``: dispatch costs ~15 us per buffer
+here, and a state has tens of leaves); one ahead-of-time compiled ``jit(vmap(...))`` step whose outputs and
+flags come back as ONE float32 ``(B, K)`` buffer (one array to hand to torch); one compiled masked reset drawing
+fresh starts with per-env keys (``fold_in(PRNGKey(seed), i)``, split at every reset and, for families whose
+step is random, at every step) and keeping every other env's state bit for bit; donated state buffers; and the
+same functions traced as ``jax.export`` modules when asked (``export=True``).
+
+``functions()`` returns the per-env functions themselves, pure, for ``jit`` / ``vmap`` / ``lax.scan`` in a JAX
+training loop (``JaxEnvBase.jax_functions`` wraps them with the env's key layout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["JaxCore", "Layout", "StateMismatch", "env_keys", "export_platform", "quiet_tracing", "strong",
+           "tree_paths"]
+
+
+@contextlib.contextmanager
+def quiet_tracing() -> Iterator[None]:
+    """Silence the deprecation warnings MJX raises while Brax code is traced (``Data.ncon`` and friends).
+
+    They come from Brax's own code reading MJX fields, fire on every trace and are nothing a user can act on.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Accessing `\w+` directly from `(Data|Model)` is deprecated",
+                                category=DeprecationWarning)
+        yield
+
+
+def tree_paths(tree: Any) -> list[tuple[tuple[str, ...], Any]]:
+    """``(key path, leaf)`` pairs of a pytree of dicts (a bare array has the empty path)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(tuple(str(getattr(k, "key", getattr(k, "name", k))) for k in path), leaf) for path, leaf in flat]
+
+
+def strong(tree: Any) -> Any:
+    """``ShapeDtypeStruct`` leaves without weak types (a weakly typed float32 is a float32)."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+class StateMismatch(ValueError):
+    """An env's ``step`` returned a state whose structure or shapes differ from ``reset``'s."""
+
+
+class Layout:
+    """Packs a batched state pytree into one ``(B, n)`` buffer per dtype, float32 first, and back.
+
+    Args:
+        reference: the unbatched state's structure (``ShapeDtypeStruct`` leaves).
+    """
+
+    def __init__(self, reference: Any):
+        leaves, self.treedef = jax.tree.flatten(reference)
+        dtypes = sorted({np.dtype(x.dtype) for x in leaves} | {np.dtype(np.float32)},
+                        key=lambda d: (d != np.float32, str(d)))
+        self.dtypes = tuple(dtypes)  # float32 first (possibly width 0): the differentiable buffer
+        self.widths = [0] * len(dtypes)
+        self.slots = []  # per leaf: (buffer, start, stop, shape)
+        for leaf in leaves:
+            group = dtypes.index(np.dtype(leaf.dtype))
+            size = int(np.prod(leaf.shape))
+            self.slots.append((group, self.widths[group], self.widths[group] + size, tuple(leaf.shape)))
+            self.widths[group] += size
+
+    def pack(self, state: Any) -> tuple[jax.Array, ...]:
+        leaves = jax.tree.leaves(state)
+        B = leaves[0].shape[0] if leaves else 0
+        parts: list[list[jax.Array]] = [[] for _ in self.dtypes]
+        for (group, _, _, _), leaf in zip(self.slots, leaves):
+            parts[group].append(leaf.reshape(B, -1))
+        return tuple(
+            jnp.concatenate(p, axis=1) if p else jnp.zeros((B, 0), dtype) for p, dtype in zip(parts, self.dtypes)
+        )
+
+    def unpack(self, buffers: Sequence[Any], batch: tuple[int, ...] | None = None) -> Any:
+        """The state from its buffers (JAX or NumPy; ``batch`` overrides the leading shape, e.g. ``()``)."""
+        lead = (buffers[0].shape[0],) if batch is None else batch
+        leaves = [buffers[g][..., a:b].reshape((*lead, *shape)) for g, a, b, shape in self.slots]
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _env_keys(root: jax.Array, num_envs: int) -> jax.Array:
+    return jax.vmap(lambda i: jax.random.fold_in(root, i))(jnp.arange(num_envs, dtype=jnp.uint32))
+
+
+def env_keys(seed: int, num_envs: int) -> jax.Array:
+    """The per-env keys of ``seed``: ``fold_in(PRNGKey(seed), i)``, so env i's starts do not depend on ``B``."""
+    return _env_keys(jax.random.PRNGKey(seed), num_envs)
+
+
+def _split(keys: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each env's key split in two: ``(kept, used now)``."""
+    pairs = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def export_platform(device) -> str:
+    """The ``jax.export`` platform name of a JAX device (``cpu``, ``cuda``, ``rocm``, ``tpu``)."""
+    if device.platform != "gpu":
+        return device.platform
+    return "rocm" if "rocm" in device.client.platform_version.lower() else "cuda"
+
+
+class JaxCore:
+    """Compiled reset / step of ``num_envs`` copies of one functional JAX env; the batched state lives here.
+
+    Subclasses (the family adapters) set ``widths`` / ``dtypes`` (the packed state's buffers), ``action_size``,
+    ``step_uses_key`` and ``_reference`` and define ``reset_one``, ``step_one`` (and ``observe_one``); then
+    call ``_setup``.
+    """
+
+    step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
+    label = "env"  # how errors name the env
+    num_envs: int
+    action_size: int
+    widths: tuple[int, ...]
+    dtypes: tuple[str, ...]
+
+    def _setup(self, *, num_envs: int, device, exported: Mapping[str, Any] | None = None) -> None:
+        self.num_envs, self.device = num_envs, device
+        self._sharding = jax.sharding.SingleDeviceSharding(device)
+        self._compiled: dict[str, Any] = {}
+        self._traced: dict[str, Any] = {}
+        self.exported: dict[str, Any] = dict(exported or {})
+        self.compile_seconds: dict[str, float] = {}
+        self._state: tuple[jax.Array, ...] | None = None  # the batched state, packed by self.layout
+        self._keys: jax.Array | None = None
+        self.seed(0)
+
+    # -- the protocol ---------------------------------------------------------------------------------
+    @property
+    def _reference(self) -> Any:
+        """The unbatched state's structure (strong ``ShapeDtypeStruct`` leaves)."""
+        raise NotImplementedError
+
+    def reset_one(self, key: jax.Array) -> tuple[Any, jax.Array]:
+        raise NotImplementedError
+
+    def step_one(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
+        raise NotImplementedError
+
+    observe_one: Callable[[Any], jax.Array] | None = None
+
+    def functions(self) -> tuple[Callable, Callable]:
+        """The pure per-env ``reset(key) -> (state, out)`` and ``step(key, state, action) -> (state, out, flags)``."""
+        return self.reset_one, self.step_one
+
+    @functools.cached_property
+    def layout(self) -> Layout:
+        layout = Layout(self._reference)
+        if tuple(layout.widths) != tuple(self.widths):
+            raise RuntimeError(f"the {self.label}'s state packs into {layout.widths}, the compiled functions take "
+                               f"{self.widths}: a stale export? (delete it, or set MARL_ENVS_JAX_CACHE=0)")
+        return layout
+
+    def _cast(self, state: Any) -> Any:
+        """Keep the state's dtypes (a step returning float64 or weak types must not change the carry).
+
+        Raises:
+            StateMismatch: the state's structure or shapes differ from what ``reset`` returns.
+        """
+        reference = self._reference
+        if jax.tree.structure(state) != jax.tree.structure(reference) or any(
+            jnp.shape(x) != ref.shape for x, ref in zip(jax.tree.leaves(state), jax.tree.leaves(reference))
+        ):
+            raise StateMismatch(
+                f"{self.label}.step returns a state unlike the one reset returns "
+                f"({_describe_mismatch(reference, state)}); a step must keep the state's structure and shapes"
+            )
+        return jax.tree.map(lambda x, ref: jnp.asarray(x).astype(ref.dtype), state, reference)
+
+    # -- batched functions (these are compiled) -------------------------------------------------------
+    def _step(self, buffers, keys, action):
+        if self.step_uses_key:
+            keys, now = _split(keys)
+        else:
+            now = keys
+        state, out, flags = jax.vmap(self.step_one)(now, self.layout.unpack(buffers), action)
+        return self.layout.pack(state), keys, out, flags
+
+    def _step_packed(self, buffers, keys, action):
+        """``_step`` with the flags appended to the float buffer as 0 / 1: one array to hand over, not two."""
+        buffers, keys, out, flags = self._step(buffers, keys, action)
+        return buffers, keys, jnp.concatenate([out, flags.astype(jnp.float32)], axis=1)
+
+    def _reset(self, buffers, keys, mask):
+        kept, now = _split(keys)
+        fresh, out = jax.vmap(lambda k: (lambda s, o: (self._cast(s), o))(*self.reset_one(k)))(now)
+        buffers = tuple(jnp.where(mask[:, None], new, old) for new, old in zip(self.layout.pack(fresh), buffers))
+        keys = jnp.where(mask[:, None], kept, keys)
+        if self.observe_one is not None:
+            out = jax.vmap(self.observe_one)(self.layout.unpack(buffers))
+        else:  # the rows of envs not reset are the caller's (EnvBase keeps them)
+            out = jnp.where(mask[:, None], out, 0.0)
+        return buffers, keys, out
+
+    # -- compilation ----------------------------------------------------------------------------------
+    def _struct(self, shape, dtype) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=self._sharding)
+
+    def _state_structs(self) -> tuple[jax.ShapeDtypeStruct, ...]:
+        return tuple(self._struct((self.num_envs, w), np.dtype(d)) for w, d in zip(self.widths, self.dtypes))
+
+    def _keys_struct(self):
+        return self._struct((self.num_envs, 2), jnp.uint32)
+
+    def _action_struct(self):
+        return self._struct((self.num_envs, self.action_size), jnp.float32)
+
+    def _signature(self, name: str) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
+        """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step``."""
+        if name == "step":
+            return self._step_packed, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
+        mask = self._struct((self.num_envs,), jnp.bool_)
+        return self._reset, (self._state_structs(), self._keys_struct(), mask), (0, 1)
+
+    def _trace(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()) -> None:
+        start = time.perf_counter()
+        with quiet_tracing():
+            self._traced[name] = jax.jit(fn, donate_argnums=donate).trace(*args)
+        self.compile_seconds[name] = time.perf_counter() - start
+
+    def _export(self) -> bool:
+        """Trace step and reset as ``jax.export`` modules into ``self.exported``; False if JAX cannot export them."""
+        platform = export_platform(self.device)
+        for name in ("step", "reset"):
+            fn, args, _ = self._signature(name)
+            start = time.perf_counter()
+            try:
+                with quiet_tracing():
+                    self.exported[name] = jax.export.export(jax.jit(fn), platforms=[platform])(*args)
+            except Exception:  # not exportable (an unsupported custom call, ...): trace as usual, save nothing
+                self.exported.clear()
+                return False
+            self.compile_seconds[name] = time.perf_counter() - start
+        return True
+
+    def compiled(self, name: str, fn, args: Callable[[], Sequence[Any]], donate: tuple[int, ...] = ()):
+        """AOT-compile ``fn`` (or its exported module) for the structs ``args()`` once; ``jax.clear_caches()``
+        never drops it.
+
+        ``compile_seconds[name]`` counts tracing, lowering and compiling (or loading from the persistent cache).
+        """
+        if name not in self._compiled:
+            if name not in self.exported and name not in self._traced:
+                self._trace(name, fn, args(), donate)
+            start = time.perf_counter()
+            with quiet_tracing():
+                if name in self.exported:
+                    traced = jax.jit(self.exported[name].call, donate_argnums=donate).trace(*args())
+                else:
+                    traced = self._traced.pop(name)
+                self._compiled[name] = traced.lower().compile()
+            self.compile_seconds[name] = self.compile_seconds.get(name, 0.0) + time.perf_counter() - start
+        return self._compiled[name]
+
+    def _compile(self, name: str):
+        fn, args, donate = self._signature(name)
+        return self.compiled(name, fn, lambda: args, donate)
+
+    # -- the public calls -----------------------------------------------------------------------------
+    def seed(self, seed: int) -> None:
+        """Per-env keys ``fold_in(PRNGKey(seed), i)``: env i's starts do not depend on the batch size."""
+        self._keys = jax.device_put(env_keys(seed, self.num_envs), self._sharding)
+
+    def zero_state(self) -> tuple[jax.Array, ...]:
+        return tuple(jax.device_put(np.zeros(x.shape, x.dtype), self._sharding) for x in self._state_structs())
+
+    def reset(self, mask: np.ndarray | jax.Array) -> jax.Array:
+        """Reset the envs where ``mask`` ``(B,)`` is True; return the float buffer (no rewards) of all envs."""
+        if self._state is None:
+            self._state = self.zero_state()
+        fn = self._compiled.get("reset") or self._compile("reset")
+        self._state, self._keys, out = fn(self._state, self._keys, mask)
+        return out
+
+    def step(self, action: np.ndarray | jax.Array) -> jax.Array:
+        """Step every env with the flat action ``(B, action_size)``; the float buffer, with ``terminated`` and
+        ``truncated`` (as 0. / 1.) in its last two columns."""
+        if self._state is None:
+            raise RuntimeError("step() before reset(): reset the env first")
+        fn = self._compiled.get("step") or self._compile("step")
+        self._state, self._keys, out = fn(self._state, self._keys, action)
+        return out
+
+    def env_state(self, index: int, buffers: Sequence[Any] | None = None) -> Any:
+        """The state of env ``index`` as NumPy arrays (for rendering), from ``buffers`` or the current state."""
+        buffers = self._state if buffers is None else buffers
+        if buffers is None:
+            raise RuntimeError("the env has no state yet: reset it first")
+        return self.layout.unpack([np.asarray(b[index]) for b in buffers], batch=())
+
+
+def _describe_mismatch(reference: Any, other: Any) -> str:
+    ref = {jax.tree_util.keystr(p): tuple(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(reference)[0]}
+    oth = {jax.tree_util.keystr(p): tuple(jnp.shape(x)) for p, x in jax.tree_util.tree_flatten_with_path(other)[0]}
+    for key in ref.keys() | oth.keys():
+        if ref.get(key) != oth.get(key):
+            return f"state{key}: reset gives {ref.get(key, 'nothing')}, step gives {oth.get(key, 'nothing')}"
+    return "the tree structures differ"

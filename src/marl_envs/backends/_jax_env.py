@@ -1,0 +1,209 @@
+"""The torch side shared by every JAX env family: one float buffer from the core to TensorDicts, and back.
+
+``JaxEnvBase`` is the ``EnvBase`` hook of the Brax, JaxMARL and gymnax envs. A family's env builds its
+``JaxCore`` adapter, declares its specs and lays out the columns of the core's float buffer (``_set_layout``);
+this class does the rest once: actions in as one flat float32 array, the compiled reset and step, outputs as
+views of one buffer (bool entries such as ``terminated`` or ``action_mask`` stored as 0 / 1 and compared once),
+and on CPU the step overlapped with torch work (``_step`` returns TensorDicts over empty buffers that
+``_wait_step`` fills once JAX is done). ``jax_functions()`` is the functional JAX face of the same env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from .._agents import nest_keys
+from .._env import EnvBase
+from .._validate import unknown_name
+from ._brax_compat import enable_compilation_cache, jax_device
+from ._brax_transfer import Transfer
+from ._jax_core import JaxCore, env_keys, quiet_tracing
+
+__all__ = ["JaxEnvBase", "JaxFunctions", "check_name"]
+
+Entry = tuple[tuple[str, ...], tuple[int, ...], Any]  # (key, batched shape, torch dtype: float32 or bool)
+
+
+@dataclass(frozen=True)
+class JaxFunctions:
+    """The pure per-env functions of a JAX-family env (``env.jax_functions()``), for ``jit`` / ``vmap`` /
+    ``lax.scan``.
+
+    Attributes:
+        reset: ``reset(key) -> (state, obs)``: ``obs`` a nested dict keyed as the env's TensorDict (no batch dim).
+        step: ``step(key, state, actions) -> (state, out)``: ``actions`` a nested dict keyed as the env's action
+            keys (``{"agents": {"action": a}}``, or ``{"action": a}``); ``out`` holds what the torch-facing env
+            writes under ``"next"``: observations, rewards, ``terminated``, ``truncated`` (the env's
+            ``max_steps`` is not counted here: it lives in the torch-facing env).
+        first_keys: ``first_keys(seed, num_envs)``: the ``reset`` keys of the torch-facing env's first reset
+            after ``set_seed(seed)`` (``split(fold_in(PRNGKey(seed), i))[1]``); its later keys continue the same
+            chain (each reset, and each step of a family with random steps, splits the carried key and uses
+            the second half).
+    """
+
+    reset: Callable[[jax.Array], tuple[Any, dict]]
+    step: Callable[[jax.Array, Any, dict], tuple[Any, dict]]
+    first_keys: Callable[[int, int], jax.Array]
+
+
+def check_name(family: str, name: str, names: list[str], unavailable: dict[str, str]) -> None:
+    """Raise a ValueError for a name the family does not offer: the reason, or close matches."""
+    if name in unavailable:
+        raise ValueError(f"the {family} env {name!r} cannot be built here: {unavailable[name]}")
+    if name not in names:
+        raise unknown_name(f"{family} env", name, names)
+
+
+def _first_keys(seed: int, num_envs: int) -> jax.Array:
+    return jax.vmap(lambda k: jax.random.split(k, 2)[1])(env_keys(seed, num_envs))
+
+
+class JaxEnvBase(EnvBase):
+    """``EnvBase`` over a ``JaxCore``. Subclasses set ``self._core`` and call ``_set_layout``."""
+
+    _core: JaxCore
+    _pending: tuple | None = None  # a CPU step JAX is computing: (result, its torch buffer, bool fills)
+
+    def _start(self, *, num_envs: int, device, max_steps: int | None):
+        """``EnvBase.__init__``, the compilation cache, the torch/JAX hand-off; the JAX device of ``device``."""
+        jdevice = jax_device(torch.device(device))  # checked before the base class allocates on that device
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        enable_compilation_cache()
+        self._init_io()
+        return jdevice
+
+    def _init_io(self) -> None:
+        self._io = Transfer(self.device)
+        self._pending = None
+
+    def _synchronous(self) -> bool:
+        """Wait for each step's result before building its TensorDicts (the overlap needs a CPU)."""
+        return not self._io.cpu
+
+    def _after_step(self) -> None:
+        """Called after each synchronous step (Brax: ``cache_clear_frequency``)."""
+
+    def _set_layout(self, observations: Sequence[Entry], rewards: Sequence[Entry], actions: Sequence[tuple]) -> None:
+        """The columns of the core's buffers: reset gives ``observations``; step gives them, then ``rewards``
+        (and any other per-step entry), then ``terminated`` and ``truncated``; ``actions`` are the action keys
+        whose values, flattened per env in this order and cast to float32, make the core's action."""
+        B = self.num_envs
+        flags = [(("terminated",), (B, 1), torch.bool), (("truncated",), (B, 1), torch.bool)]
+        self._reset_layout = self._slices(observations)
+        self._step_layout = self._slices([*observations, *rewards, *flags])
+        self._out_width = self._step_layout[-1][1].stop
+        self._action_keys = [tuple(k) for k in actions]
+        self._group_batch = {g: (B, len(m)) for g, m in self.group_map.items()}
+        self._all_true = np.ones(B, dtype=bool)
+
+    @staticmethod
+    def _slices(layout: Sequence[Entry]):
+        out, start = [], 0
+        for key, shape, dtype in layout:
+            width = int(np.prod(shape[1:]))
+            out.append((key, slice(start, start + width), shape, dtype))
+            start += width
+        return out
+
+    # -- output builder (one for reset and step) ------------------------------------------------------
+    def _build(self, out: torch.Tensor, layout, fills: list | None = None) -> TensorDict:
+        """The TensorDict of ``out``'s columns laid out by ``layout``. Bool entries are new tensors: compared
+        now, or, with ``fills`` given, left empty and listed there as ``(bool tensor, float view)`` pairs."""
+        root: dict[str, Any] = {}
+        for key, columns, shape, dtype in layout:
+            value = out[:, columns].view(shape)
+            if dtype is torch.bool:
+                flag = torch.empty(shape, dtype=torch.bool, device=out.device)
+                if fills is None:
+                    torch.gt(value, 0.5, out=flag)
+                else:
+                    fills.append((flag, value))
+                value = flag
+            if len(key) == 1:
+                root[key[0]] = value
+            else:
+                root.setdefault(key[0], {})[key[1:] if len(key) > 2 else key[1]] = value
+        for group, members in list(root.items()):
+            if isinstance(members, dict):
+                root[group] = TensorDict(members, batch_size=self._group_batch.get(group, self.batch_size),
+                                         device=self.device)
+        return TensorDict(root, batch_size=self.batch_size, device=self.device)
+
+    def _flat_action(self, tensordict: TensorDictBase) -> torch.Tensor:
+        parts = [tensordict.get(key).reshape(self.num_envs, -1) for key in self._action_keys]
+        flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        return flat.to(torch.float32)
+
+    # -- the hook -------------------------------------------------------------------------------------
+    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        jmask = self._all_true if mask is None else self._io.to_jax(mask)
+        return self._build(self._io.to_torch(self._core.reset(jmask)), self._reset_layout)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Dispatch the compiled step. On CPU the result is returned over empty buffers that ``_wait_step``
+        fills once JAX is done, so that the base class builds the next root data meanwhile (torch work done right
+        after a 10+ ms JAX step runs several times slower here than before it: caches gone cold)."""
+        result = self._core.step(self._io.to_jax(self._flat_action(tensordict)))
+        if self._synchronous():
+            out = self._build(self._io.to_torch(result), self._step_layout)
+            self._after_step()
+            return out
+        buffer = torch.empty((self.num_envs, self._out_width), dtype=torch.float32)
+        fills: list = []
+        out = self._build(buffer, self._step_layout, fills)
+        self._pending = (result, buffer, fills)  # dispatched, not yet done
+        return out
+
+    def _wait_step(self) -> None:
+        if self._pending is not None:
+            result, buffer, fills = self._pending
+            self._pending = None
+            np.copyto(buffer.numpy(), np.asarray(result))  # waits for JAX
+            for flag, value in fills:
+                torch.gt(value, 0.5, out=flag)
+
+    def _set_seed(self, seed: int) -> None:
+        self._core.seed(seed)
+
+    @property
+    def compile_seconds(self) -> dict[str, float]:
+        """Seconds spent compiling (or loading from the persistent cache) each compiled function so far."""
+        return dict(self._core.compile_seconds)
+
+    # -- the functional JAX face ----------------------------------------------------------------------
+    def jax_functions(self) -> JaxFunctions:
+        """This env's pure per-env ``reset(key)`` and ``step(key, state, actions)`` (see ``JaxFunctions``): the
+        same compiled scene as the torch-facing env, for a JAX training loop (``jit``, ``vmap``, ``lax.scan``)."""
+        reset_one, step_one = self._core.functions()
+        reset_layout, step_layout = self._reset_layout, self._step_layout
+        action_keys = self._action_keys
+
+        def unflatten(out, layout):
+            return nest_keys({key: (out[cols] > 0.5 if dtype is torch.bool else out[cols]).reshape(shape[1:])
+                          for key, cols, shape, dtype in layout})
+
+        def reset(key):
+            with quiet_tracing():
+                state, out = reset_one(key)
+            return state, unflatten(out, reset_layout)
+
+        def step(key, state, actions):
+            flat = []
+            for path in action_keys:
+                node = actions
+                for part in path:
+                    node = node[part]
+                flat.append(jnp.asarray(node).reshape(-1).astype(jnp.float32))
+            with quiet_tracing():
+                state, out, flags = step_one(key, state, jnp.concatenate(flat))
+            return state, unflatten(jnp.concatenate([out, flags.astype(jnp.float32)]), step_layout)
+
+        return JaxFunctions(reset=reset, step=step, first_keys=_first_keys)

@@ -1,0 +1,135 @@
+"""gymnax backend: gymnax's single-agent JAX envs by name, through the one JAX core.
+
+>>> import marl_envs
+>>> env = marl_envs.make("gymnax/CartPole-v1", num_envs=8)  # doctest: +SKIP
+
+Single-agent layout (as Brax's single-agent envs): ``observation`` ``(B, *o)`` float32, ``action`` ``(B,)``
+``Categorical`` (``Discrete``) or ``(B, *a)`` ``Bounded`` (``Box``), ``("next", "reward")`` ``(B, 1)``.
+
+The step is ``step_env`` (no auto-reset), so the terminal observation stays in ``next``. gymnax 1.0 keeps the
+two ends apart: ``step_env``'s ``done`` is the natural end (``terminated``) and ``env.is_truncated(state,
+params)`` its time limit (``state.time >= params.max_steps_in_episode``), reported as ``truncated`` unless the
+episode also terminated on that step. ``params`` are the env's ``default_params``, with ``env_params={...}`` overriding fields.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from ..specs import Bounded, Categorical, Unbounded
+from ._jax_core import JaxCore, Layout, strong
+from ._jax_env import JaxEnvBase, check_name
+
+__all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names", "make_env"]
+
+UNAVAILABLE = {"MNISTBandit-bsuite": "downloads MNIST when built (no network at run time here)"}
+"""Registered gymnax envs not offered by name, with the reason."""
+
+
+@functools.cache
+def import_gymnax():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import gymnax
+    return gymnax
+
+
+def env_names() -> list[str]:
+    """``gymnax.registered_envs`` less ``UNAVAILABLE``."""
+    return sorted(n for n in import_gymnax().registered_envs if n not in UNAVAILABLE)
+
+
+def make_env(name: str, **kwargs: Any) -> GymnaxEnv:
+    return GymnaxEnv(name, **kwargs)
+
+
+class _GymnaxCore(JaxCore):
+    """The gymnax adapter: ``reset_env(key, params)`` and ``step_env(key, state, action, params)``."""
+
+    def __init__(self, env, params, *, name: str, discrete: bool, action_size: int, num_envs: int, device):
+        self.env, self.params, self.label, self._discrete = env, params, f"gymnax {name}", discrete
+        self.action_size = action_size
+        self._action_shape = tuple(env.action_space(params).shape)
+        layout = Layout(self._reference)
+        self.widths, self.dtypes = tuple(layout.widths), tuple(str(d) for d in layout.dtypes)
+        self._setup(num_envs=num_envs, device=device)
+
+    @functools.cached_property
+    def _reference(self) -> Any:
+        return strong(jax.eval_shape(self.env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), self.params)[1])
+
+    def reset_one(self, key):
+        obs, state = self.env.reset_env(key, self.params)
+        return self._cast(state), jnp.asarray(obs, jnp.float32).reshape(-1)
+
+    def step_one(self, key, state, action):
+        action = action[0].astype(jnp.int32) if self._discrete else action.reshape(self._action_shape)
+        obs, state, reward, done, _ = self.env.step_env(key, state, action, self.params)
+        state = self._cast(state)
+        terminated = jnp.asarray(done).reshape(()) > 0  # gymnax 1.0: step_env's done is the natural end only
+        truncated = jnp.asarray(self.env.is_truncated(state, self.params)).reshape(()) & ~terminated
+        out = jnp.concatenate([jnp.asarray(obs, jnp.float32).reshape(-1),
+                               jnp.asarray(reward, jnp.float32).reshape(1)])
+        return state, out, jnp.stack([terminated, truncated])
+
+
+class GymnaxEnv(JaxEnvBase):
+    """A gymnax env by name (``gymnax.make(name)``), batched by the JAX core.
+
+    Args:
+        env_name: a name of ``gymnax.registered_envs``.
+        num_envs: batch size.
+        device: ``"cpu"`` or ``"cuda[:i]"``.
+        max_steps: episode length reported as ``truncated`` (besides gymnax's own limit); None for none.
+        seed: seed of the per-env keys.
+        env_params: fields of the env's ``EnvParams`` to override (``{"max_steps_in_episode": 200}``).
+
+    Raises:
+        ValueError: unknown env name (with close matches) or unknown ``env_params`` field.
+    """
+
+    def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
+                 max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None):
+        gymnax = import_gymnax()
+        check_name("gymnax", env_name, env_names(), UNAVAILABLE)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env, params = gymnax.make(env_name)
+        if env_params:
+            fields = set(getattr(params, "__dataclass_fields__", {}))
+            bad = sorted(set(env_params) - fields)
+            if bad:
+                raise ValueError(f"gymnax {env_name} has no parameter {bad[0]!r}; its parameters are {sorted(fields)}")
+            params = params.replace(**env_params)
+        self.env_name, self.gymnax_env, self.env_params = env_name, env, params
+        jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
+        B, dev = self.num_envs, self.device
+        space = env.action_space(params)
+        obs_shape = tuple(jax.eval_shape(env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), params)[0].shape)
+        if type(space).__name__ == "Discrete":
+            action = Categorical(int(space.n), (B,), dtype=torch.int64, device=dev)
+            discrete, width = True, 1
+        else:
+            shape = tuple(space.shape)
+            low = np.broadcast_to(np.asarray(space.low, np.float32), shape)
+            high = np.broadcast_to(np.asarray(space.high, np.float32), shape)
+            action = Bounded(torch.as_tensor(np.broadcast_to(low, (B, *shape)).copy()),
+                             torch.as_tensor(np.broadcast_to(high, (B, *shape)).copy()), (B, *shape), device=dev)
+            discrete, width = False, int(np.prod(shape))
+        self._core = _GymnaxCore(env, params, name=env_name, discrete=discrete, action_size=width,
+                                 num_envs=num_envs, device=jdevice)
+        self._declare_specs({}, observation=Unbounded((B, *obs_shape), device=dev), action=action,
+                            reward=Unbounded((B, 1), device=dev))
+        self._set_layout([(("observation",), (B, *obs_shape), torch.float32)],
+                         [(("reward",), (B, 1), torch.float32)], [("action",)])
+        self.set_seed(seed)
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)

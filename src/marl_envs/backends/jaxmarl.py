@@ -1,0 +1,284 @@
+"""JaxMARL backend: every JaxMARL env that runs on the installed JAX, by name, through the one JAX core.
+
+>>> import marl_envs
+>>> env = marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=8)  # doctest: +SKIP
+>>> env.group_map  # doctest: +SKIP
+{'agents': ['agent_0', 'agent_1', 'agent_2']}
+
+For a group ``g`` of ``n`` agents (the default grouping rule over the agents' specs; heterogeneous agents get
+their own dense groups, never padding):
+
+========================== =============== ===============================================================
+key                        shape           spec
+========================== =============== ===============================================================
+``(g, "observation")``     ``(B, n, *o)``  ``Unbounded`` float32 (the env's observation, cast)
+``(g, "action")``          ``(B, n, ...)`` ``Categorical`` (``Discrete``), ``MultiCategorical``, ``Bounded`` (``Box``)
+``(g, "action_mask")``     ``(B, n, k)``   bool, ``get_avail_actions`` (envs with discrete actions)
+``("next", g, "reward")``  ``(B, n, 1)``   ``Unbounded`` float32
+``(g, "terminated")``      ``(B, n, 1)``   the agent's own done (SMAX, JaxNav: agents that end separately)
+========================== =============== ===============================================================
+
+The root ``terminated`` is ``dones["__all__"]``. JaxMARL has no truncation flag; ``truncated`` is derived: an
+episode that ends while the state's ``step`` counter has reached the env's ``max_steps`` (MPE, SMAX, Overcooked,
+JaxNav, MABrax, ...) ended by its time limit, and Coin Game and STORM episodes end only by their step counts;
+``terminated`` is ``dones["__all__"]`` and not ``truncated``. The step is ``step_env`` (no auto-reset), so the
+terminal observation stays in ``next``; the envs that are done are reset by the core's masked reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from groupings import GroupMap, MarlGroupMapType
+
+from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
+from ._jax_core import JaxCore, Layout, strong
+from ._jax_env import JaxEnvBase, check_name
+
+__all__ = ["JaxMarlEnv", "env_names", "make_env", "UNAVAILABLE"]
+
+UNAVAILABLE = {
+    "LearnedPolicyEnemySMAX": "needs a trained enemy policy and its parameters (no default)",
+    # STORM runs upstream, but its agents are the ints 0, 1 and its observations a dict of image and inventory
+    # (storm), a tuple (storm_2p) or one array (storm_np): not yet mapped by this adapter
+    "storm": "dict observations per agent (image, inventory) are not mapped yet",
+    "storm_2p": "dict observations per agent (image, inventory) are not mapped yet",
+    "storm_np": "integer agent ids with one stacked observation array are not mapped yet",
+}
+"""Registered JaxMARL envs that cannot be built by name here, with the reason (JaxRobotarium_* need the
+``jaxrobotarium`` package, which is not on PyPI: they are listed by ``unavailable()``)."""
+_TIME_LIMITED = ("coin_game", "storm", "storm_2p", "storm_np")  # episodes end by their step counts only
+_SEPARATE_ENDS = ("SMAX", "HeuristicEnemySMAX", "jaxnav")  # agents end on their own (units die, robots arrive)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence prints, also at the file-descriptor level, and restore ``sys.stdout`` / ``sys.stderr`` after: JaxMARL
+    prints about its optional submodules and its MABrax module resets both to ``sys.__stdout__`` /
+    ``sys.__stderr__`` (which would break any capture in place, pytest's included)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout.flush()
+    fd = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            with contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        os.dup2(fd, 1)
+        os.close(fd)
+        sys.stdout, sys.stderr = saved
+
+
+@functools.cache
+def import_jaxmarl():
+    """``jaxmarl``, imported quietly (see ``_quiet``)."""
+    with _quiet(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import jaxmarl
+    return jaxmarl
+
+
+def unavailable() -> dict[str, str]:
+    """Registered JaxMARL envs that cannot be built here, with the reason."""
+    jaxmarl = import_jaxmarl()
+    out = {}
+    for name in jaxmarl.registered_envs:
+        if name in UNAVAILABLE:
+            out[name] = UNAVAILABLE[name]
+        elif name.startswith("JaxRobotarium_"):
+            out[name] = "needs the jaxrobotarium package (not on PyPI)"
+    return out
+
+
+def env_names() -> list[str]:
+    """``jaxmarl.registered_envs`` less the ones ``unavailable()`` explains."""
+    skip = unavailable()
+    return sorted({n for n in import_jaxmarl().registered_envs if n not in skip})
+
+
+def make_env(name: str, **kwargs: Any) -> JaxMarlEnv:
+    return JaxMarlEnv(name, **kwargs)
+
+
+def _space_specs(space, device) -> tuple[Any, int, int | None]:
+    """``(action spec without batch dims, flat width, number of discrete actions or None)``."""
+    kind = type(space).__name__
+    if kind == "Discrete":
+        return Categorical(int(space.n), (), dtype=torch.int64, device=device), 1, int(space.n)
+    if kind == "MultiDiscrete":
+        nvec = torch.as_tensor(np.asarray(space.num_categories))
+        return MultiCategorical(nvec, device=device), int(nvec.numel()), None
+    if kind == "Box":
+        shape = tuple(space.shape)
+        low = torch.as_tensor(np.broadcast_to(np.asarray(space.low, np.float32), shape).copy())
+        high = torch.as_tensor(np.broadcast_to(np.asarray(space.high, np.float32), shape).copy())
+        return Bounded(low, high, shape, device=device), int(np.prod(shape)), None
+    raise TypeError(f"JaxMARL action space {kind} is not supported (Discrete, MultiDiscrete and Box are)")
+
+
+def _per_agent(value: Any, agents: list, index: int):
+    """Agent ``index``'s entry of a JaxMARL per-agent output (a dict keyed by agent, a tuple, or an array)."""
+    if isinstance(value, dict):
+        return value[agents[index]]
+    return value[index]
+
+
+class _JaxMarlCore(JaxCore):
+    """The JaxMARL adapter: ``reset(key)`` and ``step_env(key, state, actions)`` onto the core's protocol."""
+
+    def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
+                 discrete: list[bool], masks: bool, separate: bool, num_envs: int, device):
+        self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
+        self.name = name
+        self._offsets = np.concatenate([[0], np.cumsum(widths)]).astype(int)
+        self._discrete, self._masks, self._separate = discrete, masks, separate
+        self._shapes = [tuple(env.action_space(a).shape) for a in agents]
+        self.action_size = int(self._offsets[-1])
+        limit = getattr(env, "max_steps", None)
+        self._max_steps = limit if isinstance(limit, (int, np.integer)) else None
+        layout = Layout(self._reference)
+        self.widths, self.dtypes = tuple(layout.widths), tuple(str(d) for d in layout.dtypes)
+        self._setup(num_envs=num_envs, device=device)
+
+    @functools.cached_property
+    def _reference(self) -> Any:
+        return strong(jax.eval_shape(self.env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[1])
+
+    def _actions(self, action: jax.Array) -> dict:
+        """The flat float32 action of one env as JaxMARL's per-agent dict (each in its space's shape and dtype)."""
+        out = {}
+        for i, agent in enumerate(self.agents):
+            part = action[self._offsets[i]:self._offsets[i + 1]].reshape(self._shapes[i])
+            out[agent] = part.astype(jnp.int32) if self._discrete[i] else part
+        return out
+
+    def _observations(self, obs: Any, state: Any) -> list[jax.Array]:
+        parts = []
+        for members in self.groups:
+            parts += [_per_agent(obs, self.agents, i).reshape(-1).astype(jnp.float32) for i in members]
+        if self._masks:
+            avail = self.env.get_avail_actions(state)
+            for members in self.groups:
+                parts += [jnp.asarray(_per_agent(avail, self.agents, i)).reshape(-1).astype(jnp.float32)
+                          for i in members]
+        return parts
+
+    def reset_one(self, key):
+        obs, state = self.env.reset(key)
+        state = self._cast(state)
+        return state, jnp.concatenate(self._observations(obs, state))
+
+    def step_one(self, key, state, action):
+        obs, state, reward, dones, _ = self.env.step_env(key, state, self._actions(action))
+        state = self._cast(state)
+        done = jnp.asarray(dones["__all__"]).reshape(())
+        if self.name in _TIME_LIMITED:
+            truncated = done
+        elif self._max_steps is not None and hasattr(state, "step"):
+            truncated = done & (state.step >= self._max_steps)
+        else:
+            truncated = jnp.zeros((), bool)
+        parts = self._observations(obs, state)
+        for members in self.groups:
+            parts += [jnp.asarray(_per_agent(reward, self.agents, i), jnp.float32).reshape(1) for i in members]
+        if self._separate:
+            for members in self.groups:
+                parts += [(jnp.asarray(_per_agent(dones, self.agents, i)).reshape(1) & ~truncated).astype(
+                    jnp.float32) for i in members]
+        return state, jnp.concatenate(parts), jnp.stack([done & ~truncated, truncated])
+
+
+class JaxMarlEnv(JaxEnvBase):
+    """A JaxMARL env by name (``jaxmarl.make(name, **env_kwargs)``), batched by the JAX core.
+
+    Args:
+        env_name: a name of ``env_names()`` (``jaxmarl.registered_envs`` less ``unavailable()``).
+        num_envs: batch size.
+        device: ``"cpu"`` or ``"cuda[:i]"`` (JAX must see that GPU).
+        max_steps: episode length reported as ``truncated`` (besides the env's own limit); None for none.
+        seed: seed of the per-env keys (``set_seed`` changes it).
+        group_map: groups of the agents; default: ``groupings.default_group_map`` over their specs.
+        **env_kwargs: forwarded to ``jaxmarl.make`` (``scenario="3m"``: a SMAX map by name, or a ``Scenario``).
+
+    Raises:
+        ValueError: unknown env name (with close matches) or one that cannot be built here (with the reason).
+    """
+
+    def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
+                 max_steps: int | None = None, seed: int = 0,
+                 group_map: GroupMap | MarlGroupMapType | None = None, **env_kwargs: Any):
+        jaxmarl = import_jaxmarl()
+        check_name("JaxMARL", env_name, env_names(), unavailable())
+        if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name: "3m", "2s3z", ...
+            from jaxmarl.environments.smax import map_name_to_scenario
+
+            try:
+                env_kwargs["scenario"] = map_name_to_scenario(env_kwargs["scenario"])
+            except KeyError:
+                raise ValueError(f"unknown SMAX map {env_kwargs['scenario']!r}") from None
+        with _quiet():
+            env = jaxmarl.make(env_name, **env_kwargs)
+        self.env_name, self.jaxmarl_env = env_name, env
+        jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
+        dev = self.device
+        agents = list(env.agents)
+        names_ = [str(a) for a in agents]
+        one_obs = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
+        masks = hasattr(env, "get_avail_actions")
+        try:
+            avail = jax.eval_shape(env.get_avail_actions, one_obs[1]) if masks else None
+        except NotImplementedError:
+            avail, masks = None, False
+        separate = env_name in _SEPARATE_ENDS
+        specs, widths, discrete = {}, [], []
+        for i, agent in enumerate(agents):
+            action, width, n = _space_specs(env.action_space(agent), dev)
+            obs_shape = tuple(_per_agent(one_obs[0], agents, i).shape)
+            entries = dict(observation=Unbounded(obs_shape, device=dev), action=action,
+                           reward=Unbounded((1,), device=dev))
+            if masks and n is not None:
+                entries["action_mask"] = Binary(tuple(_per_agent(avail, agents, i).shape), device=dev)
+            if separate:
+                entries["terminated"] = Binary((1,), device=dev)
+            specs[names_[i]] = Composite(entries, device=dev)
+            widths.append(width)
+            discrete.append(n is not None or type(env.action_space(agent)).__name__ == "MultiDiscrete")
+        masks = masks and all("action_mask" in s for s in specs.values())
+        if not masks:
+            for s in specs.values():
+                if "action_mask" in s:
+                    del s["action_mask"]
+        groups = self._group_agents(specs, group_map)
+        index = {a: i for i, a in enumerate(names_)}
+        members = [[index[a] for a in m] for m in self.group_map.values()]
+        order = [i for m in members for i in m]
+        self._core = _JaxMarlCore(env, name=env_name, agents=[agents[i] for i in order],
+                                  groups=[list(range(s, s + len(m))) for s, m in zip(
+                                      np.cumsum([0] + [len(m) for m in members[:-1]]), members)],
+                                  widths=[widths[i] for i in order], discrete=[discrete[i] for i in order],
+                                  masks=masks, separate=separate, num_envs=num_envs, device=jdevice)
+        self._declare_specs(groups)
+        obs = [((g, "observation"), tuple(s["observation"].shape), torch.float32) for g, s in groups.items()]
+        if masks:
+            obs += [((g, "action_mask"), tuple(s["action_mask"].shape), torch.bool) for g, s in groups.items()]
+        per_step = [((g, "reward"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
+        if separate:
+            per_step += [((g, "terminated"), (*s.shape, 1), torch.bool) for g, s in groups.items()]
+        self._set_layout(obs, per_step, [(g, "action") for g in groups])
+        self.set_seed(seed)
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)
