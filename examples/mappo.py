@@ -362,8 +362,9 @@ def train(args: argparse.Namespace) -> dict:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_outputs(args, rows, summary)
-    if not args.no_gif and hasattr(env, "render"):
-        summary["gif"] = str(write_gif(args, act, actors, steps))
+    gif = None if args.no_gif else write_gif(args, act, actors, steps)
+    if gif is not None:
+        summary["gif"] = str(gif)
     env.close()
     return summary
 
@@ -397,14 +398,19 @@ def write_outputs(args, rows: list[dict], summary: dict) -> None:
     plt.close(fig)
 
 
-def write_gif(args, act, actors, steps: int) -> Path:
-    """A GIF of env 0 under the trained policy, taking its most likely actions."""
+def write_gif(args, act, actors, steps: int) -> Path | None:
+    """A GIF of env 0 under the trained policy, taking its most likely actions (None if the env cannot render)."""
     import imageio.v2 as imageio
 
     env = marl_envs.make(args.env, num_envs=1, device=args.device, **args.env_kwargs)
     env.set_seed(args.seed + 1)
-    set_deterministic(actors, True)
     images, td = [], env.reset()
+    try:
+        env.render(env_index=0)
+    except NotImplementedError:
+        env.close()
+        return None
+    set_deterministic(actors, True)
     with torch.no_grad():
         for _ in range(steps):
             images.append(env.render(env_index=0)[::2, ::2])  # half size keeps the GIF small

@@ -37,12 +37,3 @@ def test_errors_are_one_line_with_exit_code_2(capsys):
 
 def test_parse_kwargs_literals():
     assert cli.parse_kwargs(["a=3", "b=0.5", "c=cpu", "d=True", "e=[1, 2]"]) == {"a": 3, "b": 0.5, "c": "cpu", "d": True, "e": [1, 2]}
-
-
-def test_format_bench_ratios():
-    text = cli.format_bench("vmas/x", 8, 10, [("ours", 2.0, 80), ("raw", 1.0, 80), ("compile", 3.0, 0)])
-    lines = text.splitlines()
-    assert lines[0] == "vmas/x: 8 envs x 10 steps"
-    assert lines[3].split() == ["ours", "2.000", "40", "1.00", "1.00"]
-    assert lines[4].split() == ["raw", "1.000", "80", "2.00", "0.50"]
-    assert lines[5].split() == ["compile", "3.000", "-", "-", "-"]

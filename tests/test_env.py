@@ -98,7 +98,7 @@ def test_terminated_is_the_backend_end(env):
 
 
 def test_root_reset_supersedes_nested(env):
-    td = env._step_mdp(env.rand_step(env.reset()))
+    td = env.step_mdp(env.rand_step(env.reset()))
     before = td.clone()
     root = torch.zeros(B, 1, dtype=torch.bool)
     root[1] = True
@@ -112,7 +112,7 @@ def test_root_reset_supersedes_nested(env):
 
 
 def test_nested_reset_alone_resets_env_of_requesting_agent(env):
-    td = env._step_mdp(env.rand_step(env.reset()))
+    td = env.step_mdp(env.rand_step(env.reset()))
     before = td.clone()
     nested = torch.zeros(B, 1, 1, dtype=torch.bool)
     nested[[0, 4]] = True
@@ -138,7 +138,7 @@ def test_random_partial_resets_keep_other_rows(rows, nested, steps):
     env.set_seed(3)
     td = env.reset()
     for _ in range(steps):
-        td = env._step_mdp(env.rand_step(td))
+        td = env.step_mdp(env.rand_step(td))
     before = td.clone()
     mask = torch.tensor(rows)
     if nested:
@@ -309,6 +309,9 @@ def test_missing_action(env):
         (torch.zeros(B, 2, 3), r"has shape \(6, 2, 3\), dtype torch.float32, device cpu; expected shape \(6, 2, 2\)"),
         (torch.zeros(B, 2, 2, dtype=torch.float64), r"dtype torch.float64.*expected shape \(6, 2, 2\), dtype torch.float32"),
         (torch.full((B, 2, 2), float("nan")), r"action \('predator', 'action'\) has 24 invalid value\(s\), e.g. \[nan, nan, nan\] .* expected finite numbers"),
+        (torch.zeros(B, 2, 2).index_fill_(0, torch.tensor([1]), float("inf")),
+         r"has 4 invalid value\(s\), e.g. \[inf, inf, inf\] at index \[1, 0, 0\]; expected finite numbers \(no NaN, inf or -inf\)"),
+        (torch.full((B, 2, 2), -float("inf")), r"has 24 invalid value\(s\), e.g. \[-inf, -inf, -inf\]"),
     ],
 )
 def test_bad_continuous_action(env, value, match):

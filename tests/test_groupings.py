@@ -77,3 +77,17 @@ def test_default_signature_count_must_match():
 def test_groupings_is_pure_python():
     code = "import sys, groupings; assert 'torch' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_default_group_map_takes_signatures_by_agent_name():
+    names = ["adversary_0", "agent_0", "agent_1"]
+    by_name = {"agent_1": "s2", "adversary_0": "s1", "agent_0": "s2"}
+    assert default_group_map(names, by_name) == default_group_map(names, ["s1", "s2", "s2"]) == {
+        "adversary": ["adversary_0"], "agent": ["agent_0", "agent_1"]
+    }
+    with pytest.raises(ValueError, match=r"agents \['agent_1'\] have none and \['agent_9'\] are not among"):
+        default_group_map(names, {"adversary_0": "s1", "agent_0": "s2", "agent_9": "s2"})
+    with pytest.raises(TypeError, match="signatures must be a sequence with one signature per agent"):
+        default_group_map(names, {"s1", "s2"})
+    with pytest.raises(TypeError, match="got str 'abc'"):
+        default_group_map(names, "abc")

@@ -23,3 +23,48 @@ def test_torchrl_interop_without_torchrl_names_the_extra():
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert "marl_envs.torchrl needs TorchRL" in out and "pip install 'marl-envs[torchrl]'" in out, out
 
+
+def test_backend_classes_are_importable_from_the_top_level_lazily():
+    code = (
+        "import sys, marl_envs\n"
+        "assert 'vmas' not in sys.modules\n"
+        "from marl_envs import VmasEnv, VmasWrapper\n"
+        "from marl_envs.backends import vmas\n"
+        "assert VmasEnv is vmas.VmasEnv and VmasWrapper is vmas.VmasWrapper\n"
+        "assert 'brax' not in sys.modules and 'pettingzoo' not in sys.modules\n"
+        "assert {'BraxEnv', 'PettingZooWrapper'} <= set(dir(marl_envs))\n"
+        "try:\n"
+        "    marl_envs.VmasEnvv\n"
+        "except AttributeError as err:\n"
+        "    assert \"no attribute 'VmasEnvv'\" in str(err)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_importing_the_brax_backend_changes_nothing_outside():
+    """No Brax import and no MUJOCO_GL until a Brax env is built (or Brax's names are listed)."""
+    code = (
+        "import os, sys\n"
+        "os.environ.pop('MUJOCO_GL', None); os.environ.pop('DISPLAY', None)\n"
+        "import marl_envs.backends.brax as backend\n"
+        "assert 'brax' not in sys.modules and 'mujoco' not in sys.modules, 'imported Brax'\n"
+        "assert 'MUJOCO_GL' not in os.environ\n"
+        "backend.env_names()\n"
+        "assert 'brax.envs' in sys.modules and os.environ['MUJOCO_GL'] == 'egl'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_building_envs_prints_nothing():
+    """Importing a backend and building an env of each writes nothing to stdout or stderr."""
+    code = (
+        "import marl_envs\n"
+        "from marl_envs.backends import brax\n"
+        "brax.env_names()\n"  # imports Brax (and MuJoCo's MJX)
+        "for name in ('vmas/balance', 'pettingzoo/mpe/simple_spread_v3', 'brax/fast'):\n"
+        "    marl_envs.make(name, num_envs=2).close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (done.stdout, done.stderr) == ("", "")

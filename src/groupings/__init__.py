@@ -12,7 +12,7 @@ stacked along an agent dimension, so agents of one group must share their specs.
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from enum import Enum
 
 __all__ = ["GroupMap", "MarlGroupMapType", "RESERVED_GROUP_NAMES", "check_marl_grouping", "default_group_map"]
@@ -92,13 +92,16 @@ def check_marl_grouping(group_map: GroupMap, agent_names: Sequence[str]) -> None
             raise ValueError(f"Agent {agent} wasn't found in any group; add it to one of {list(group_map)}")
 
 
-def default_group_map(agent_names: Sequence[str], signatures: Sequence[Hashable] | None = None) -> GroupMap:
+def default_group_map(
+    agent_names: Sequence[str], signatures: Sequence[Hashable] | Mapping[str, Hashable] | None = None
+) -> GroupMap:
     """The one default grouping every backend uses.
 
     Args:
         agent_names: the environment's agents, in environment order.
         signatures: one hashable per agent describing its specs (agents with equal signatures can share a
-            group). ``None`` means all agents look alike.
+            group), in ``agent_names`` order or as a mapping ``{agent: signature}``. ``None`` means all agents
+            look alike.
 
     Returns:
         ``{"agents": all}`` when every agent has the same signature. Otherwise agents are grouped by name
@@ -109,6 +112,19 @@ def default_group_map(agent_names: Sequence[str], signatures: Sequence[Hashable]
     names = list(agent_names)
     if signatures is None:
         signatures = [None] * len(names)
+    elif isinstance(signatures, Mapping):
+        missing, unknown = [n for n in names if n not in signatures], [k for k in signatures if k not in names]
+        if missing or unknown:
+            raise ValueError(
+                f"signatures maps agents to signatures, but agents {missing} have none and {unknown} are not among "
+                f"the agents {names}; give one signature per agent"
+            )
+        signatures = [signatures[n] for n in names]
+    elif isinstance(signatures, (str, bytes)) or not isinstance(signatures, Sequence):
+        raise TypeError(
+            f"signatures must be a sequence with one signature per agent (in agent_names order) or a mapping "
+            f"{{agent: signature}}, got {type(signatures).__name__} {signatures!r}"
+        )
     signatures = list(signatures)
     if len(signatures) != len(names):
         raise ValueError(f"got {len(signatures)} signatures for {len(names)} agents; pass one per agent")

@@ -66,7 +66,7 @@ def random_rollout(name: str = "vmas/balance", num_envs: int = 1024, steps: int 
 def main() -> None:
     torch.manual_seed(0)
     print("marl-envs: envs by backend")
-    for backend in registry._BACKENDS:
+    for backend in registry.available_backends():
         count = len(registry.available_envs(backend)) if registry.backend_installed(backend) else 0
         print(f"  {backend:<11} {count} envs")
     print()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -10,11 +11,11 @@ from tensordict import TensorDict, TensorDictBase
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 
 from . import _rollout
-from .specs import Binary, Categorical, Composite, MultiCategorical, NestedKey, OneHot, TensorSpec
+from ._agents import resolve_group_map, specs_by_kind, stack_specs
+from ._validate import check_actions, check_env_index
+from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
 
 __all__ = ["EnvBase"]
-
-DONE_KEYS = ("done", "terminated", "truncated")
 
 
 def _prefixed(prefix: tuple[str, ...], name: str) -> NestedKey:
@@ -25,9 +26,11 @@ class EnvBase:
     """Base class of every batched multi-agent environment.
 
     A backend (or a user's custom env) writes only the hook: ``__init__`` declaring ``group_map`` and the
-    ``full_*_spec`` Composites, ``_reset(mask)``, ``_step(tensordict)`` and ``_set_seed(seed)``. This class writes
-    ``reset``, ``step``, ``step_and_maybe_reset``, ``rollout``, the key properties, done completion
-    (``done = terminated | truncated`` at every level), ``max_steps`` truncation and input validation.
+    ``full_*_spec`` Composites (or per-agent specs through ``_group_agents``), ``_reset(mask)``,
+    ``_step(tensordict)``, ``_set_seed(seed)``, optionally ``_render(env_index, **kwargs)`` and ``_wait_step()``.
+    This class writes ``reset``, ``step``, ``step_and_maybe_reset``, ``rollout``, ``render``, the key
+    properties, step counting, done completion (``done = terminated | truncated`` at every level), ``max_steps``
+    truncation and input validation.
 
     Data layout (``B = num_envs``): per-group entries under the group name with batch ``(B, n_agents)``
     (``td["agents", "observation"]``), shared ``done`` / ``terminated`` / ``truncated`` of shape ``(B, 1)``
@@ -39,8 +42,8 @@ class EnvBase:
         max_steps: episode length after which an env reports ``truncated=True``; ``None`` for no limit.
 
     Attributes:
-        validate_actions: check every step's actions for NaNs and out-of-range discrete values (one fused
-            check, one host sync). Set to ``False`` to skip it once a policy is trusted.
+        validate_actions: check every step's actions for non-finite (NaN, inf) and out-of-range discrete values
+            (one fused check, one host sync). Set to ``False`` to skip it once a policy is trusted.
         allow_done_after_reset: the backend may report ``done`` right after a reset (checked by
             ``check_env_specs``).
     """
@@ -63,10 +66,16 @@ class EnvBase:
             name: Composite(shape=self.batch_size, device=self.device)
             for name in ("observation", "action", "reward", "done", "state")
         }
-        self._keys: dict[str, list[NestedKey]] | None = None
+        # Key caches, recomputed whenever a spec or the group map is set (``_refresh_keys``), read per step.
+        self._keys: dict[str, list[NestedKey]] = {}
+        self._done_levels: dict[tuple[str, ...], torch.Size] = {}  # done level -> shape of its done entries
+        self._group_shapes: dict[str, torch.Size] = {}  # group -> batch (B, n_agents) of its sub-TensorDicts
+        self._action_leaves: list[tuple[NestedKey, TensorSpec]] = []  # checked on every step
         self._step_count = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._generator = torch.Generator(device=self.device)
         self._generator.seed()
+        complete_done_spec(self._specs["done"])
+        self._refresh_keys()
 
     # ------------------------------------------------------------------------------------------------
     # The backend hook
@@ -86,6 +95,17 @@ class EnvBase:
     def _set_seed(self, seed: int) -> None:
         """Seed the backend's random state."""
         raise NotImplementedError
+
+    def _wait_step(self) -> None:
+        """Block until the tensors ``_step`` returned hold their values (nothing by default).
+
+        A backend whose ``_step`` returns buffers its simulator is still filling (the Brax env on CPU) finishes
+        them here; the base class builds the next root data in between, so that work overlaps the simulator's.
+        """
+
+    def _render(self, env_index: int, **kwargs: Any) -> Any:
+        """An image of env ``env_index`` (already checked to be in range)."""
+        raise NotImplementedError(f"{type(self).__name__} does not render")
 
     # ------------------------------------------------------------------------------------------------
     # Groups and specs
@@ -108,7 +128,7 @@ class EnvBase:
             ) else []
         check_marl_grouping(group_map, agent_names)
         self._group_map = {group: list(members) for group, members in group_map.items()}
-        self._keys = None
+        self._refresh_keys()
 
     @property
     def agent_names(self) -> list[str]:
@@ -125,6 +145,39 @@ class EnvBase:
     def n_agents(self) -> int:
         return len(self.agent_names)
 
+    def _group_agents(
+        self, agent_specs: Mapping[str, Composite], group_map: GroupMap | MarlGroupMapType | None, *,
+        bounds: bool = True,
+    ) -> dict[str, Composite]:
+        """Set ``agent_names`` and ``group_map`` from each agent's specs; return each group's stacked specs.
+
+        Args:
+            agent_specs: agent name -> its specs without batch dims (``action``, ``observation``, ``reward``,
+                ...), in the environment's agent order.
+            group_map: the user's (dict or ``MarlGroupMapType``), or None for ``groupings.default_group_map``
+                over the agents' spec signatures.
+            bounds: agents with different ``Bounded`` ranges may not share a group (else they may, and the
+                ranges are stacked per agent).
+
+        Returns:
+            group -> Composite of batch ``(num_envs, n_agents)``; ``_declare_specs`` files its entries.
+
+        Raises:
+            ValueError: a malformed ``group_map``, or a group whose agents' specs differ.
+        """
+        self.agent_names = list(agent_specs)
+        self.group_map = resolve_group_map(group_map, agent_specs, bounds=bounds)
+        return {group: stack_specs([agent_specs[a] for a in members], self.batch_size)
+                for group, members in self.group_map.items()}
+
+    def _declare_specs(self, groups: Mapping[str, Composite], **root: TensorSpec | Composite) -> None:
+        """Set the ``full_*_spec`` from group Composites and root entries: ``action`` entries go to the action
+        spec, ``reward`` to the reward spec, ``done`` / ``terminated`` / ``truncated`` to the done spec, the rest
+        (observations, infos, masks, a root ``state``) to the observation spec."""
+        specs = specs_by_kind(groups, root, self.batch_size, self.device)
+        for kind, spec in specs.items():
+            self._set_spec(kind, spec)
+
     def _set_spec(self, kind: str, spec: Composite) -> None:
         if not isinstance(spec, Composite):
             raise TypeError(f"full_{kind}_spec must be a marl_envs.specs.Composite, got {type(spec).__name__}")
@@ -138,22 +191,8 @@ class EnvBase:
                 raise ValueError(f"spec {key!r} is on {leaf.device}, the env on {self.device}; build it with device=")
         self._specs[kind] = spec
         if kind == "done":
-            self._complete_done_spec()
-        self._keys = None
-
-    def _complete_done_spec(self) -> None:
-        """Every level that declares any done entry gets all three, root always."""
-        spec = self._specs["done"]
-        prefixes = {()} | {key[:-1] for key in spec.keys(True, True) if isinstance(key, tuple)}
-        for prefix in sorted(prefixes, key=len):
-            level = spec[prefix] if prefix else spec
-            shape = (*level.shape, 1)
-            declared = {name: level._specs.pop(name) for name in DONE_KEYS if name in level._specs}
-            others = dict(level._specs)
-            level._specs.clear()  # canonical order: done, terminated, truncated, then anything else
-            for name in DONE_KEYS:
-                level._specs[name] = declared.get(name) or Binary(shape, device=self.device)
-            level._specs.update(others)
+            complete_done_spec(spec)
+        self._refresh_keys()
 
     full_observation_spec = property(lambda self: self._specs["observation"],
                                      lambda self, spec: self._set_spec("observation", spec),
@@ -162,19 +201,13 @@ class EnvBase:
                                 doc="Composite of every action entry.")
     full_reward_spec = property(lambda self: self._specs["reward"], lambda self, spec: self._set_spec("reward", spec),
                                 doc="Composite of every reward entry.")
-    full_done_spec = property(lambda self: self._done_spec(), lambda self, spec: self._set_spec("done", spec),
+    full_done_spec = property(lambda self: self._specs["done"], lambda self, spec: self._set_spec("done", spec),
                               doc="Composite of the done / terminated / truncated entries, root and per group.")
     full_state_spec = property(lambda self: self._specs["state"], lambda self, spec: self._set_spec("state", spec),
                                doc="Composite of inputs other than actions (empty for every built-in backend).")
 
-    def _done_spec(self) -> Composite:
-        if "done" not in self._specs["done"]:
-            self._complete_done_spec()
-        return self._specs["done"]
-
     def _leaf_or_full(self, kind: str) -> TensorSpec | Composite:
-        keys = self._key_lists()[kind]
-        full = self.full_done_spec if kind == "done" else self._specs[kind]
+        keys, full = self._keys[kind], self._specs[kind]
         return full[keys[0]] if len(keys) == 1 else full
 
     action_spec = property(lambda self: self._leaf_or_full("action"),
@@ -194,33 +227,30 @@ class EnvBase:
         rank = {group: i for i, group in enumerate(self._group_map)}
         return sorted(keys, key=lambda k: -1 if isinstance(k, str) else rank.get(k[0], len(rank)))
 
-    def _key_lists(self) -> dict[str, list[NestedKey]]:
-        if self._keys is None:
-            done = self.full_done_spec
-            keys = {kind: self._ordered(self._specs[kind].keys(True, True)) for kind in self._specs}
-            keys["done"] = self._ordered(done.keys(True, True))
-            prefixes = [()] + [(g,) for g in self._group_map if (g, "done") in done]
-            keys["reset"] = [_prefixed(prefix, "_reset") for prefix in prefixes]
-            # done level -> shape of its done entries, looked up on every step
-            self._done_levels = {prefix: done[_prefixed(prefix, "done")].shape for prefix in prefixes}
-            self._group_shapes = {
-                g: spec[g].shape for spec in self._specs.values() for g in self._group_map
-                if g in spec and isinstance(spec[g], Composite)
-            }
-            self._action_leaves = [(key, self._specs["action"][key]) for key in keys["action"]]  # checked per step
-            self._keys = keys
-        return self._keys
+    def _refresh_keys(self) -> None:
+        """Recompute the key lists and the per-step lookups from the specs and the group map."""
+        done = self._specs["done"]
+        keys = {kind: self._ordered(spec.keys(True, True)) for kind, spec in self._specs.items()}
+        prefixes = [()] + [(g,) for g in self._group_map if (g, "done") in done]
+        keys["reset"] = [_prefixed(prefix, "_reset") for prefix in prefixes]
+        self._done_levels = {prefix: done[_prefixed(prefix, "done")].shape for prefix in prefixes}
+        self._group_shapes = {
+            g: spec[g].shape for spec in self._specs.values() for g in self._group_map
+            if g in spec and isinstance(spec[g], Composite)
+        }
+        self._action_leaves = [(key, self._specs["action"][key]) for key in keys["action"]]
+        self._keys = keys
 
-    action_keys = property(lambda self: list(self._key_lists()["action"]), doc="Every action key, root first.")
-    reward_keys = property(lambda self: list(self._key_lists()["reward"]), doc="Every reward key, root first.")
-    done_keys = property(lambda self: list(self._key_lists()["done"]), doc="Every done/terminated/truncated key.")
-    observation_keys = property(lambda self: list(self._key_lists()["observation"]), doc="Every observation key.")
-    state_keys = property(lambda self: list(self._key_lists()["state"]), doc="Every non-action input key.")
-    reset_keys = property(lambda self: list(self._key_lists()["reset"]),
+    action_keys = property(lambda self: list(self._keys["action"]), doc="Every action key, root first.")
+    reward_keys = property(lambda self: list(self._keys["reward"]), doc="Every reward key, root first.")
+    done_keys = property(lambda self: list(self._keys["done"]), doc="Every done/terminated/truncated key.")
+    observation_keys = property(lambda self: list(self._keys["observation"]), doc="Every observation key.")
+    state_keys = property(lambda self: list(self._keys["state"]), doc="Every non-action input key.")
+    reset_keys = property(lambda self: list(self._keys["reset"]),
                           doc="'_reset' at the root, plus (group, '_reset') for groups with their own done keys.")
 
     def _single_key(self, kind: str) -> NestedKey:
-        keys = self._key_lists()[kind]
+        keys = self._keys[kind]
         if len(keys) != 1:
             raise KeyError(
                 f"{type(self).__name__} has {len(keys)} {kind} keys {keys}; use env.{kind}_keys instead of env.{kind}_key"
@@ -278,7 +308,7 @@ class EnvBase:
             self._step_count.zero_()
         else:
             self._step_count.masked_fill_(mask, 0)
-        result = self._reset(mask)
+        result = self._batch_groups(self._reset(mask))
         self._complete_done(result, truncate=False)
         if tensordict is None:
             return result
@@ -298,10 +328,12 @@ class EnvBase:
 
         Raises:
             KeyError: an action entry is missing.
-            ValueError: wrong batch size; an action of the wrong shape, dtype or device; a NaN or
+            ValueError: wrong batch size; an action of the wrong shape, dtype or device; a non-finite or
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
-        self._checked_step(tensordict, with_root=False)
+        self._check_batch(tensordict, "step")
+        check_actions(tensordict, self._action_leaves, values=self.validate_actions)
+        self._finish_step(tensordict, self._batch_groups(self._step(tensordict)))
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
@@ -311,48 +343,47 @@ class EnvBase:
             ``(tensordict, next_root)``: ``tensordict`` with ``"next"`` holding the terminal data, and the
             data to act on next, in which done envs already hold the first observation of a new episode.
         """
-        next_root = self._checked_step(tensordict, with_root=True)
-        if next_root is None:
-            next_root = self._step_mdp(tensordict)
+        self._check_batch(tensordict, "step")
+        check_actions(tensordict, self._action_leaves, values=self.validate_actions)
+        out = self._batch_groups(self._step(tensordict))
+        next_root = self._next_root(tensordict, out)  # built while the backend may still be computing
+        self._finish_step(tensordict, out, next_root)
         done = next_root.get("done").reshape(self.num_envs)
         if bool(done.any()):
             next_root = self._reset_masked(next_root, done)
         return tensordict, next_root
 
-    def _checked_step(self, tensordict: TensorDictBase, with_root: bool) -> TensorDictBase | None:
-        """Validate, then advance; return the next root data if ``_advance`` built it."""
-        self._check_batch(tensordict, "step")
-        self._check_actions(tensordict)
-        return self._advance(tensordict, with_root)
+    def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The root data of the next step after ``step(tensordict)``: ``tensordict["next"]`` without rewards,
+        plus the actions taken (TorchRL's ``step_mdp`` with its defaults)."""
+        return self._next_root(tensordict, tensordict.get("next"))
 
-    def _advance(self, tensordict: TensorDictBase, with_root: bool) -> TensorDictBase | None:
-        """Step the envs (actions already validated) and write ``tensordict["next"]``, every done entry filled;
-        return the next root data, or None for ``_step_mdp`` to derive it.
-
-        This default runs ``_step``, counts the step, completes the done entries and returns None. A backend
-        may override it to build both at once (``with_root``: the root is wanted), e.g. while its simulator
-        computes, as the Brax backend does on CPU; it must give exactly what this default gives.
-        """
-        out = self._step(tensordict)
-        self._step_count += 1
-        self._complete_done(out, truncate=self.max_steps is not None)
-        tensordict.set("next", out)
-        return None
-
-    def _step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """The root data of the next step: ``next`` without rewards, plus the actions taken."""
-        next_root = tensordict.get("next").exclude(*self.reward_keys)
-        for key in self.action_keys:
+    def _next_root(self, tensordict: TensorDictBase, out: TensorDictBase) -> TensorDictBase:
+        next_root = out.exclude(*self._keys["reward"])
+        for key in self._keys["action"]:
             next_root.set(key, tensordict.get(key))
         return next_root
 
-    def _complete_done(self, out: TensorDictBase, truncate: bool) -> None:
-        """Give group entries their (B, n) batch; fill terminated / truncated / done at every done level."""
-        self._key_lists()
-        for group, shape in self._group_shapes.items():  # group sub-TensorDicts have batch (B, n_agents)
+    def _finish_step(self, tensordict: TensorDictBase, out: TensorDictBase, next_root: TensorDictBase | None = None):
+        """Count the step, complete ``out``'s done entries (also into ``next_root``), write ``"next"``."""
+        self._wait_step()
+        self._step_count += 1
+        self._complete_done(out, truncate=self.max_steps is not None)
+        if next_root is not None:
+            for key in self._keys["done"]:
+                next_root.set(key, out.get(key))
+        tensordict.set("next", out)  # only now: a failed step leaves the input as it was
+
+    def _batch_groups(self, out: TensorDictBase) -> TensorDictBase:
+        """Give ``out``'s group entries their ``(B, n_agents)`` batch (a backend may return them with ``(B,)``)."""
+        for group, shape in self._group_shapes.items():
             sub = out.get(group, None)
             if sub is not None and sub.batch_size != shape:
                 sub.batch_size = shape
+        return out
+
+    def _complete_done(self, out: TensorDictBase, truncate: bool) -> None:
+        """Fill terminated / truncated / done at every done level of a step's or a reset's output."""
         limit = (self._step_count >= self.max_steps).unsqueeze(-1) if truncate else None
         for prefix, shape in self._done_levels.items():
             term = out.get(_prefixed(prefix, "terminated"), None)
@@ -382,50 +413,6 @@ class EnvBase:
                 f"env.{method}() got a TensorDict of batch size {tuple(tensordict.batch_size)}; this env has "
                 f"batch size {tuple(self.batch_size)} (num_envs={self.num_envs})"
             )
-
-    def _check_actions(self, tensordict: TensorDictBase) -> None:
-        problems = []
-        self._key_lists()
-        for key, spec in self._action_leaves:
-            action = tensordict.get(key, None)
-            if action is None:
-                raise KeyError(f"action {key!r} is missing from the TensorDict; env.action_keys = {self.action_keys}")
-            if action.shape != spec.shape or action.dtype != spec.dtype or action.device != spec.device:
-                raise ValueError(
-                    f"action {key!r} has shape {tuple(action.shape)}, dtype {action.dtype}, device {action.device}; "
-                    f"expected shape {tuple(spec.shape)}, dtype {spec.dtype}, device {spec.device} "
-                    f"(env.full_action_spec[{key!r}].rand() builds a valid one)"
-                )
-            if self.validate_actions:
-                problems.append((key, spec, action))
-        if problems:  # one host sync for all keys
-            flags = torch.stack([self._bad_action(spec, action).any() for _, spec, action in problems])
-            if bool(flags.any()):
-                key, spec, action = problems[int(flags.int().argmax())]
-                bad = self._bad_action(spec, action)
-                raise ValueError(
-                    f"action {key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
-                    f"index {bad.nonzero()[0].tolist()}; expected {self._domain(spec)}"
-                )
-
-    @staticmethod
-    def _bad_action(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor:
-        """Bool tensor flagging invalid entries (per one-hot vector for ``OneHot``)."""
-        if action.dtype.is_floating_point:
-            return torch.isnan(action)
-        if isinstance(spec, (Categorical, OneHot, MultiCategorical)):
-            return ~spec._in_domain(action)
-        return torch.zeros((), dtype=torch.bool, device=action.device)
-
-    @staticmethod
-    def _domain(spec: TensorSpec) -> str:
-        if isinstance(spec, Categorical):
-            return f"integers in [0, {spec.n})" + (" allowed by the action mask" if spec.mask is not None else "")
-        if isinstance(spec, OneHot):
-            return f"one-hot vectors over {spec.n} choices"
-        if isinstance(spec, MultiCategorical):
-            return f"integers in [0, nvec) with nvec={spec.nvec.reshape(-1, spec.nvec.shape[-1])[0].tolist()}"
-        return "finite numbers (no NaN)"
 
     # ------------------------------------------------------------------------------------------------
     # Random actions, seeding, rollouts
@@ -483,6 +470,17 @@ class EnvBase:
             self, max_steps, policy, callback=callback, auto_reset=auto_reset, tensordict=tensordict,
             break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
         )
+
+    def render(self, env_index: int = 0, **kwargs: Any) -> Any:
+        """An image of env ``env_index`` (an ``(H, W, 3)`` uint8 array for the built-in backends).
+
+        Keywords are the backend's (e.g. Brax's ``height``, ``width``, ``camera``).
+
+        Raises:
+            IndexError: ``env_index`` is not an int in ``[0, num_envs)``.
+            NotImplementedError: the env does not render.
+        """
+        return self._render(check_env_index(env_index, self.num_envs), **kwargs)
 
     def close(self) -> None:
         """Release backend resources (nothing by default)."""

@@ -80,7 +80,7 @@ def rollout(
         if break_when_any_done:
             if bool(tensordict.get(("next", "done")).any()):
                 break
-            tensordict = env._step_mdp(tensordict)
+            tensordict = env.step_mdp(tensordict)
         else:
             tensordict = next_root
             if break_when_all_done and bool(finished.all()):

@@ -111,7 +111,7 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3) -> No
 
 def _check_partial_reset(env: EnvBase) -> None:
     td = env.reset()
-    td = env._step_mdp(env.rand_step(td))
+    td = env.step_mdp(env.rand_step(td))
     mask = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     mask[::2] = True
     before = td.clone()

@@ -10,7 +10,8 @@ import time
 from collections.abc import Sequence
 
 from . import registry
-from ._format import group_table, spec_table, table
+from ._format import group_table, spec_table
+from .bench import format_bench, references, run
 
 
 def parse_kwargs(pairs: Sequence[str]) -> dict:
@@ -42,29 +43,10 @@ def _cmd_info(args: argparse.Namespace) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> None:
-    backend, _, name = args.name.partition("/")
-    module = registry._backend_module(backend)
-    num_envs = args.num_envs or getattr(module, "BENCH_NUM_ENVS", 4096)
-    rows = module.benchmark(name, num_envs=num_envs, steps=args.steps, device=args.device, **parse_kwargs(args.kwargs))
+    num_envs = args.num_envs or references(args.name.partition("/")[0]).default_num_envs
+    rows = run(args.name, num_envs=num_envs, steps=args.steps, rounds=args.rounds, device=args.device,
+               **parse_kwargs(args.kwargs))
     print(format_bench(args.name, num_envs, args.steps, rows))
-
-
-def format_bench(name: str, num_envs: int, steps: int, rows: Sequence[tuple[str, float, int]]) -> str:
-    """Rows ``(label, seconds, env_steps)``; the first is ours. Rows with no env steps are timings only.
-
-    ``ours/this time`` <= 1.10 reads "ours costs at most 1.10x this"; ``ours/this speed`` >= 3 reads
-    "ours reaches at least 3x the env-steps/s of this".
-    """
-    ours_rate = rows[0][2] / rows[0][1]
-    out = []
-    for label, seconds, env_steps in rows:
-        if env_steps:
-            rate = env_steps / seconds
-            out.append((label, f"{seconds:.3f}", f"{rate:,.0f}", f"{rate / ours_rate:.2f}", f"{ours_rate / rate:.2f}"))
-        else:
-            out.append((label, f"{seconds:.3f}", "-", "-", "-"))
-    header = f"{name}: {num_envs} envs x {steps} steps\n"
-    return header + table(("implementation", "seconds", "env-steps/s", "ours/this time", "ours/this speed"), out)
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
@@ -85,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="env-steps/s of our env against the raw backend")
     p.add_argument("name", help="e.g. vmas/navigation")
     p.add_argument("kwargs", nargs="*", help="KEY=VALUE keywords for the env, e.g. backend=spring (brax)")
-    p.add_argument("--num-envs", type=int, help="default: 4096 (8 for pettingzoo, 128 for brax)")
+    p.add_argument("--num-envs", type=int, help="default: the backend's (4096 vmas, 128 brax, 8 pettingzoo)")
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=5, help="loops take turns over this many chunks of the steps")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("demo", help="a tour of the library: envs by name, their specs, a batched rollout")

@@ -1,25 +1,25 @@
 """Build environments by name: ``make("vmas/balance", num_envs=64)``.
 
 Backend names are derived from the installed libraries (``marl_envs.backends.<backend>.env_names()``), which
-are only imported when a name of theirs is asked for. A backend whose ``make_env`` rejects unknown names itself
-says so (``MAKE_ENV_CHECKS_NAMES = True``): ``make`` then skips listing its names (listing Brax's envs imports
-Brax, which a Brax env loaded from the compile cache does not need). Users add their own factories with
-``register``.
+are only imported when a name of theirs is asked for. Each backend module provides ``env_names()`` and
+``make_env(name, **kwargs)``. A backend declared ``checks_names`` rejects unknown names in its ``make_env``
+itself: ``make`` then skips listing its names (listing Brax's envs imports Brax, which a Brax env loaded from
+the compile cache does not need). Users add their own factories with ``register``.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from ._env import EnvBase
+from ._validate import check_kwargs, unknown_name
 
-__all__ = ["available_envs", "backend_installed", "make", "register"]
+__all__ = ["available_backends", "available_envs", "backend_installed", "backend_module", "make", "register"]
 
 
 @dataclass(frozen=True)
@@ -27,15 +27,21 @@ class _Backend:
     module: str
     packages: tuple[str, ...]
     extra: str
+    checks_names: bool = False  # its make_env rejects unknown names (with close matches) itself
 
 
 _BACKENDS: dict[str, _Backend] = {
     "vmas": _Backend("marl_envs.backends.vmas", ("vmas",), "vmas"),
-    "brax": _Backend("marl_envs.backends.brax", ("jax", "brax"), "brax"),
+    "brax": _Backend("marl_envs.backends.brax", ("jax", "brax"), "brax", checks_names=True),
     "pettingzoo": _Backend("marl_envs.backends.pettingzoo", ("pettingzoo",), "pettingzoo"),
 }
 _USER_ENVS: dict[str, Callable[..., EnvBase]] = {}
 _NAME_CACHE: dict[str, list[str]] = {}
+
+
+def available_backends() -> list[str]:
+    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo"]``)."""
+    return list(_BACKENDS)
 
 
 def backend_installed(backend: str) -> bool:
@@ -51,7 +57,13 @@ def _backend(backend: str) -> _Backend:
         raise ValueError(f"unknown backend {backend!r}; backends are {sorted(_BACKENDS)}") from None
 
 
-def _backend_module(backend: str):
+def backend_module(backend: str) -> ModuleType:
+    """The backend's module (``marl_envs.backends.<backend>``), imported now.
+
+    Raises:
+        ValueError: unknown backend.
+        ImportError: its libraries are not installed (the message names the pip extra).
+    """
     spec = _backend(backend)
     if not backend_installed(backend):
         missing = [p for p in spec.packages if importlib.util.find_spec(p) is None]
@@ -64,7 +76,7 @@ def _backend_module(backend: str):
 
 def _backend_names(backend: str) -> list[str]:
     if backend not in _NAME_CACHE:
-        _NAME_CACHE[backend] = sorted(f"{backend}/{name}" for name in _backend_module(backend).env_names())
+        _NAME_CACHE[backend] = sorted(f"{backend}/{name}" for name in backend_module(backend).env_names())
     return _NAME_CACHE[backend]
 
 
@@ -91,26 +103,8 @@ def available_envs(backend: str | None = None) -> list[str]:
 
 
 def _unknown(name: str, candidates: list[str]) -> ValueError:
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     shown = ", ".join(candidates[:12]) + (", ..." if len(candidates) > 12 else "")
-    return ValueError(f"unknown env {name!r}{hint} available: {shown} (marl_envs.available_envs() lists them all)")
-
-
-def check_kwargs(name: str, factory: Callable[..., Any], kwargs: dict[str, Any]) -> None:
-    """Raise TypeError for keywords ``factory`` does not take, with close matches (no-op for ``**kwargs``)."""
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    for key in kwargs:
-        if key not in accepted:
-            close = difflib.get_close_matches(key, accepted, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ";"
-            raise TypeError(f"{name} got an unexpected keyword argument {key!r}{hint} it accepts {accepted}")
+    return unknown_name("env", name, candidates, f"{shown} (marl_envs.available_envs() lists them all)")
 
 
 def make(name: str, **kwargs: Any) -> EnvBase:
@@ -138,8 +132,8 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         return factory(**kwargs)
     backend, _, env_name = name.partition("/")
     if backend in _BACKENDS:
-        module = _backend_module(backend)
-        if not getattr(module, "MAKE_ENV_CHECKS_NAMES", False):  # else make_env rejects unknown names itself
+        module = backend_module(backend)
+        if not _BACKENDS[backend].checks_names:
             names = _backend_names(backend)
             if name not in names:
                 raise _unknown(name, names)

@@ -22,11 +22,13 @@ __all__ = [
     "Bounded",
     "Categorical",
     "Composite",
+    "DONE_KEYS",
     "MultiCategorical",
     "NestedKey",
     "OneHot",
     "TensorSpec",
     "Unbounded",
+    "complete_done_spec",
 ]
 
 NestedKey = str | tuple[str, ...]
@@ -54,7 +56,7 @@ class TensorSpec:
         self.device = torch.device(device if device is not None else "cpu")
 
     # -- domain ---------------------------------------------------------------------------------------
-    def _in_domain(self, value: torch.Tensor) -> torch.Tensor:
+    def in_domain(self, value: torch.Tensor) -> torch.Tensor:
         """Elementwise bool tensor: value lies in the domain (dtype and shape already checked)."""
         return torch.ones((), dtype=torch.bool, device=value.device)
 
@@ -64,7 +66,7 @@ class TensorSpec:
             return False
         if value.shape[value.ndim - len(self.shape) :] != self.shape or value.ndim < len(self.shape):
             return False
-        return bool(self._in_domain(value).all())
+        return bool(self.in_domain(value).all())
 
     def project(self, value: torch.Tensor) -> torch.Tensor:
         """The closest value in the domain (identity for unbounded specs)."""
@@ -165,7 +167,7 @@ class Bounded(TensorSpec):
     def _tensor_fields(self):
         return {"low": self.low, "high": self.high}
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         return (value >= self.low) & (value <= self.high)
 
     def project(self, value):
@@ -246,7 +248,7 @@ class Categorical(_Discrete):
     def _mask_shape(self):
         return torch.Size((*self.shape, self.n))
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         inside = (value >= 0) & (value < self.n)
         if self.mask is not None:
             allowed = self.mask.expand(*value.shape, self.n).gather(-1, value.long().clamp(0, self.n - 1)[..., None])
@@ -274,7 +276,7 @@ class OneHot(_Discrete):
     def _mask_shape(self):
         return self.shape
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         ones = value == 1
         valid = ((value == 0) | ones).all(-1) & (ones.sum(-1) == 1)
         if self.mask is not None:
@@ -298,7 +300,7 @@ class Binary(TensorSpec):
     def __init__(self, shape: ShapeLike = (), dtype: torch.dtype = torch.bool, device=None):
         super().__init__(shape, dtype, device)
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         return (value == 0) | (value == 1)
 
     def project(self, value):
@@ -323,7 +325,7 @@ class MultiCategorical(TensorSpec):
     def _tensor_fields(self):
         return {"nvec": self.nvec}
 
-    def _in_domain(self, value):
+    def in_domain(self, value):
         return (value >= 0) & (value < self.nvec)
 
     def project(self, value):
@@ -480,3 +482,20 @@ class Composite:
             label = f"Composite(shape={tuple(spec.shape)})" if isinstance(spec, Composite) else repr(spec)
             lines.append(f"{'    ' * depth}{_as_tuple(key)[-1]}: {label}")
         return "\n".join(lines)
+
+
+DONE_KEYS = ("done", "terminated", "truncated")
+
+
+def complete_done_spec(spec: Composite) -> None:
+    """Give every level of a done Composite that declares any done entry all three (``Binary`` of its batch plus
+    a trailing 1), the root always, in the order done, terminated, truncated, then anything else."""
+    prefixes = {()} | {key[:-1] for key in spec.keys(True, True) if isinstance(key, tuple)}
+    for prefix in sorted(prefixes, key=len):
+        level = spec[prefix] if prefix else spec
+        declared = {name: level._specs.pop(name) for name in DONE_KEYS if name in level._specs}
+        others = dict(level._specs)
+        level._specs.clear()
+        for name in DONE_KEYS:
+            level._specs[name] = declared.get(name) or Binary((*level.shape, 1), device=spec.device)
+        level._specs.update(others)

@@ -12,8 +12,8 @@ pytest.importorskip("mpe2")
 import marl_envs  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from marl_envs import MarlGroupMapType  # noqa: E402
-from marl_envs.backends import pettingzoo as pz_backend  # noqa: E402
 from marl_envs.backends.pettingzoo import PettingZooEnv, PettingZooWrapper  # noqa: E402
+from marl_envs.bench import run as benchmark  # noqa: E402
 from pettingzoo import ParallelEnv  # noqa: E402
 
 pytestmark = [
@@ -22,36 +22,6 @@ pytestmark = [
     # texas_holdem_no_limit builds a float64 Box that gymnasium casts to float32 at construction
     pytest.mark.filterwarnings("ignore:.*precision lowered by casting to float32:UserWarning"),
 ]
-
-ALL = pz_backend.env_names()
-
-
-def test_sweep_covers_the_registry():
-    registered = {name.removeprefix("pettingzoo/") for name in marl_envs.available_envs("pettingzoo")}
-    assert set(ALL) == registered
-    assert {"mpe/simple_spread_v3", "classic/tictactoe_v3"} <= registered
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_check_env_specs(name):
-    env = marl_envs.make(f"pettingzoo/{name}", num_envs=2, seed=0)
-    marl_envs.check_env_specs(env, seed=0)
-    env.close()
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_auto_resetting_rollout(name):
-    """50 steps of step_and_maybe_reset (not stacked: pistonball's frames would take gigabytes)."""
-    env = marl_envs.make(f"pettingzoo/{name}", num_envs=1, seed=1)
-    td = env.reset()
-    for _ in range(50):
-        td, td_next = env.step_and_maybe_reset(env.rand_action(td))
-        assert env.full_observation_spec.is_in(td["next"])
-        assert env.full_reward_spec.is_in(td["next"])
-        assert not td_next["done"].any()  # a done env starts its next episode
-        td = td_next
-    env.close()
-
 
 # ------------------------------------------------------------------------------------------------------
 # Exactness against hand-written PettingZoo loops
@@ -156,7 +126,7 @@ def test_tictactoe_scripted_win_reports_rewards_and_masks():
             assert nxt["agents", "action_mask"][0, 0].all()  # the waiting agent: all True
         if t < 4:
             assert not nxt["done"].any() and not nxt["agents", "reward"].any()
-        td = env._step_mdp(td)
+        td = env.step_mdp(td)
     assert nxt["agents", "reward"][0, :, 0].tolist() == [1.0, -1.0]
     assert nxt["agents", "terminated"].all() and nxt["done"].all() and nxt["terminated"].all()
 
@@ -248,7 +218,7 @@ def test_dead_agent_without_use_mask_says_to_set_it():
     env = PettingZooWrapper(Shrinking, num_envs=2, done_on_any=False)
     td = env.reset()
     for _ in range(2):
-        td = env._step_mdp(env.rand_step(td))
+        td = env.step_mdp(env.rand_step(td))
     with pytest.raises(ValueError, match=r"agents \['walker_1'\] of env 0 are not in the episode.*use_mask=True"):
         env.rand_step(td)
     env.reset()  # nothing was half-applied: the env can be reset and stepped
@@ -348,7 +318,7 @@ def test_errors_name_the_problem_and_the_fix():
         marl_envs.make("pettingzoo/mpe/simple_spread_v3", max_cycle=3)
     with pytest.raises(ValueError, match="no global state.*return_state=False"):
         marl_envs.make("pettingzoo/classic/tictactoe_v3", return_state=True)
-    with pytest.raises(ValueError, match="'adversary_0' and 'agent_0' together but their observation specs differ"):
+    with pytest.raises(ValueError, match="group 'agents' mixes agents with different specs: 'adversary_0' and 'agent_0' differ at 'observation'"):
         PettingZooEnv("mpe/simple_adversary_v3", group_map=MarlGroupMapType.ALL_IN_ONE_GROUP)
     with pytest.raises(ValueError, match="wasn't found in any group"):
         PettingZooEnv("mpe/simple_spread_v3", group_map={"agents": ["agent_0", "agent_1"]})
@@ -363,10 +333,12 @@ def test_stepping_a_finished_env_says_to_reset():
     td = env.rand_step(env.reset())
     assert td["next", "truncated"].all()
     with pytest.raises(ValueError, match="env 0 has no agents left.*reset it"):
-        env.rand_step(env._step_mdp(td))
+        env.rand_step(env.step_mdp(td))
 
 
 def test_benchmark_rows():
-    rows = pz_backend.benchmark("mpe/simple_spread_v3", num_envs=2, steps=5)
-    assert [(label, steps) for label, _, steps in rows] == [("marl_envs", 10), ("raw PettingZoo loop", 10)]
+    rows = benchmark("pettingzoo/mpe/simple_spread_v3", num_envs=2, steps=5)
+    assert [(label, steps) for label, _, steps in rows[:2]] == [
+        ("marl_envs PettingZooEnv, auto-reset", 10), ("raw PettingZoo loop", 10)
+    ]
     assert all(seconds > 0 for _, seconds, _ in rows)

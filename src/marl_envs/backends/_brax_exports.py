@@ -31,18 +31,21 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 
-__all__ = ["directory", "key", "load", "path", "save"]
+from groupings import MarlGroupMapType
+
+__all__ = ["Program", "directory", "env_key", "key", "load", "path", "save"]
 
 FORMAT = 1
 OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE"
 SUBDIR = "marl_envs-exported"
 STALE_DAYS = 7  # an env saved by another installation and not loaded for this long is deleted
-_SOURCES = ("brax.py", "_brax_core.py", "_brax_scenes.py", "_brax_exports.py")
+_SOURCES = ("brax.py", "_brax_compat.py", "_brax_core.py", "_brax_scenes.py", "_brax_exports.py")
 _PACKAGES = ("jax", "jaxlib", "brax", "mujoco", "numpy")
 _JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
               "jax_threefry_partitionable", "jax_numpy_rank_promotion", "jax_numpy_dtype_promotion")
@@ -108,6 +111,28 @@ def key(robot: str, device, **arguments: Any) -> str | None:
         **arguments,
     }
     return f"{installation[:16]}-{hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()}"
+
+
+def env_key(name: Any, robot: str, device, *, env_kwargs: dict[str, Any], num_envs: int, frame_skip: int,
+            mapping: Any, group_map: Any) -> str | None:
+    """``key`` for an env built by name (``BraxEnv``), or None when it must not be saved."""
+    if not isinstance(name, str):
+        return None
+    if isinstance(group_map, MarlGroupMapType):
+        group_map = f"{type(group_map).__name__}.{group_map.name}"
+    return key(robot, device, name=name, env_kwargs=env_kwargs, num_envs=num_envs, frame_skip=frame_skip,
+               mapping=mapping, group_map=group_map)
+
+
+@dataclass(frozen=True)
+class Program:
+    """What ``BraxWrapper`` compiles: a Brax env and its shapes, or (``exported``: the saved reset and step) a
+    zero-argument callable building the env on demand; ``export``: trace as ``jax.export`` modules to save."""
+
+    env: Any
+    info: Any  # CoreInfo
+    exported: dict[str, Any] | None = None
+    export: bool = False
 
 
 def directory() -> Path | None:

@@ -19,12 +19,13 @@ The default mapping of a scene is derived from the robot's MuJoCo model, never t
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SCENES", "AgentMapping", "RobotModel", "Scene", "jaxmarl_mapping", "model_mapping", "validate_mapping"]
+__all__ = ["SCENES", "AgentMapping", "RobotModel", "Scene", "check_mapping", "jaxmarl_mapping", "model_mapping",
+           "resolve_mapping", "validate_mapping"]
 
 Indices = dict[str, tuple[int, ...]]
 
@@ -377,3 +378,38 @@ def validate_mapping(
             idx = tuple(min(i, observation_size - 1) for i in idx)
         observations[agent] = idx
     return AgentMapping(actions, observations)
+
+
+def check_mapping(name: str, scene: Scene | None, mapping) -> None:
+    """Raise ValueError for a ``mapping`` argument of ``BraxEnv`` that is none of the accepted forms."""
+    if isinstance(mapping, Mapping):
+        unknown = set(mapping) - {"action_indices", "observation_indices"}
+        if unknown or len(mapping) != 2:
+            raise ValueError(
+                f"a mapping dict needs exactly the keys 'action_indices' and 'observation_indices', "
+                f"got {sorted(mapping)}"
+            )
+    elif mapping not in (None, "jaxmarl"):
+        raise ValueError(
+            f"mapping={mapping!r}: expected None (the model-derived split), 'jaxmarl' or a dict with "
+            f"'action_indices' and 'observation_indices'"
+        )
+    elif mapping == "jaxmarl" and scene is None:
+        raise ValueError(f"mapping='jaxmarl' needs a scene ({', '.join(SCENES)}); {name!r} is a Brax env")
+
+
+def resolve_mapping(name: str, scene: Scene | None, mapping, action_size: int, obs_size: int | None,
+                    derive: Callable[[], AgentMapping]) -> tuple:
+    """The split's ``(action_indices, observation_indices)`` (``(None, None)`` for none) of a checked
+    ``mapping``; ``derive()`` gives the model-derived mapping of a scene."""
+    if isinstance(mapping, Mapping):
+        return mapping["action_indices"], mapping["observation_indices"]
+    if scene is None:
+        return None, None
+    if mapping == "jaxmarl":
+        table = jaxmarl_mapping(name)
+        clamped = validate_mapping(table.action_indices, table.observation_indices, action_size, obs_size,
+                                   clamp=True, label=f"brax/{name} mapping='jaxmarl'")
+        return clamped.action_indices, clamped.observation_indices
+    split = derive()
+    return split.action_indices, split.observation_indices

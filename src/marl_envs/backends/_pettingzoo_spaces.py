@@ -3,12 +3,13 @@
 An agent's observation becomes a list of :class:`Leaf` (one per array inside a possibly nested ``Dict``
 space), each written into a ``(B, n, *shape)`` numpy buffer of its group; an agent's action space becomes an
 :class:`ActionCodec` turning the group's action tensor into the per-instance, per-agent values PettingZoo takes.
-Agents of one group share a :func:`signature` (kinds, shapes, dtypes; bounds may differ and are stacked).
+Each agent's spaces become specs without batch dims (:func:`space_spec`); the core groups and stacks them
+(agents of one group share kinds, shapes and dtypes; Box bounds may differ and are stacked).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ from gymnasium import spaces
 
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
 
-__all__ = ["ActionCodec", "Leaf", "ObsLayout", "obs_layout", "signature", "stacked_spec"]
+__all__ = ["ActionCodec", "Leaf", "ObsLayout", "obs_layout", "space_spec"]
 
 ACTION_MASK = "action_mask"
 _SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary or Dict of those"
@@ -39,61 +40,38 @@ def _unsupported(space: spaces.Space, where: str) -> TypeError:
     return TypeError(f"{where} has a {type(space).__name__} space ({space}); supported spaces: {_SUPPORTED}")
 
 
-def signature(space: spaces.Space, where: str = "space") -> Hashable:
-    """What agents sharing a group must share: space kinds, shapes, dtypes, sizes (not Box bounds)."""
-    if isinstance(space, spaces.Box):
-        return ("box", space.shape, np.dtype(space.dtype).str)
-    if isinstance(space, spaces.Discrete):
-        return ("discrete", int(space.n))
-    if isinstance(space, spaces.MultiDiscrete):
-        return ("multidiscrete", tuple(np.asarray(space.nvec).reshape(-1).tolist()), space.nvec.shape)
-    if isinstance(space, spaces.MultiBinary):
-        return ("multibinary", tuple(np.atleast_1d(space.n).tolist()))
+def space_spec(space: spaces.Space, device, *, action: bool = False, categorical: bool = True,
+               where: str = "agent") -> TensorSpec | Composite:
+    """The spec (no batch dims) of one agent's ``space``; ``action`` with ``categorical=False`` makes a
+    ``Discrete`` space one-hot.
+
+    Raises:
+        TypeError: a space other than Box, Discrete, MultiDiscrete, MultiBinary or a Dict of those.
+    """
     if isinstance(space, spaces.Dict):
-        return ("dict", tuple((key, signature(sub, f"{where}[{key!r}]")) for key, sub in space.spaces.items()))
-    raise _unsupported(space, where)
-
-
-def _leaf_spec(spaces_: Sequence[spaces.Space], lead: tuple[int, ...], device, *, action: bool,
-               categorical: bool) -> TensorSpec | Composite:
-    """One spec of shape ``(*lead, n_agents, ...)`` stacking the same-signature ``spaces_`` of a group."""
-    first, n = spaces_[0], len(spaces_)
-    batch = (*lead, n)
-    if isinstance(first, spaces.Dict):
-        return Composite(
-            {key: _leaf_spec([s[key] for s in spaces_], lead, device, action=action, categorical=categorical)
-             for key in first.spaces},
-            shape=batch, device=device,
-        )
-    if isinstance(first, spaces.Discrete):
-        if action and not categorical:
-            return OneHot(int(first.n), shape=(*batch, int(first.n)), device=device)
-        return Categorical(int(first.n), shape=batch, device=device)
-    if isinstance(first, spaces.MultiDiscrete):
-        nvec = np.asarray(first.nvec)
+        return Composite({key: space_spec(sub, device, action=action, categorical=categorical,
+                                          where=f"{where}[{key!r}]") for key, sub in space.spaces.items()},
+                         device=device)
+    if isinstance(space, spaces.Discrete):
+        n = int(space.n)
+        return OneHot(n, (n,), device=device) if action and not categorical else Categorical(n, (), device=device)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec)
         if nvec.ndim != 1:
-            raise TypeError(f"MultiDiscrete spaces with a {nvec.ndim}-d nvec are not supported (got {first})")
-        return MultiCategorical(nvec.tolist(), shape=(*batch, nvec.size), device=device)
-    if isinstance(first, spaces.MultiBinary):
-        return Binary((*batch, *np.atleast_1d(first.n).tolist()), dtype=torch.int8, device=device)
-    if isinstance(first, spaces.Box):
-        dtype = _torch_dtype(first.dtype)
-        shape = (*batch, *first.shape)
+            raise TypeError(f"MultiDiscrete spaces with a {nvec.ndim}-d nvec are not supported (got {space})")
+        return MultiCategorical(nvec.tolist(), (nvec.size,), device=device)
+    if isinstance(space, spaces.MultiBinary):
+        return Binary(tuple(np.atleast_1d(space.n).tolist()), dtype=torch.int8, device=device)
+    if isinstance(space, spaces.Box):
+        dtype = _torch_dtype(space.dtype)
         if dtype == torch.bool:
-            return Binary(shape, device=device)
-        low = np.stack([np.broadcast_to(s.low, first.shape) for s in spaces_])
-        high = np.stack([np.broadcast_to(s.high, first.shape) for s in spaces_])
+            return Binary(space.shape, device=device)
+        low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
         if dtype.is_floating_point and np.isinf(low).all() and np.isinf(high).all():
-            return Unbounded(shape, dtype=dtype, device=device)
-        as_tensor = lambda x: torch.as_tensor(x.astype(_numpy_dtype(first.dtype)), device=device)  # noqa: E731
-        return Bounded(as_tensor(low), as_tensor(high), shape=shape, dtype=dtype, device=device)
-    raise _unsupported(first, "agent")
-
-
-def stacked_spec(spaces_: Sequence[spaces.Space], num_envs: int, device, *, action: bool = False,
-                 categorical: bool = True) -> TensorSpec | Composite:
-    """Spec of shape ``(num_envs, n_agents, ...)`` for the group whose agents have ``spaces_``."""
-    return _leaf_spec(spaces_, (num_envs,), device, action=action, categorical=categorical)
+            return Unbounded(space.shape, dtype=dtype, device=device)
+        as_tensor = lambda x: torch.as_tensor(x.astype(_numpy_dtype(space.dtype)), device=device)  # noqa: E731
+        return Bounded(as_tensor(low), as_tensor(high), shape=space.shape, dtype=dtype, device=device)
+    raise _unsupported(space, where)
 
 
 @dataclass(frozen=True)
@@ -142,7 +120,7 @@ class ObsLayout:
 
 
 def obs_layout(space: spaces.Space) -> ObsLayout:
-    signature(space, "observation")  # rejects unsupported spaces with a clear message
+    space_spec(space, None, where="observation")  # rejects unsupported spaces with a clear message
     mask_leaf = None
     if isinstance(space, spaces.Dict) and ACTION_MASK in space.spaces:
         mask_space = space[ACTION_MASK]

@@ -7,7 +7,6 @@ whose optional dependencies are missing (``pettingzoo[atari]``, ``open_spiel`` f
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import re
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..registry import check_kwargs
+from .._validate import check_kwargs, unknown_name
 
 __all__ = ["Task", "quiet_import", "resolve_task", "tasks"]
 
@@ -108,6 +107,4 @@ def resolve_task(task: str) -> Task:
     by_module = {full.rpartition("/")[2]: full for full in known}
     if name in by_module:
         return known[by_module[name]]
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-    raise ValueError(f"unknown pettingzoo task {task!r}{hint} available here: {', '.join(known)}")
+    raise unknown_name("pettingzoo task", task, list(known))

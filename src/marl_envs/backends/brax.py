@@ -37,8 +37,9 @@ each ``frame_skip`` Brax steps) is ``truncated``.
 ``jit(vmap(...))`` call (agent scatter/gather, ``frame_skip`` via ``lax.scan``) and each reset one more, which
 draws fresh random starts for exactly the envs being reset (Brax's ``AutoResetWrapper`` replays one cached
 start). The state buffers are donated. On CPU actions go in as NumPy views and outputs come back as one copied
-buffer (measured here: ~40 us a step, against ~50 us with DLPack out and ~160 us with DLPack in), and the output
-TensorDicts are built while JAX computes the step (``_advance``); on GPU both ways are zero-copy DLPack. JAX caches are never cleared on the hot path. ``benchmark`` compares with pure JAX.
+buffer (``_brax_transfer``), and the output TensorDicts are built while JAX computes the step (``_step`` returns
+them over buffers that ``_wait_step`` fills); on GPU both ways are zero-copy DLPack. JAX caches are never cleared
+on the hot path. ``marl-envs bench brax/<name>`` compares with pure JAX.
 
 **Compile once.** JAX's persistent compilation cache is switched on when the first env is built, in
 ``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``; compilations over 0.2 s
@@ -48,10 +49,11 @@ opts out. An env built by name (``BraxEnv``, ``make("brax/...")``) also saves it
 same arguments loads them and finds their compiled code in JAX's cache, so it neither imports Brax nor traces
 (``benchmarks/compile_once.py`` measures it; ``_brax_exports`` says what the saved files are keyed on).
 
-**Rendering** uses MuJoCo's renderer; on a Linux machine without a display, importing this module sets
-``MUJOCO_GL=egl`` (unless MUJOCO_GL is set or MuJoCo was already imported). EGL needs the Debian packages
-``libegl1 libegl-mesa0 libgl1-mesa-dri`` (software rendering, no GPU needed); ``MUJOCO_GL=osmesa`` needs
-``libosmesa6``.
+**Rendering** uses MuJoCo's renderer; on a Linux machine without a display, ``MUJOCO_GL=egl`` is set before
+MuJoCo is first imported by this backend (unless MUJOCO_GL is set or MuJoCo was already imported). EGL needs the
+Debian packages ``libegl1 libegl-mesa0 libgl1-mesa-dri`` (software rendering, no GPU needed);
+``MUJOCO_GL=osmesa`` needs ``libosmesa6``. That and the ``jnp.clip`` shim for ``swimmer`` are applied when the
+first Brax env is built, never at import (``_brax_compat``).
 
 Brax's ``brax/envs`` is no longer maintained upstream; the construction-time ``UserWarning`` Brax emits about
 it is silenced here (only that one).
@@ -59,175 +61,42 @@ it is silenced here (only that one).
 
 from __future__ import annotations
 
-import os
-import sys
-
-if sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
-    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; read by mujoco at import
-
 import functools
-import inspect
-import statistics
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
+from groupings import GroupMap, MarlGroupMapType
 
 from .._env import EnvBase
+from .._validate import check_kwargs, unknown_name
 from ..specs import Bounded, Composite, Unbounded
 from . import _brax_exports as exports
 from . import _brax_scenes as scenes
-from ._brax_core import BraxCore, CoreInfo, Differentiable, Split, quiet_tracing
+from ._brax_compat import (
+    checked_env, enable_compilation_cache, env_keywords, import_brax, jax_device, prepare_mujoco_gl,
+)
+from ._brax_core import BraxCore, CoreInfo, Differentiable, Split
+from ._brax_transfer import Step, Transfer
 
-__all__ = ["BraxEnv", "BraxWrapper", "benchmark", "env_names", "make_env"]
+__all__ = ["BraxEnv", "BraxWrapper", "enable_compilation_cache", "env_names", "make_env"]
 
 _UNMAINTAINED = r"Brax System, piplines and environments are not actively being maintained"
-CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
-
-
-class _ClipWithBounds:
-    """``jax.numpy`` whose ``clip`` still takes ``a_min`` / ``a_max`` (JAX 0.10 removed them; Brax 0.14.2's
-    ``brax/fluid.py``, used by ``swimmer``, still passes ``a_min``)."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(jnp, name)
-
-    @staticmethod
-    def clip(x, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002 - jnp.clip's own names
-        return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
-
-
-def _brax():
-    """Brax's env package, imported the first time a Brax env is built or listed (not on a saved env's path),
-    with the ``clip`` shim in ``brax.fluid`` (also when user code imported Brax first)."""
-    if "brax.envs" not in sys.modules:
-        with warnings.catch_warnings():  # brax imports jaxopt, which warns that it is unmaintained
-            warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
-            import brax.envs
-    import brax.fluid
-
-    if not isinstance(brax.fluid.jp, _ClipWithBounds) and "a_min" not in inspect.signature(jnp.clip).parameters:
-        brax.fluid.jp = _ClipWithBounds()
-    return sys.modules["brax.envs"]
 
 
 def env_names() -> list[str]:
     """Brax's registered envs (``brax.envs._envs``, read when asked) and the multi-agent scenes."""
-    return sorted({*_brax()._envs, *scenes.SCENES})
-
-
-#: ``BraxEnv`` rejects unknown names itself (``marl_envs.make`` need not list them, which imports Brax).
-MAKE_ENV_CHECKS_NAMES = True
+    return sorted({*import_brax()._envs, *scenes.SCENES})
 
 
 def make_env(name: str, **kwargs: Any) -> BraxEnv:
     """``BraxEnv(name, **kwargs)``: the factory behind ``marl_envs.make("brax/<name>", ...)``."""
     return BraxEnv(name, **kwargs)
-
-
-def enable_compilation_cache() -> str | None:
-    """Switch on JAX's persistent compilation cache (see the module docstring); return its directory.
-
-    Does nothing (and returns JAX's own directory, or None) if JAX already has one or ``MARL_ENVS_JAX_CACHE=0``.
-    """
-    current = jax.config.jax_compilation_cache_dir
-    if current or not exports.caching_enabled():
-        return current or None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.environ.get(CACHE_DIR_VAR) or os.path.join(base, "marl_envs", "jax")
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    return path
-
-
-def _jax_device(device: torch.device):
-    if device.type == "cpu":
-        return jax.devices("cpu")[0]
-    if device.type == "cuda":
-        try:
-            gpus = jax.devices("cuda")
-        except RuntimeError:
-            gpus = []
-        index = device.index or 0
-        if index < len(gpus):
-            return gpus[index]
-        raise ValueError(
-            f"device={str(device)!r} but JAX sees {len(gpus)} CUDA device(s); install JAX with CUDA support "
-            f"(pip install 'jax[cuda12]') or use device='cpu'"
-        )
-    raise ValueError(f"device={str(device)!r} is not supported by the Brax backend; use 'cpu' or 'cuda[:i]'")
-
-
-def _check_brax_env(env) -> None:
-    """``env`` is an unbatched ``brax.envs.Env`` without auto-reset, or a TypeError / ValueError says why not."""
-    envs = _brax()
-    from brax.envs.wrappers import training
-
-    if not isinstance(env, envs.Env):
-        raise TypeError(f"BraxWrapper wraps a brax.envs.Env, got {type(env).__name__}; or use BraxEnv(name)")
-    layer = env
-    while True:
-        if isinstance(layer, (training.VmapWrapper, training.AutoResetWrapper)):
-            raise ValueError(
-                f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
-                f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
-                f"batches it (num_envs) and resets done envs itself"
-            )
-        if not isinstance(layer, envs.Wrapper):
-            return
-        layer = layer.env
-
-
-class _Transfer:
-    """torch <-> JAX: NumPy views in and one copy out on CPU (cheapest measured); DLPack on GPU."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.cpu = device.type == "cpu"
-
-    def to_jax(self, tensor: torch.Tensor):
-        tensor = tensor.detach()
-        if self.cpu:
-            return tensor.numpy()
-        return jax.dlpack.from_dlpack(tensor.contiguous())
-
-    def to_torch(self, array) -> torch.Tensor:
-        if self.cpu:
-            return torch.from_numpy(np.array(array))
-        return torch.from_dlpack(array)
-
-
-class _Step(torch.autograd.Function):
-    """One differentiable step: ``(flat state, action) -> (next flat state, float outputs, flags)``."""
-
-    @staticmethod
-    def forward(ctx, diff: Differentiable, io: _Transfer, flat: torch.Tensor, action: torch.Tensor):
-        new_flat, out, flags, saved = diff.step(io.to_jax(flat), io.to_jax(action))
-        ctx.diff, ctx.io, ctx.saved = diff, io, saved
-        ctx.save_for_backward(flat, action)  # autograd's version counters catch in-place edits before backward
-        flags = io.to_torch(flags)
-        ctx.mark_non_differentiable(flags)
-        return io.to_torch(new_flat), io.to_torch(out), flags
-
-    @staticmethod
-    def backward(ctx, grad_flat, grad_out, _grad_flags):
-        io, saved = ctx.io, ctx.saved
-        flat, action = ctx.saved_tensors
-        if grad_flat is None:
-            grad_flat = torch.zeros_like(flat)
-        if grad_out is None:
-            grad_out = torch.zeros((flat.shape[0], ctx.diff.out_width), device=flat.device)
-        g_flat, g_action = ctx.diff.vjp(io.to_jax(flat), saved, io.to_jax(action), io.to_jax(grad_flat.contiguous()),
-                                        io.to_jax(grad_out.contiguous()))
-        return None, None, io.to_torch(g_flat), io.to_torch(g_action)
 
 
 class BraxWrapper(EnvBase):
@@ -288,23 +157,6 @@ class BraxWrapper(EnvBase):
         observation_indices: Mapping[str, Sequence[int]] | None = None,
         group_map: GroupMap | MarlGroupMapType | None = None,
     ):
-        _check_brax_env(env)
-        self._init(
-            env, None, num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
-            requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
-            action_indices=action_indices, observation_indices=observation_indices, group_map=group_map,
-        )
-
-    export_file = None  # BraxEnv: the file of its exported reset and step (see _brax_exports)
-    from_export = False  # BraxEnv: built from that file (no Brax import, no tracing)
-
-    def _init(
-        self, env, info: CoreInfo | None, *, num_envs, device, frame_skip, max_steps, requires_grad,
-        cache_clear_frequency, seed, action_indices, observation_indices, group_map,
-        export: bool = False, exported: Mapping[str, Any] | None = None,
-    ) -> None:
-        """The construction shared with ``BraxEnv``: ``env`` is the Brax env, or with ``exported`` (the compiled
-        functions of a saved env, ``info`` their shapes) a callable building it on demand."""
         if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
             raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
         if cache_clear_frequency not in (None, False) and (
@@ -316,45 +168,49 @@ class BraxWrapper(EnvBase):
             )
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {seed!r}")
-        jax_device = _jax_device(torch.device(device))  # before the base class allocates on that device
+        if (action_indices is None) != (observation_indices is None):
+            raise ValueError("pass both action_indices and observation_indices for a multi-agent split, or neither")
+        if action_indices is None and group_map is not None:
+            raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
+        program = env if isinstance(env, exports.Program) else exports.Program(env, CoreInfo.of(checked_env(env)))
+        self._jax_device = jax_device(torch.device(device))  # before the base class allocates on that device
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         enable_compilation_cache()
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
         self.cache_clear_frequency = cache_clear_frequency or None
-        self._io = _Transfer(self.device)
-        self._jax_device = jax_device
-
-        if (action_indices is None) != (observation_indices is None):
-            raise ValueError("pass both action_indices and observation_indices for a multi-agent split, or neither")
-        info = info or CoreInfo.of(env)
+        self._io = Transfer(self.device)
+        info = program.info
         self.action_size = info.action_size
         mapping = None
         if action_indices is not None:
-            obs_size = info.flat_observation_size
-            if obs_size is None:
+            if info.flat_observation_size is None:
                 shapes = {"/".join(path) or "obs": shape for path, shape in info.obs_leaves}
                 raise ValueError(f"a multi-agent split needs a flat observation vector; this env observes {shapes}")
-            mapping = scenes.validate_mapping(action_indices, observation_indices, self.action_size, obs_size)
+            mapping = scenes.validate_mapping(action_indices, observation_indices, self.action_size,
+                                              info.flat_observation_size)
         self.action_indices = None if mapping is None else dict(mapping.action_indices)
         self.observation_indices = None if mapping is None else dict(mapping.observation_indices)
-
-        split = None
-        if mapping is not None:
-            self.agent_names = mapping.agent_names
-            self.group_map = self._resolve_group_map(group_map, mapping)
-            split = self._split_tables(mapping, info.flat_observation_size)
-        elif group_map is not None:
-            raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
-        self._core = BraxCore(env, info, num_envs=num_envs, frame_skip=frame_skip, split=split,
-                              device=self._jax_device, differentiable=self.requires_grad, export=export,
-                              exported=exported)
+        groups = None if mapping is None else self._group_agents(
+            {a: Composite(action=Bounded(-1.0, 1.0, (len(mapping.action_indices[a]),), device=self.device),
+                          reward=Unbounded((1,), device=self.device), device=self.device)
+             for a in mapping.agent_names},
+            group_map,
+        )
+        split = None if mapping is None else self._split_tables(mapping, info.flat_observation_size)
+        self._core = BraxCore(program.env, info, num_envs=num_envs, frame_skip=frame_skip, split=split,
+                              device=self._jax_device, differentiable=self.requires_grad, export=program.export,
+                              exported=program.exported)
         self._diff = Differentiable(self._core) if self.requires_grad else None
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
+        self._pending: tuple | None = None  # a CPU step JAX is computing: (result, its torch buffer, flags)
         self._steps_since_clear = 0
         self._renderers: dict = {}
-        self._build_specs(mapping)
+        self._build_specs(groups)
         self.set_seed(seed)
+
+    export_file = None  # BraxEnv: the file of its exported reset and step (see _brax_exports)
+    from_export = False  # BraxEnv: built from that file (no Brax import, no tracing)
 
     @property
     def brax_env(self):
@@ -362,24 +218,6 @@ class BraxWrapper(EnvBase):
         return self._core.env
 
     # -- construction helpers -------------------------------------------------------------------------
-    def _resolve_group_map(self, group_map, mapping: scenes.AgentMapping) -> GroupMap:
-        names = mapping.agent_names
-        width = {a: len(mapping.action_indices[a]) for a in names}
-        if group_map is None:
-            return default_group_map(names, [width[a] for a in names])
-        if isinstance(group_map, MarlGroupMapType):
-            group_map = group_map.get_group_map(names)
-        check_marl_grouping(group_map, names)
-        for group, members in group_map.items():
-            for other in members[1:]:
-                if width[other] != width[members[0]]:
-                    raise ValueError(
-                        f"group {group!r} mixes agents with different specs: {members[0]!r} and {other!r} differ at "
-                        f"'action' ({width[members[0]]} vs {width[other]} dims); agents of one group must share "
-                        f"their specs, so put them in separate groups (group_map=None does)"
-                    )
-        return group_map
-
     def _split_tables(self, mapping: scenes.AgentMapping, obs_size: int) -> Split:
         source = np.empty(self.action_size, dtype=np.int32)
         gathers, column = [], 0
@@ -393,14 +231,16 @@ class BraxWrapper(EnvBase):
             for row, agent in enumerate(members):
                 table[row, : len(mapping.observation_indices[agent])] = mapping.observation_indices[agent]
             gathers.append(table)
+        self._action_source = torch.as_tensor(source, dtype=torch.int64, device=self.device)
         return Split(action_source=source, gathers=tuple(gathers))
 
-    def _build_specs(self, mapping: scenes.AgentMapping | None) -> None:
+    def _build_specs(self, groups: dict[str, Composite] | None) -> None:
+        """Specs, and the column layout of the buffers the compiled reset and step return."""
         B, dev = self.num_envs, self.device
         core = self._core
-        obs, act, rew = (Composite(shape=(B,), device=dev) for _ in range(3))
         layout: list[tuple[tuple[str, ...], tuple[int, ...]]] = []  # float buffer entries, in order
-        if mapping is None:
+        if groups is None:
+            obs = Composite(shape=(B,), device=dev)
             for path, shape in core.info.obs_leaves:
                 key = ("observation", *path)
                 for depth in range(1, len(key)):  # dict observations: nested Composites of batch (B,)
@@ -408,22 +248,18 @@ class BraxWrapper(EnvBase):
                         obs[key[:depth]] = Composite(shape=(B,), device=dev)
                 obs[key] = Unbounded((B, *shape), device=dev)
                 layout.append((key, (B, *shape)))
-            act["action"] = Bounded(-1.0, 1.0, (B, self.action_size), device=dev)
-            rew["reward"] = Unbounded((B, 1), device=dev)
+            self._declare_specs({}, observation=obs["observation"],
+                                action=Bounded(-1.0, 1.0, (B, self.action_size), device=dev),
+                                reward=Unbounded((B, 1), device=dev))
             rewards = [(("reward",), (B, 1))]
         else:
-            obs["state"] = Unbounded((B, core.observation_size), device=dev)
             layout.append((("state",), (B, core.observation_size)))
             rewards = []
-            for (group, members), table in zip(self.group_map.items(), core.split.gathers):
-                n, d = len(members), len(mapping.action_indices[members[0]])
-                obs[group] = Composite(observation=Unbounded((B, n, table.shape[1]), device=dev), shape=(B, n),
-                                       device=dev)
-                act[group] = Composite(action=Bounded(-1.0, 1.0, (B, n, d), device=dev), shape=(B, n), device=dev)
-                rew[group] = Composite(reward=Unbounded((B, n, 1), device=dev), shape=(B, n), device=dev)
-                layout.append(((group, "observation"), (B, n, table.shape[1])))
-                rewards.append(((group, "reward"), (B, n, 1)))
-        self.full_observation_spec, self.full_action_spec, self.full_reward_spec = obs, act, rew
+            for (group, spec), table in zip(groups.items(), core.split.gathers):
+                spec["observation"] = Unbounded((*spec.shape, table.shape[1]), device=dev)
+                layout.append(((group, "observation"), (*spec.shape, table.shape[1])))
+                rewards.append(((group, "reward"), (*spec.shape, 1)))
+            self._declare_specs(groups, state=Unbounded((B, core.observation_size), device=dev))
         self._reset_layout = self._slices(layout)
         self._step_layout = self._slices(layout + rewards)
         self._out_width = self._step_layout[-1][1].stop + 2  # the step's float buffer: outputs, then two flags
@@ -462,6 +298,12 @@ class BraxWrapper(EnvBase):
         parts = [tensordict.get((g, "action")).reshape(self.num_envs, -1) for g in self.group_map]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
+    def robot_action(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """The robot's ``(num_envs, action_size)`` action, in the Brax env's own order, that the agents' actions
+        in ``tensordict`` make up (what a pure-Brax loop would step with)."""
+        flat = self._flat_action(tensordict)
+        return flat if self.action_indices is None else flat[:, self._action_source]
+
     # -- the hook -------------------------------------------------------------------------------------
     def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         io = self._io
@@ -478,50 +320,38 @@ class BraxWrapper(EnvBase):
         return self._build(out, self._reset_layout)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Dispatch the compiled step. On CPU the result is returned over empty buffers that ``_wait_step``
+        fills once JAX is done, so that the base class builds the next root data meanwhile (torch work done right
+        after a 10+ ms JAX step runs several times slower here than before it: caches gone cold)."""
         action = self._flat_action(tensordict)
-        if self._diff is None:
-            out = self._io.to_torch(self._core.step(self._io.to_jax(action)))
-            flags = out[:, -2:] > 0.5  # the float buffer ends with terminated, truncated
-        else:
+        if self._diff is not None:
             if self._flat is None:
                 raise RuntimeError("step() before reset(): reset the env first")
-            self._flat, out, flags = _Step.apply(self._diff, self._io, self._flat, action)
+            self._flat, out, flags = Step.apply(self._diff, self._io, self._flat, action)
+        elif self._io.cpu and self.cache_clear_frequency is None:
+            pending = self._core.step(self._io.to_jax(action))  # dispatched, not yet done
+            out = torch.empty((self.num_envs, self._out_width), dtype=torch.float32)
+            flags = torch.empty((self.num_envs, 2), dtype=torch.bool)
+            self._pending = (pending, out, flags)
+        else:
+            out = self._io.to_torch(self._core.step(self._io.to_jax(action)))
+            flags = out[:, -2:] > 0.5  # the float buffer ends with terminated, truncated
+            self._clear_caches()
+        return self._build(out, self._step_layout, {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2]})
+
+    def _wait_step(self) -> None:
+        if self._pending is not None:
+            pending, out, flags = self._pending
+            self._pending = None
+            np.copyto(out.numpy(), np.asarray(pending))  # waits for JAX
+            torch.gt(out[:, -2:], 0.5, out=flags)  # the buffer ends with terminated, truncated
+
+    def _clear_caches(self) -> None:
         if self.cache_clear_frequency is not None:
             self._steps_since_clear += 1
             if self._steps_since_clear >= self.cache_clear_frequency:
                 self._steps_since_clear = 0
                 jax.clear_caches()
-        return self._build(out, self._step_layout, {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2]})
-
-    def _advance(self, tensordict: TensorDictBase, with_root: bool) -> TensorDictBase | None:
-        """``EnvBase._advance``, overlapped with JAX on CPU: the step is dispatched, the output TensorDicts (next
-        data and next root) are built over empty buffers while JAX computes, then the result is copied in.
-
-        Torch work done after a 10+ ms JAX step runs several times slower here than the same work done before
-        it (caches gone cold), so moving it ahead of the wait is most of what separates this env from a pure-JAX
-        loop. GPU, differentiable and cache-clearing envs take the generic path.
-        """
-        if not self._io.cpu or self._diff is not None or self.cache_clear_frequency is not None:
-            return super()._advance(tensordict, with_root)
-        pending = self._core.step(self._io.to_jax(self._flat_action(tensordict)))  # dispatched, not yet done
-        out = torch.empty((self.num_envs, self._out_width), dtype=torch.float32)
-        flags = torch.empty((self.num_envs, 3), dtype=torch.bool)  # terminated, truncated, done
-        ends = {"terminated": flags[:, 0:1], "truncated": flags[:, 1:2], "done": flags[:, 2:3]}
-        data = self._build(out, self._step_layout, ends)
-        root = None
-        if with_root:
-            actions = {key: tensordict.get(key) for key in self.action_keys}
-            root = self._build(out, self._reset_layout, {**ends, **actions})
-        count = self._step_count + 1
-        limit = count >= self.max_steps if self.max_steps is not None else None
-        np.copyto(out.numpy(), np.asarray(pending))  # waits for JAX
-        torch.gt(out[:, -2:], 0.5, out=flags[:, 0:2])  # the buffer ends with terminated, truncated
-        if limit is not None:
-            flags[:, 1] |= limit
-        torch.bitwise_or(flags[:, 0], flags[:, 1], out=flags[:, 2])
-        self._step_count = count
-        tensordict.set("next", data)  # only now: a failed step leaves the input as it was
-        return root
 
     def _set_seed(self, seed: int) -> None:
         self._core.seed(seed)
@@ -540,16 +370,15 @@ class BraxWrapper(EnvBase):
         """Seconds spent compiling (or loading from the persistent cache) each compiled function so far."""
         return dict(self._core.compile_seconds)
 
-    def render(
-        self, env_index: int = 0, *, height: int = 240, width: int = 320, camera: str | int | None = None
-    ) -> np.ndarray:
+    def _render(self, env_index: int, *, height: int = 240, width: int = 320, camera: str | int | None = None
+                ) -> np.ndarray:
         """An ``(height, width, 3)`` uint8 image of env ``env_index``, rendered headless by MuJoCo.
 
         Raises:
             NotImplementedError: the env has no MuJoCo model (custom envs, Brax's ``fast``).
-            IndexError: ``env_index`` out of range.
             RuntimeError: before the first reset, or no OpenGL context could be made (see the module docstring).
         """
+        prepare_mujoco_gl()
         import mujoco
 
         sys_ = getattr(self.brax_env.unwrapped, "sys", None)
@@ -559,8 +388,6 @@ class BraxWrapper(EnvBase):
                 f"{type(self.brax_env.unwrapped).__name__} has no MuJoCo model to render (an env without a physics "
                 f"pipeline, or Brax's 'fast'); render() draws PipelineEnv physics envs"
             )
-        if not (isinstance(env_index, int) and 0 <= env_index < self.num_envs):
-            raise IndexError(f"env_index={env_index!r} is out of range for num_envs={self.num_envs}")
         try:
             if self._diff is None:
                 state = self._core.env_state(env_index)
@@ -640,35 +467,30 @@ class BraxEnv(BraxWrapper):
         if backend is not None:
             env_kwargs["backend"] = backend
         self.env_name = env_name
-        self._check_mapping(env_name, scene, mapping)
+        scenes.check_mapping(env_name, scene, mapping)
         common = dict(num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
                       requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
                       group_map=group_map)
         enable_compilation_cache()
-        key = None
-        if not requires_grad and isinstance(env_name, str):
-            group_key = f"{type(group_map).__name__}.{group_map.name}" if isinstance(group_map, MarlGroupMapType) \
-                else group_map
-            key = exports.key(robot, _jax_device(torch.device(device)), name=env_name, env_kwargs=env_kwargs,
-                              num_envs=num_envs, frame_skip=frame_skip, mapping=mapping, group_map=group_key)
+        key = None if requires_grad else exports.env_key(
+            env_name, robot, jax_device(torch.device(device)), env_kwargs=env_kwargs, num_envs=num_envs,
+            frame_skip=frame_skip, mapping=mapping, group_map=group_map)
         saved = exports.load(key) if key else None
         if saved is not None:  # built before with these arguments: no Brax import, no tracing
             meta, exported = saved
             info = CoreInfo.from_json(meta["info"])
-            indices = self._mapping(env_name, scene, mapping, info, lambda: scenes.AgentMapping(
-                *({agent: tuple(v) for agent, v in meta["derived"][i].items()} for i in (0, 1))))
-            self._init(functools.partial(self._brax_env, robot, env_kwargs), info, exported=exported,
-                       action_indices=indices[0], observation_indices=indices[1], **common)
+            saved_split = lambda: scenes.AgentMapping(  # noqa: E731
+                *({agent: tuple(v) for agent, v in meta["derived"][i].items()} for i in (0, 1)))
+            indices = scenes.resolve_mapping(env_name, scene, mapping, info.action_size, info.flat_observation_size,
+                                             saved_split)
+            program = exports.Program(functools.partial(self._brax_env, robot, env_kwargs), info, exported=exported)
+            super().__init__(program, action_indices=indices[0], observation_indices=indices[1], **common)
             self.export_file, self.from_export = exports.path(key), True
             return
 
         names = env_names()
         if env_name not in names:
-            import difflib
-
-            close = difflib.get_close_matches(str(env_name), names, n=3)
-            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise ValueError(f"unknown Brax env {env_name!r}{hint} available: {', '.join(names)}")
+            raise unknown_name("Brax env", env_name, names)
         brax_env = self._brax_env(robot, env_kwargs)
         info = CoreInfo.of(brax_env)
         derived: list[scenes.AgentMapping] = []
@@ -679,9 +501,10 @@ class BraxEnv(BraxWrapper):
             derived.append(scenes.model_mapping(env_name, model, info.flat_observation_size, exclude))
             return derived[0]
 
-        indices = self._mapping(env_name, scene, mapping, info, derive)
-        self._init(brax_env, info, export=key is not None, action_indices=indices[0],
-                   observation_indices=indices[1], **common)
+        indices = scenes.resolve_mapping(env_name, scene, mapping, info.action_size, info.flat_observation_size,
+                                         derive)
+        program = exports.Program(brax_env, info, export=key is not None)
+        super().__init__(program, action_indices=indices[0], observation_indices=indices[1], **common)
         if key is not None and self._core.exported:
             meta = {"env": env_name, "info": info.to_json(),
                     "derived": [derived[0].action_indices, derived[0].observation_indices] if derived else None}
@@ -689,169 +512,11 @@ class BraxEnv(BraxWrapper):
 
     @staticmethod
     def _brax_env(robot: str, env_kwargs: dict[str, Any]):
-        envs = _brax()
+        envs = import_brax()
+        check_kwargs(f"the Brax env {robot!r}", env_keywords(envs._envs[robot]), env_kwargs)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_UNMAINTAINED, category=UserWarning)
-            try:
-                return envs.get_environment(robot, **env_kwargs)
-            except TypeError as err:
-                raise TypeError(f"the Brax env {robot!r} rejected the keywords {sorted(env_kwargs)}: {err}") from err
-
-    @staticmethod
-    def _check_mapping(name: str, scene, mapping) -> None:
-        if isinstance(mapping, Mapping):
-            unknown = set(mapping) - {"action_indices", "observation_indices"}
-            if unknown or len(mapping) != 2:
-                raise ValueError(
-                    f"a mapping dict needs exactly the keys 'action_indices' and 'observation_indices', "
-                    f"got {sorted(mapping)}"
-                )
-        elif mapping not in (None, "jaxmarl"):
-            raise ValueError(
-                f"mapping={mapping!r}: expected None (the model-derived split), 'jaxmarl' or a dict with "
-                f"'action_indices' and 'observation_indices'"
-            )
-        elif mapping == "jaxmarl" and scene is None:
-            raise ValueError(f"mapping='jaxmarl' needs a scene ({', '.join(scenes.SCENES)}); {name!r} is a Brax env")
-
-    @staticmethod
-    def _mapping(name: str, scene, mapping, info: CoreInfo, derive) -> tuple:
-        """The split's ``(action_indices, observation_indices)`` (``(None, None)`` for none) of a checked
-        ``mapping``; ``derive()`` gives the model-derived mapping of a scene."""
-        if isinstance(mapping, Mapping):
-            return mapping["action_indices"], mapping["observation_indices"]
-        if scene is None:
-            return None, None
-        if mapping == "jaxmarl":
-            table = scenes.jaxmarl_mapping(name)
-            clamped = scenes.validate_mapping(table.action_indices, table.observation_indices, info.action_size,
-                                              info.flat_observation_size, clamp=True,
-                                              label=f"brax/{name} mapping='jaxmarl'")
-            return clamped.action_indices, clamped.observation_indices
-        split = derive()
-        return split.action_indices, split.observation_indices
+            return envs.get_environment(robot, **env_kwargs)
 
     def __repr__(self) -> str:
         return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Benchmark
-# ----------------------------------------------------------------------------------------------------
-#: ``marl-envs bench`` default number of envs.
-BENCH_NUM_ENVS = 128
-
-
-def benchmark(
-    name: str, *, num_envs: int, steps: int, device: str = "cpu", rounds: int = 5, **env_kwargs: Any
-) -> list[tuple[str, float, int]]:
-    """Time ``steps`` steps of ``num_envs`` envs of ``brax/<name>``, in this process.
-
-    The implementations take turns: ``rounds`` rounds of ``steps / rounds`` steps each (one round if that does
-    not divide), so a change in the machine's load hits them alike, and each one's time is the median of its
-    rounds times ``rounds``, so a load spike during one round does not decide a ratio. Every one gets the same
-    pre-drawn uniform random actions (drawing them is not timed).
-
-    Rows ``(label, seconds, env_steps)``:
-        1. our ``BraxEnv``: ``step_and_maybe_reset``;
-        2. pure JAX: a Python loop over ``jax.jit(step)`` of Brax's own ``VmapWrapper`` + ``EpisodeWrapper`` +
-           ``AutoResetWrapper`` stack (``training.wrap``), the state never leaving JAX (a scene runs the whole
-           robot: the split is part of what ours pays for);
-        3. pure JAX: a Python loop over ``jax.jit(jax.vmap(env.step))`` of the bare env (no episode counting,
-           no resets: less work than ours, the floor of a Python loop);
-        4. pure JAX: row 2's steps as ``lax.scan`` calls, one per round (the limit: no Python per step);
-    then timing-only rows (env_steps=0): compile (or persistent-cache load) times. ``env_kwargs`` go to
-    ``BraxEnv`` (e.g. ``backend="spring"``).
-    """
-    rounds = rounds if steps % rounds == 0 and steps >= rounds else 1
-    chunk, warmup = steps // rounds, 3
-    build = time.perf_counter()
-    env = BraxEnv(name, num_envs=num_envs, device=device, seed=0, **env_kwargs)
-    build = time.perf_counter() - build
-    generator = torch.Generator(device=env.device).manual_seed(0)
-    plan = [env.full_action_spec.rand(generator=generator) for _ in range(steps + warmup)]
-    flat = torch.stack([env._flat_action(p) for p in plan]).cpu().numpy()
-    if env.action_indices is not None:  # the same actions in the robot's order
-        flat = flat[:, :, env._core.split.action_source]
-    actions = jax.device_put(flat, env._jax_device)
-    chunks = actions[warmup:].reshape(rounds, chunk, *actions.shape[1:])
-
-    first = time.perf_counter()
-    td = env.reset()
-    first_reset = time.perf_counter() - first
-    from brax.envs.wrappers import training
-
-    raw = training.wrap(env.brax_env, episode_length=env.max_steps or 1000)
-    keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
-
-    def rollout(state, actions):
-        return jax.lax.scan(lambda s, a: (raw.step(s, a), None), state, actions)[0]
-
-    compile_times = {}
-    with quiet_tracing():
-        wrapped_state = jax.jit(raw.reset)(keys)
-        bare_state = jax.jit(jax.vmap(env.brax_env.reset))(keys)
-        start = time.perf_counter()
-        wrapped = jax.jit(raw.step, donate_argnums=0).trace(wrapped_state, actions[0]).lower().compile()
-        compile_times["pure JAX loop: compile step"] = time.perf_counter() - start
-        start = time.perf_counter()
-        bare = jax.jit(jax.vmap(env.brax_env.step), donate_argnums=0).trace(bare_state, actions[0]).lower().compile()
-        compile_times["pure JAX bare loop: compile step"] = time.perf_counter() - start
-        start = time.perf_counter()
-        scan = jax.jit(rollout).trace(wrapped_state, chunks[0]).lower().compile()
-        compile_times["lax.scan: compile rollout"] = time.perf_counter() - start
-        scan_state = jax.jit(raw.reset)(keys)
-
-    class Ours:
-        def __init__(self):
-            self.td = td
-
-        def __call__(self, t):
-            self.td.update(plan[t])
-            self.td = env.step_and_maybe_reset(self.td)[1]
-
-        def sync(self):
-            if env.device.type == "cuda":
-                torch.cuda.synchronize(env.device)
-
-    class Loop:
-        def __init__(self, fn, state):
-            self.fn, self.state = fn, state
-
-        def __call__(self, t):
-            self.state = self.fn(self.state, actions[t])
-
-        def sync(self):
-            jax.block_until_ready(self.state)
-
-    loops = {
-        "marl_envs BraxEnv, random actions, auto-reset": Ours(),
-        "pure JAX: jit(vmap(step)) Python loop, Brax auto-reset": Loop(wrapped, wrapped_state),
-        "pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets": Loop(bare, bare_state),
-    }
-    for run in loops.values():  # warm-up
-        for t in range(warmup):
-            run(t)
-        run.sync()
-    jax.block_until_ready(scan(scan_state, chunks[0]))
-    times: dict[str, list[float]] = {label: [] for label in [*loops, "pure JAX: lax.scan rollout (the limit)"]}
-    for r in range(rounds):
-        for label, run in loops.items():
-            start = time.perf_counter()
-            for t in range(warmup + r * chunk, warmup + (r + 1) * chunk):
-                run(t)
-            run.sync()
-            times[label].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        scan_state = jax.block_until_ready(scan(scan_state, chunks[r]))
-        times["pure JAX: lax.scan rollout (the limit)"].append(time.perf_counter() - start)
-
-    rows = [(label, statistics.median(t) * rounds, num_envs * rounds * chunk) for label, t in times.items()]
-    compiled = env.compile_seconds
-    rows.append(("  build BraxEnv (trace and export, or load the export)", build, 0))
-    rows.append(("  ours: compile reset", compiled.get("reset", 0.0), 0))
-    rows.append(("  ours: compile step", compiled.get("step", 0.0), 0))
-    rows.append(("  ours: first reset, compile included", first_reset, 0))
-    rows.extend((f"  {label}", seconds, 0) for label, seconds in compile_times.items())
-    env.close()
-    return rows

@@ -12,23 +12,23 @@ buffers that become tensors once per step (``torch.from_numpy``, no per-agent te
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from groupings import GroupMap, MarlGroupMapType, default_group_map
+from groupings import GroupMap, MarlGroupMapType
 
 from .._env import EnvBase
 from ..specs import Binary, Composite, Unbounded
-from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, ObsLayout, obs_layout, signature, stacked_spec
+from ._pettingzoo_shard import Buffers, Group, Layout, Shard, dead_message, state_of
+from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, obs_layout, space_spec
 from ._pettingzoo_tasks import quiet_import, resolve_task, tasks
+from ._pettingzoo_workers import WorkerPool, shared_zeros
 
-__all__ = ["PettingZooEnv", "PettingZooWrapper", "benchmark", "env_names", "make_env"]
+__all__ = ["PettingZooEnv", "PettingZooWrapper", "env_names", "make_env"]
 
 Factory = Callable[[], Any]
 
@@ -46,20 +46,6 @@ def make_env(name: str, **kwargs: Any) -> PettingZooEnv:
     if not kwargs.get("parallel", True):
         kwargs.setdefault("use_mask", True)
     return PettingZooEnv(task.name, **kwargs)
-
-
-@dataclass(frozen=True)
-class _Group:
-    """Static facts of one group: its agents (and their positions in ``possible_agents``) and layouts."""
-
-    name: str
-    agents: tuple[str, ...]
-    index: np.ndarray
-    obs: ObsLayout
-    mask_from_info: bool  # the action mask comes from the infos (else from the observation, if any)
-    mask_shape: tuple[int, ...] | None
-    info: tuple[tuple[str, tuple[int, ...]], ...]  # (key, shape) of the numeric infos
-    codec: ActionCodec
 
 
 def _numeric_infos(info: dict) -> dict[str, tuple[int, ...]]:
@@ -116,21 +102,31 @@ class PettingZooWrapper(EnvBase):
         max_steps: truncate every episode after this many steps (on top of the env's own ``max_cycles``).
         seed: if given, ``set_seed(seed)``.
         device: device of every tensor.
+        num_workers: run the instances in that many worker processes (each a contiguous slice of the batch,
+            results in shared memory; Linux), for CPU-heavy envs; 0 steps them in this process. Results are
+            identical either way. A failing instance is reported with its env index and original traceback.
 
     Raises:
         TypeError: ``env`` is neither a PettingZoo env nor a factory of one; an unsupported space.
-        ValueError: a built env with ``num_envs > 1``; an AEC env without ``use_mask``; a ``group_map`` grouping
-            agents whose specs differ; ``return_state`` for an env without a state.
+        ValueError: a built env with ``num_envs > 1`` or ``num_workers > 0``; an AEC env without ``use_mask``; a
+            ``group_map`` grouping agents whose specs differ; ``return_state`` for an env without a state;
+            ``num_workers`` not in ``[0, num_envs]``.
     """
 
     def __init__(self, env: Any | Factory, *, num_envs: int = 1, return_state: bool = False,
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool = False,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
-                 seed: int | None = None, device: torch.device | str = "cpu"):
+                 seed: int | None = None, device: torch.device | str = "cpu", num_workers: int = 0):
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 0 <= num_workers <= num_envs:
+            raise ValueError(f"num_workers must be an int in [0, num_envs={num_envs}], got {num_workers!r}")
         pettingzoo = quiet_import("pettingzoo")
-        self._envs = self._instances(env, num_envs, (pettingzoo.AECEnv, pettingzoo.ParallelEnv))
-        first = self._envs[0]
+        kinds = (pettingzoo.AECEnv, pettingzoo.ParallelEnv)
+        if num_workers and isinstance(env, kinds):
+            raise ValueError("num_workers > 0 needs a zero-argument factory of the env (each worker builds its own "
+                             "instances), not a built env")
+        instances = self._instances(env, num_envs if not num_workers else 1, kinds)  # workers build the others
+        first = instances[0]
         self.parallel = isinstance(first, pettingzoo.ParallelEnv)
         if not self.parallel and not use_mask:
             raise ValueError(
@@ -143,22 +139,23 @@ class PettingZooWrapper(EnvBase):
         self.categorical_actions = bool(categorical_actions)
         self._agents = list(first.possible_agents)
         self._position = {agent: k for k, agent in enumerate(self._agents)}
-        self.agent_names = self._agents
         self._seeds: list[int | None] = [None] * num_envs
+        self.num_workers = num_workers
 
-        self._groups = self._build_groups(group_map, self._probe_infos(first))
-        self._slot = {agent: (gi, j) for gi, g in enumerate(self._groups) for j, agent in enumerate(g.agents)}
-        self._slots = [self._slot[agent] for agent in self._agents]
+        infos = self._probe_infos(first)  # resets the first instance
         self._state_dtype = self._state_shape = None
         if self.return_state:
-            state = self._state_of(first)
+            state = state_of(first)
             self._state_shape, self._state_dtype = state.shape, (np.float32 if state.dtype.kind == "f" else state.dtype)
-        self._build_specs()
-
-        B, N = num_envs, len(self._agents)
-        self._term = np.zeros((B, N), dtype=bool)  # each agent's last end flags, kept once it has left
-        self._trunc = np.zeros((B, N), dtype=bool)
-        self._seen = np.zeros((B, N), dtype=bool)  # the agent has been in this episode
+        self._groups = self._build_groups(group_map, infos, first)
+        layout = Layout(tuple(self._agents), tuple(self._groups), self.parallel, self.use_mask, self._state_shape,
+                        self._state_dtype)
+        self._buffers = Buffers(layout, num_envs, shared_zeros if num_workers else np.zeros)
+        if num_workers:
+            first.close()  # a probe: the workers build the instances
+            self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, layout, self._buffers)
+        else:
+            self._runner = Shard(instances, 0, layout, self._buffers)
         if seed is not None:
             self.set_seed(seed)
 
@@ -189,9 +186,10 @@ class PettingZooWrapper(EnvBase):
                                  f"{instance.possible_agents}, instance 0 {instances[0].possible_agents}")
         return instances
 
-    def _build_groups(self, group_map: GroupMap | MarlGroupMapType | None, infos: dict) -> list[_Group]:
-        env = self._envs[0]
-        layouts, masks, info_keys, signatures = {}, {}, {}, {}
+    def _build_groups(self, group_map: GroupMap | MarlGroupMapType | None, infos: dict, env: Any) -> list[Group]:
+        """Each agent's specs -> the core's grouping and stacking; then the group facts the hot path reads."""
+        device = self.device
+        layouts, masks, info_keys, agent_specs = {}, {}, {}, {}
         for agent in self._agents:
             layout = obs_layout(env.observation_space(agent))
             agent_info = infos.get(agent, {}) or {}
@@ -199,97 +197,51 @@ class PettingZooWrapper(EnvBase):
             if mask_shape is None and ACTION_MASK in agent_info:
                 mask_shape = np.asarray(agent_info[ACTION_MASK]).shape
             layouts[agent], masks[agent], info_keys[agent] = layout, mask_shape, _numeric_infos(agent_info)
-            signatures[agent] = {
-                "observation": signature(layout.space, f"agent {agent!r}'s observation"),
-                "action": signature(env.action_space(agent), f"agent {agent!r}'s action"),
-                "action_mask": mask_shape,
-            }
-        if group_map is None:
-            group_map = default_group_map(self._agents, [tuple(s.values()) for s in signatures.values()])
-        self.group_map = group_map  # validated by EnvBase against agent_names
+            spec = Composite(device=device)
+            spec["observation"] = space_spec(layout.space, device, where=f"agent {agent!r}'s observation")
+            spec["action"] = space_spec(env.action_space(agent), device, action=True,
+                                        categorical=self.categorical_actions, where=f"agent {agent!r}'s action")
+            if mask_shape is not None:
+                spec[ACTION_MASK] = Binary(mask_shape, device=device)
+            spec["reward"] = Unbounded((1,), device=device)
+            for name in ("done", "terminated", "truncated"):
+                spec[name] = Binary((1,), device=device)
+            agent_specs[agent] = spec
+        specs = self._group_agents(agent_specs, group_map, bounds=False)
         groups = []
         for name, members in self.group_map.items():
-            lead = members[0]
-            for other in members[1:]:
-                for entry, value in signatures[lead].items():
-                    if signatures[other][entry] != value:
-                        raise ValueError(
-                            f"group {name!r} puts agents {lead!r} and {other!r} together but their {entry} specs "
-                            f"differ ({value} vs {signatures[other][entry]}); agents of one group must share specs: "
-                            f"put them in different groups or pass group_map=None"
-                        )
-            shared = info_keys[lead]
-            info = tuple((k, s) for k, s in shared.items() if all(info_keys[m].get(k) == s for m in members))
-            groups.append(_Group(
+            lead, spec = members[0], specs[name]
+            info = tuple((k, s) for k, s in info_keys[lead].items() if all(info_keys[m].get(k) == s for m in members))
+            if self.use_mask:
+                spec["mask"] = Binary((*spec.shape, 1), device=device)
+            if info:
+                spec["info"] = Composite({k: Unbounded((*spec.shape, *s), device=device) for k, s in info},
+                                         shape=spec.shape, device=device)
+            groups.append(Group(
                 name=name, agents=tuple(members), index=np.array([self._position[m] for m in members]),
                 obs=layouts[lead], mask_from_info=layouts[lead].mask_leaf is None and masks[lead] is not None,
                 mask_shape=masks[lead], info=info,
                 codec=ActionCodec(env.action_space(lead), self.categorical_actions),
             ))
+        root = {}
+        if self.return_state:
+            root["state"] = Unbounded((self.num_envs, *self._state_shape), device=device,
+                                      dtype=torch.from_numpy(np.zeros(0, self._state_dtype)).dtype)
+        self._declare_specs(specs, **root)
         return groups
 
-    def _build_specs(self) -> None:
-        env, B, device = self._envs[0], self.num_envs, self.device
-        obs, act, rew, done = {}, {}, {}, {}
-        for g in self._groups:
-            n, batch = len(g.agents), (B, len(g.agents))
-            entries: dict[str, Any] = {
-                "observation": stacked_spec([obs_layout(env.observation_space(a)).space for a in g.agents], B, device)
-            }
-            if g.mask_shape is not None:
-                entries[ACTION_MASK] = Binary((*batch, *g.mask_shape), device=device)
-            if self.use_mask:
-                entries["mask"] = Binary((*batch, 1), device=device)
-            if g.info:
-                entries["info"] = Composite({k: Unbounded((*batch, *s), device=device) for k, s in g.info},
-                                            shape=batch, device=device)
-            obs[g.name] = Composite(entries, shape=batch, device=device)
-            act[g.name] = Composite(
-                action=stacked_spec([env.action_space(a) for a in g.agents], B, device, action=True,
-                                    categorical=self.categorical_actions),
-                shape=batch, device=device,
-            )
-            rew[g.name] = Composite(reward=Unbounded((*batch, 1), device=device), shape=batch, device=device)
-            done[g.name] = Composite({k: Binary((B, n, 1), device=device) for k in ("done", "terminated", "truncated")},
-                                     shape=batch, device=device)
-        if self.return_state:
-            obs["state"] = Unbounded((B, *self._state_shape), dtype=torch.from_numpy(
-                np.zeros(0, self._state_dtype)).dtype, device=device)
-        self.full_observation_spec = Composite(obs, shape=(B,), device=device)
-        self.full_action_spec = Composite(act, shape=(B,), device=device)
-        self.full_reward_spec = Composite(rew, shape=(B,), device=device)
-        self.full_done_spec = Composite(done, shape=(B,), device=device)
-
-    def _state_of(self, env: Any) -> np.ndarray:
-        try:
-            return np.asarray(env.state())
-        except (NotImplementedError, AttributeError, TypeError) as err:
-            raise ValueError(
-                f"{type(env).__name__} has no global state (env.state() raised {type(err).__name__}: {err}); "
-                f"build it with return_state=False"
-            ) from err
-
     # ------------------------------------------------------------------------------------------------
-    # Instances: one record per reset or step, in PettingZoo's own dicts
+    # Instances
     # ------------------------------------------------------------------------------------------------
-    def _record(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> tuple:
-        acting = env.agents if self.parallel else ([env.agent_selection] if env.agents else [])
-        return obs, rewards, terms, truncs, infos, acting, env
-
-    def _aec_record(self, env: Any) -> tuple:
-        obs = {agent: env.observe(agent) for agent in env.agents}
-        return self._record(env, obs, env.rewards, env.terminations, env.truncations, env.infos)
-
-    def _reset_instance(self, env: Any, seed: int | None) -> tuple:
-        if self.parallel:
-            obs, infos = env.reset(seed=seed)
-            return self._record(env, obs, {}, {}, {}, infos)
-        env.reset(seed=seed)
-        return self._aec_record(env)
-
     def _probe_infos(self, env: Any) -> dict[str, dict]:
         """Each agent's infos after a reset and one random step (some envs fill their infos only in steps)."""
-        obs, _, _, _, infos, acting, _ = self._reset_instance(env, None)
+        if self.parallel:
+            obs, infos = env.reset()
+            acting = env.agents
+        else:
+            env.reset()
+            obs, infos = {agent: env.observe(agent) for agent in env.agents}, env.infos
+            acting = [env.agent_selection] if env.agents else []
         merged = {agent: dict(infos.get(agent) or {}) for agent in self._agents}
 
         def sample(agent: str) -> Any:
@@ -308,23 +260,16 @@ class PettingZooWrapper(EnvBase):
 
     def _check_can_step(self) -> None:
         """Raise before any instance steps, so that nothing is half-applied."""
-        for i, env in enumerate(self._envs):
-            live = env.agents
-            if not live:
-                raise ValueError(
-                    f"env {i} has no agents left: its episode is over (done); reset it before stepping again "
-                    f"(rollout and step_and_maybe_reset do)"
-                )
-            if self.parallel and not self.use_mask and len(live) < len(self._agents):
-                gone = [a for a in self._agents if a not in live]
-                raise ValueError(self._dead_message(i, gone))
-
-    @staticmethod
-    def _dead_message(i: int, gone: Sequence[str]) -> str:
-        return (
-            f"agents {list(gone)} of env {i} are not in the episode (dead agents); build the env with "
-            f"use_mask=True to step on with them masked out (done_on_any=True ends the episode instead)"
-        )
+        live = self._buffers.live
+        over = ~live.any(1)
+        if over.any():
+            raise ValueError(
+                f"env {int(over.argmax())} has no agents left: its episode is over (done); reset it before stepping "
+                f"again (rollout and step_and_maybe_reset do)"
+            )
+        if self.parallel and not self.use_mask and not live.all():
+            i = int((~live.all(1)).argmax())
+            raise ValueError(dead_message(i, [a for a, alive in zip(self._agents, live[i]) if not alive]))
 
     # ------------------------------------------------------------------------------------------------
     # The backend hook
@@ -334,80 +279,31 @@ class PettingZooWrapper(EnvBase):
 
     def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
-        records = []
+        seeds = [self._seeds[i] for i in rows]
         for i in rows:
-            seed, self._seeds[i] = self._seeds[i], None
-            self._term[i] = self._trunc[i] = self._seen[i] = False
-            records.append(self._reset_instance(self._envs[i], seed))
-        return self._emit(rows, records, with_reward=False)
+            self._seeds[i] = None
+        self._runner.reset(rows, seeds)
+        return self._to_tensordict(with_reward=False)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         actions = [g.codec.decode(tensordict.get((g.name, "action"))) for g in self._groups]
         self._check_can_step()
-        slot, records = self._slot, []
-        for i, env in enumerate(self._envs):
-            if self.parallel:
-                step = {agent: actions[gi][i][j] for agent in env.agents for gi, j in (slot[agent],)}
-                records.append(self._record(env, *env.step(step)))
-            else:
-                agent = env.agent_selection
-                gi, j = slot[agent]
-                env.step(None if env.terminations[agent] or env.truncations[agent] else actions[gi][i][j])
-                records.append(self._aec_record(env))
-        return self._emit(range(self.num_envs), records, with_reward=True)
+        self._runner.step(actions)
+        return self._to_tensordict(with_reward=True)
 
-    def _emit(self, rows: Sequence[int], records: Sequence[tuple], with_reward: bool) -> TensorDictBase:
-        """The one output builder: PettingZoo's dicts of ``rows`` -> numpy buffers -> one TensorDict."""
-        B, N, groups = self.num_envs, len(self._agents), self._groups
-        obs = [[np.zeros((B, len(g.agents), *leaf.shape), leaf.dtype) for leaf in g.obs.leaves] for g in groups]
-        infos = [[np.zeros((B, len(g.agents), *shape), np.float32) for _, shape in g.info] for g in groups]
-        action_mask = [None if g.mask_shape is None else np.ones((B, len(g.agents), *g.mask_shape), bool)
-                       for g in groups]
-        reward = np.zeros((B, N), np.float32)
-        acting = np.zeros((B, N), bool)
-        term, trunc, seen = self._term, self._trunc, self._seen
-        state = np.zeros((B, *self._state_shape), self._state_dtype) if self.return_state else None
-        for i, (agent_obs, rewards, terms, truncs, agent_infos, live, env) in zip(rows, records):
-            for agent in live:
-                acting[i, self._position[agent]] = True
-            for k, agent in enumerate(self._agents):
-                value = agent_obs.get(agent)
-                if value is None:  # not (or no longer) in the episode
-                    if not self.use_mask:
-                        raise ValueError(self._dead_message(i, [agent]))
-                    if seen[i, k] and not (term[i, k] or trunc[i, k]):
-                        term[i, k] = True  # left without saying why
-                    continue
-                gi, j = self._slots[k]
-                g = groups[gi]
-                for leaf, buf in zip(g.obs.leaves, obs[gi]):
-                    buf[i, j] = leaf.read(value)
-                seen[i, k] = True
-                term[i, k] = terms.get(agent, False)
-                trunc[i, k] = truncs.get(agent, False)
-                reward[i, k] = rewards.get(agent, 0.0)
-                info = agent_infos.get(agent) or {}
-                for (key, _), buf in zip(g.info, infos[gi]):
-                    if key in info:
-                        buf[i, j] = info[key]
-                if g.mask_shape is not None and acting[i, k]:
-                    mask = info.get(ACTION_MASK) if g.mask_from_info else g.obs.mask_leaf.read(value)
-                    if mask is not None:
-                        action_mask[gi][i, j] = mask
-            if state is not None:
-                state[i] = self._state_of(env)
-        return self._to_tensordict(obs, infos, action_mask, reward if with_reward else None, acting, state)
-
-    def _to_tensordict(self, obs, infos, action_mask, reward, acting, state) -> TensorDictBase:
-        B = self.num_envs
-        term, trunc = self._term.copy(), self._trunc.copy()
+    def _to_tensordict(self, with_reward: bool) -> TensorDictBase:
+        """The one output builder: the buffers the shards wrote -> one TensorDict (copied: the buffers are reused)."""
+        B, b = self.num_envs, self._buffers
+        obs, infos, action_mask, acting = b.obs, b.infos, b.action_mask, b.acting
+        reward = b.reward if with_reward else None
+        term, trunc = b.term.copy(), b.trunc.copy()
         out: dict[str, Any] = {}
         for gi, g in enumerate(self._groups):
             idx = g.index
-            flat = {leaf.key: torch.from_numpy(buf) for leaf, buf in zip(g.obs.leaves, obs[gi])}
-            flat.update({("info", key): torch.from_numpy(buf) for (key, _), buf in zip(g.info, infos[gi])})
+            flat = {leaf.key: torch.from_numpy(buf.copy()) for leaf, buf in zip(g.obs.leaves, obs[gi])}
+            flat.update({("info", key): torch.from_numpy(buf.copy()) for (key, _), buf in zip(g.info, infos[gi])})
             if action_mask[gi] is not None:
-                flat[(ACTION_MASK,)] = torch.from_numpy(action_mask[gi])
+                flat[(ACTION_MASK,)] = torch.from_numpy(action_mask[gi].copy())
             if self.use_mask:
                 flat[("mask",)] = torch.from_numpy(acting[:, idx, None])
             if reward is not None:
@@ -422,8 +318,8 @@ class PettingZooWrapper(EnvBase):
             root_trunc = (term | trunc).all(1) & ~root_term
         out["terminated"] = torch.from_numpy(root_term[:, None])
         out["truncated"] = torch.from_numpy(root_trunc[:, None])
-        if state is not None:
-            out["state"] = torch.from_numpy(state)
+        if b.state is not None:
+            out["state"] = torch.from_numpy(b.state.copy())
         td = TensorDict(out, batch_size=(B,))
         return td if self.device.type == "cpu" else td.to(self.device)
 
@@ -432,18 +328,18 @@ class PettingZooWrapper(EnvBase):
     # ------------------------------------------------------------------------------------------------
     @property
     def envs(self) -> list[Any]:
-        """The PettingZoo instances, one per batch index."""
-        return list(self._envs)
+        """The PettingZoo instances, one per batch index (``num_workers=0`` only: else they live in the workers)."""
+        if not isinstance(self._runner, Shard):
+            raise AttributeError("with num_workers > 0 the PettingZoo instances live in the worker processes")
+        return list(self._runner.instances)
 
-    def render(self, env_index: int = 0) -> Any:
+    def _render(self, env_index: int) -> Any:
         """``render()`` of instance ``env_index`` (build the task with ``render_mode="rgb_array"`` for frames)."""
-        if not 0 <= env_index < self.num_envs:
-            raise IndexError(f"env_index {env_index} out of range for num_envs={self.num_envs}")
-        return self._envs[env_index].render()
+        return self._runner.render(env_index)
 
     def close(self) -> None:
-        for env in self._envs:
-            env.close()
+        """Close the instances (and stop the worker processes)."""
+        self._runner.close()
 
 
 class PettingZooEnv(PettingZooWrapper):
@@ -470,7 +366,8 @@ class PettingZooEnv(PettingZooWrapper):
     def __init__(self, task: str, *, num_envs: int = 1, parallel: bool = True, return_state: bool = False,
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool = False,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
-                 seed: int | None = None, device: torch.device | str = "cpu", **task_kwargs: Any):
+                 seed: int | None = None, device: torch.device | str = "cpu", num_workers: int = 0,
+                 **task_kwargs: Any):
         spec = resolve_task(task)
         if parallel and spec.parallel is None:
             raise ValueError(
@@ -479,73 +376,9 @@ class PettingZooEnv(PettingZooWrapper):
             )
         spec.check_kwargs(task_kwargs)
         self.task = spec.name
+        self.task_kwargs = dict(task_kwargs)  #: the task's own keywords
         creator = spec.parallel if parallel else spec.aec
         super().__init__(functools.partial(creator, **task_kwargs), num_envs=num_envs, return_state=return_state,
                          group_map=group_map, use_mask=use_mask, categorical_actions=categorical_actions,
-                         done_on_any=done_on_any, max_steps=max_steps, seed=seed, device=device)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Benchmark
-# ----------------------------------------------------------------------------------------------------
-#: ``marl-envs bench`` default: PettingZoo instances are Python objects, one per env.
-BENCH_NUM_ENVS = 8
-
-
-def benchmark(name: str, *, num_envs: int, steps: int, device: str = "cpu") -> list[tuple[str, float, int]]:
-    """Time ``steps`` batched steps of ours against a hand-written loop over as many PettingZoo instances.
-
-    Both sides step the same pre-drawn random actions (parallel tasks; turn-based ones draw legal actions on
-    the fly on both sides) and reset finished instances, so the difference is the wrapper's cost. The two
-    run in alternating blocks of 25 steps, so that a busy machine slows both alike.
-
-    Returns:
-        ``[("marl_envs", seconds, env_steps), ("raw PettingZoo loop", seconds, env_steps)]``.
-    """
-    env = make_env(name, num_envs=num_envs, device=device, seed=0)
-    raw = make_env(name, num_envs=num_envs, seed=0).envs  # only its PettingZoo instances are used
-    keys = env.action_keys
-    actions = env.full_action_spec.rand((steps,), generator=torch.Generator().manual_seed(0))  # (T, B, ...)
-    drawn = {key: actions.get(key).tolist() for key in keys}  # Python values, as a raw loop holds them
-    where = {agent: (key, j) for key, members in zip(keys, env.group_map.values()) for j, agent in enumerate(members)}
-    rng = np.random.default_rng(0)
-
-    def ours(td: TensorDictBase, t0: int, t1: int) -> TensorDictBase:
-        for t in range(t0, t1):
-            if env.parallel:
-                for key in keys:
-                    td.set(key, actions.get(key)[t])
-            else:
-                env.rand_action(td)
-            td = env.step_and_maybe_reset(td)[1]
-        return td
-
-    def by_hand(t0: int, t1: int) -> None:
-        for t in range(t0, t1):
-            for i, instance in enumerate(raw):
-                if env.parallel:
-                    if not instance.agents:
-                        instance.reset()
-                    instance.step({a: drawn[where[a][0]][t][i][where[a][1]] for a in instance.agents})
-                    continue
-                if all(instance.terminations.values()) or all(instance.truncations.values()):
-                    instance.reset()
-                obs, _, term, trunc, info = instance.last()
-                mask = obs[ACTION_MASK] if isinstance(obs, dict) and ACTION_MASK in obs else info.get(ACTION_MASK)
-                instance.step(None if term or trunc else int(rng.choice(np.flatnonzero(mask))))
-
-    td = env.reset()
-    for i, instance in enumerate(raw):
-        instance.reset(seed=i)
-    ours_time = raw_time = 0.0
-    for t0 in range(0, steps, 25):
-        t1 = min(steps, t0 + 25)
-        start = time.perf_counter()
-        td = ours(td, t0, t1)
-        middle = time.perf_counter()
-        by_hand(t0, t1)
-        ours_time, raw_time = ours_time + middle - start, raw_time + time.perf_counter() - middle
-    env.close()
-    for instance in raw:
-        instance.close()
-    return [("marl_envs", ours_time, steps * num_envs), ("raw PettingZoo loop", raw_time, steps * num_envs)]
+                         done_on_any=done_on_any, max_steps=max_steps, seed=seed, device=device,
+                         num_workers=num_workers)

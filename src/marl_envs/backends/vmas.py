@@ -22,11 +22,9 @@ The scenario's own ``done`` is ``terminated``; ``max_steps`` is ``truncated`` (V
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import re
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,13 +38,14 @@ from tensordict import TensorDict, TensorDictBase
 from vmas.simulator.environment import Environment
 from vmas.simulator.scenario import BaseScenario
 
-from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
+from groupings import GroupMap, MarlGroupMapType
 
 from .._env import EnvBase
+from .._validate import check_kwargs, unknown_name
 from ..specs import Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
 from ._vmas_state import RngStreams, StateSnapshot
 
-__all__ = ["VmasEnv", "VmasWrapper", "benchmark", "env_names", "make_env"]
+__all__ = ["VmasEnv", "VmasWrapper", "env_names", "make_env"]
 
 # vmas.make_env options that are not scenario keywords; VmasEnv takes the ones it supports explicitly.
 _MAKE_ENV_OPTIONS = (
@@ -91,33 +90,6 @@ def _space_to_spec(
         return MultiCategorical([int(n) for n in np.asarray(space.nvec).reshape(-1)], device=device)
     raise NotImplementedError(f"VMAS {what} space {space!r} has no marl_envs spec (expected Box, Discrete, "
                               f"MultiDiscrete or Dict)")
-
-
-def _leaf_signature(spec: TensorSpec) -> tuple:
-    fields: tuple = ()
-    if isinstance(spec, Bounded):
-        fields = (tuple(spec.low.reshape(-1).tolist()), tuple(spec.high.reshape(-1).tolist()))
-    elif isinstance(spec, (Categorical, OneHot)):
-        fields = (spec.n,)
-    elif isinstance(spec, MultiCategorical):
-        fields = (tuple(spec.nvec.reshape(-1).tolist()),)
-    return type(spec).__name__, tuple(spec.shape), str(spec.dtype), fields
-
-
-def _signature(spec: Composite) -> tuple:
-    """A hashable description of an agent's specs: equal for agents that can share a group."""
-    return tuple((key, _leaf_signature(leaf)) for key, leaf in spec.items(True, True))
-
-
-def _first_difference(a: Composite, b: Composite) -> str:
-    keys_a, keys_b = a.keys(True, True), b.keys(True, True)
-    for key in keys_a:
-        if key not in keys_b:
-            return f"{key!r} (absent from the second)"
-        if _leaf_signature(a[key]) != _leaf_signature(b[key]):
-            return f"{key!r}: {a[key]} vs {b[key]}"
-    extra = [k for k in keys_b if k not in keys_a]
-    return f"{extra[0]!r} (absent from the first)" if extra else "none"
 
 
 def _as_info_tensor(value: Any, batch: int, device: torch.device) -> torch.Tensor:
@@ -209,19 +181,9 @@ class VmasWrapper(EnvBase):
         # the seed only (some scenarios keep state that VMAS's own reset leaves alone, e.g. wind_flocking).
         self._pristine = StateSnapshot([env], self.num_envs)
         self._no_env = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        self.group_map = self._resolve_group_map(group_map, agent_specs)
+        self._declare_specs(self._group_agents(agent_specs, group_map))
         names = self.agent_names
         self._groups = {group: [names.index(a) for a in members] for group, members in self.group_map.items()}
-        B = self.batch_size
-        groups = {g: agent_specs[m[0]].expand(*B, len(m), *agent_specs[m[0]].shape) for g, m in self.group_map.items()}
-        self.full_action_spec = Composite({g: Composite(action=s["action"], shape=s.shape, device=self.device)
-                                           for g, s in groups.items()}, shape=B, device=self.device)
-        self.full_observation_spec = Composite(
-            {g: Composite({k: s[k] for k in s.keys() if k in ("observation", "info")}, shape=s.shape,
-                          device=self.device)
-             for g, s in groups.items()}, shape=B, device=self.device)
-        self.full_reward_spec = Composite({g: Composite(reward=s["reward"], shape=s.shape, device=self.device)
-                                           for g, s in groups.items()}, shape=B, device=self.device)
         self._info_keys = {g: self.full_observation_spec[g, "info"].keys() if (g, "info") in self.full_observation_spec
                            else [] for g in self.group_map}
 
@@ -254,24 +216,6 @@ class VmasWrapper(EnvBase):
             specs[name] = spec
         return specs
 
-    def _resolve_group_map(self, group_map, agent_specs: dict[str, Composite]) -> GroupMap:
-        names = self.agent_names
-        if group_map is None:
-            return default_group_map(names, [_signature(agent_specs[n]) for n in names])
-        if isinstance(group_map, MarlGroupMapType):
-            group_map = group_map.get_group_map(names)
-        check_marl_grouping(group_map, names)
-        for group, members in group_map.items():
-            first = agent_specs[members[0]]
-            for other in members[1:]:
-                if _signature(agent_specs[other]) != _signature(first):
-                    raise ValueError(
-                        f"group {group!r} mixes agents with different specs: {members[0]!r} and {other!r} differ at "
-                        f"{_first_difference(first, agent_specs[other])}; agents of one group must share their specs, "
-                        f"so put them in separate groups (group_map=None groups them by spec)"
-                    )
-        return group_map
-
     # -- the backend hook -----------------------------------------------------------------------------
     def _set_seed(self, seed: int) -> None:
         self._rng.seed(seed)
@@ -298,7 +242,7 @@ class VmasWrapper(EnvBase):
         return self._output(obs)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        actions = self._vmas_actions(tensordict)
+        actions = self.vmas_actions(tensordict)
         try:
             with self._rng.use("main"):
                 out = self._env.step(actions)
@@ -313,8 +257,8 @@ class VmasWrapper(EnvBase):
             (obs, rewards, terminated, infos), truncated = out, None
         return self._output(obs, infos, rewards, terminated, truncated)
 
-    def _vmas_actions(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
-        """The group actions as VMAS's per-agent list, in VMAS agent order."""
+    def vmas_actions(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
+        """The group actions in ``tensordict`` as the per-agent list ``vmas_env.step`` takes, in VMAS agent order."""
         actions: list[Any] = [None] * len(self.agent_names)
         for group, indices in self._groups.items():
             action = tensordict.get((group, "action"))
@@ -357,19 +301,13 @@ class VmasWrapper(EnvBase):
         return TensorDict(data, batch_size=self.batch_size, device=self.device)
 
     # -- rendering ------------------------------------------------------------------------------------
-    def render(self, env_index: int = 0, **kwargs: Any) -> np.ndarray:
+    def _render(self, env_index: int, **kwargs: Any) -> np.ndarray:
         """An RGB frame of env ``env_index``: a ``(H, W, 3)`` uint8 array, rendered headless.
 
         Extra keywords go to VMAS's ``render`` (e.g. ``agent_index_focus``, ``plot_position_function``).
         Headless rendering uses EGL (Debian: ``apt-get install libegl1 libgl1-mesa-dri``), or a display
-        (e.g. ``xvfb-run``).
-
-        Raises:
-            IndexError: ``env_index`` is not in ``[0, num_envs)``.
-            ImportError: pyglet is not installed.
+        (e.g. ``xvfb-run``). A missing pyglet raises ``ImportError``.
         """
-        if isinstance(env_index, bool) or not isinstance(env_index, int) or not 0 <= env_index < self.num_envs:
-            raise IndexError(f"env_index must be an int in [0, {self.num_envs}), got {env_index!r}")
         try:
             with self._rng.scratch():  # rendering never changes the rollout
                 frame = self._env.render(mode="rgb_array", env_index=env_index, **kwargs)
@@ -463,8 +401,11 @@ class VmasEnv(VmasWrapper):
             else:
                 warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
         if unused:
-            raise TypeError(_unused_kwargs_message(_scenario_label(scenario), scenario, unused))
+            _check_unused_kwargs(_scenario_label(scenario), scenario, unused)
         super().__init__(env, group_map=group_map, categorical_actions=categorical_actions, max_steps=max_steps)
+        #: what ``vmas.make_env`` was given besides the scenario, ``num_envs``, ``device`` and ``seed``
+        self.vmas_kwargs = dict(continuous_actions=continuous_actions, multidiscrete_actions=multidiscrete_actions,
+                                **scenario_kwargs)
         if seed is not None:
             self.set_seed(seed)
 
@@ -484,9 +425,7 @@ def _load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> BaseSce
         names = env_names()
         name = scenario.removesuffix(".py")
         if name not in names:
-            close = difflib.get_close_matches(name, names, n=3)
-            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise ValueError(f"unknown VMAS scenario {scenario!r}{hint} available: {', '.join(names)}")
+            raise unknown_name("VMAS scenario", scenario, names)
         return importlib.import_module("vmas.scenarios").load(f"{name}.py").Scenario()
     if isinstance(scenario, type) and issubclass(scenario, BaseScenario):
         scenario = scenario()
@@ -497,82 +436,12 @@ def _load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> BaseSce
     return scenario
 
 
-def _unused_kwargs_message(label: str, scenario: BaseScenario, unused: list[str]) -> str:
+def _check_unused_kwargs(label: str, scenario: BaseScenario, unused: list[str]) -> None:
+    """The keyword error for the keywords VMAS warned the scenario does not use (VMAS scenarios read
+    ``**kwargs`` as they please, so the keywords they read are found in ``make_world``'s source)."""
     try:
         source = inspect.getsource(type(scenario).make_world)
         known = sorted(set(re.findall(r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']", source)))
     except (OSError, TypeError):
         known = []
-    hints = []
-    for key in unused:
-        close = difflib.get_close_matches(key, known, n=1)
-        if close:
-            hints.append(f"{key!r} -> {close[0]!r}?")
-    hint = f" (did you mean {', '.join(hints)})" if hints else ""
-    accepted = f"; it reads {known}" if known else ""
-    return (f"VMAS scenario {label!r} does not use the keyword argument(s) {', '.join(map(repr, unused))}{hint}"
-            f"{accepted}")
-
-
-# ----------------------------------------------------------------------------------------------------
-# Benchmark (the ``marl-envs bench vmas/<scenario>`` table)
-# ----------------------------------------------------------------------------------------------------
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def benchmark(
-    name: str, *, num_envs: int, steps: int, device: str = "cpu", **scenario_kwargs: Any
-) -> list[tuple[str, float, int]]:
-    """Time ``steps`` steps of ``num_envs`` envs: our env (auto-reset) against raw VMAS loops.
-
-    Every loop gets the same pre-drawn uniformly random actions (drawing them is not timed). The three loops
-    advance in turn, one step each (in rotating order), so that the load of a shared machine weighs on all
-    of them alike; each row sums its own steps' times.
-
-    Returns:
-        Rows ``(label, seconds, env_steps)``: our ``VmasEnv`` with ``step_and_maybe_reset``; raw VMAS with
-        ``reset_at`` over the done envs and one observation read (what a user writes, and what TorchRL does);
-        raw VMAS that never resets (the ceiling).
-    """
-    dev = torch.device(device)
-    env = VmasEnv(name, num_envs=num_envs, device=dev, seed=0, **scenario_kwargs)
-    generator = torch.Generator(device=dev).manual_seed(0)
-    warmup = 3
-    plan = [env.full_action_spec.rand(generator=generator) for _ in range(steps + warmup)]
-    raw_plan = [env._vmas_actions(td) for td in plan]
-    state = {"td": env.reset()}
-
-    def ours(t: int) -> None:
-        _, state["td"] = env.step_and_maybe_reset(state["td"].update(plan[t]))
-
-    def raw_loop(raw: Environment, resets: bool):
-        def step(t: int) -> None:
-            _, _, dones, _ = raw.step(list(raw_plan[t]))
-            if resets:
-                done_envs = dones.nonzero().flatten().tolist()
-                for i in done_envs:
-                    raw.reset_at(i, return_observations=False)
-                if done_envs:
-                    raw.get_from_scenario(get_observations=True, get_rewards=False, get_infos=True, get_dones=False)
-        return step
-
-    loops = [("marl_envs VmasEnv, auto-reset", ours)]
-    for label, resets in (("raw vmas, reset_at loop over done envs", True), ("raw vmas, no resets", False)):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            raw = vmas.make_env(name, num_envs=num_envs, device=dev, seed=0, **scenario_kwargs)
-        raw.reset()
-        loops.append((label, raw_loop(raw, resets)))
-    seconds = [0.0] * len(loops)
-    for t in range(steps + warmup):
-        for k in range(len(loops)):
-            i = (k + t) % len(loops)
-            _sync(dev)
-            start = time.perf_counter()
-            loops[i][1](t)
-            _sync(dev)
-            if t >= warmup:
-                seconds[i] += time.perf_counter() - start
-    return [(label, seconds[i], num_envs * steps) for i, (label, _) in enumerate(loops)]
+    check_kwargs(f"VMAS scenario {label!r}", [k for k in known if k not in unused], dict.fromkeys(unused))

@@ -1,0 +1,98 @@
+"""The Brax reference loops of ``marl_envs.bench``: pure JAX, the fastest honest way to step the same robot.
+
+Every loop steps the robot with the same actions as ours (``BraxEnv.robot_action`` of each step's plan), put on
+the JAX device and split into one array per step beforehand, so that a step is one dispatch (indexing a stacked
+array per step would add one). The state never leaves JAX; a scene runs the whole robot, so the agent split is
+part of what ours pays for.
+
+- ``jit(vmap(step))`` of Brax's own ``VmapWrapper`` + ``EpisodeWrapper`` + ``AutoResetWrapper`` stack
+  (``training.wrap``): what a Brax user's Python loop runs, with auto-reset;
+- ``jit(vmap(env.step))`` of the bare env: no episode counting, no resets (less work than ours: the floor of a
+  Python loop);
+- ``lax.scan`` over each chunk of the auto-reset stack: the limit, no Python per step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import jax
+import torch
+from tensordict import TensorDictBase
+
+from ..bench import Loop, References
+from ._brax_compat import jax_device
+from ._brax_core import quiet_tracing
+from .brax import BraxEnv
+
+
+class _JaxLoop:
+    def __init__(self, fn, state, actions: Sequence[jax.Array]):
+        self.fn, self.state, self.actions = fn, state, actions
+
+    def __call__(self, steps: range) -> None:
+        state, fn, actions = self.state, self.fn, self.actions
+        for t in steps:
+            state = fn(state, actions[t])
+        self.state = state
+
+    def sync(self) -> None:
+        jax.block_until_ready(self.state)
+
+
+class _ScanLoop:
+    def __init__(self, fn, state, chunks: dict[tuple[int, int], jax.Array]):
+        self.fn, self.state, self.chunks = fn, state, chunks
+
+    def __call__(self, steps: range) -> None:
+        self.state = self.fn(self.state, self.chunks[steps.start, steps.stop])
+
+    def sync(self) -> None:
+        jax.block_until_ready(self.state)
+
+
+def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
+           ) -> tuple[dict[str, Loop], dict[str, float]]:
+    from brax.envs.wrappers import training
+
+    device = jax_device(env.device)
+    flat = torch.stack([env.robot_action(td) for td in plan]).cpu().numpy()
+    actions = [jax.device_put(a, device) for a in flat]  # one array per step: one dispatch per step
+    stacked = {(r.start, r.stop): jax.device_put(flat[r.start:r.stop], device) for r in chunks}
+    raw = training.wrap(env.brax_env, episode_length=env.max_steps or 1000)
+    keys = jax.random.split(jax.random.PRNGKey(0), env.num_envs)
+
+    def rollout(state, chunk):
+        return jax.lax.scan(lambda s, a: (raw.step(s, a), None), state, chunk)[0]
+
+    compile_seconds = {}
+    with quiet_tracing():
+        wrapped_state = jax.jit(raw.reset)(keys)
+        bare_state = jax.jit(jax.vmap(env.brax_env.reset))(keys)
+        start = time.perf_counter()
+        wrapped = jax.jit(raw.step, donate_argnums=0).trace(wrapped_state, actions[0]).lower().compile()
+        compile_seconds["pure JAX loop: compile step"] = time.perf_counter() - start
+        start = time.perf_counter()
+        bare = jax.jit(jax.vmap(env.brax_env.step), donate_argnums=0).trace(bare_state, actions[0]).lower().compile()
+        compile_seconds["pure JAX bare loop: compile step"] = time.perf_counter() - start
+        scans = {}
+        start = time.perf_counter()
+        for chunk in stacked.values():  # one compilation per chunk length
+            if chunk.shape[0] not in scans:
+                scans[chunk.shape[0]] = jax.jit(rollout).trace(wrapped_state, chunk).lower().compile()
+        compile_seconds["lax.scan: compile rollout"] = time.perf_counter() - start
+        scan_state = jax.jit(raw.reset)(keys)
+    return {
+        "pure JAX: jit(vmap(step)) Python loop, Brax auto-reset": _JaxLoop(wrapped, wrapped_state, actions),
+        "pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets": _JaxLoop(bare, bare_state, actions),
+        "pure JAX: lax.scan rollout (the limit)": _ScanLoop(lambda s, c: scans[c.shape[0]](s, c), scan_state, stacked),
+    }, compile_seconds
+
+
+def _timings(env: BraxEnv) -> dict[str, float]:
+    compiled = env.compile_seconds
+    return {"ours: compile reset": compiled.get("reset", 0.0), "ours: compile step": compiled.get("step", 0.0)}
+
+
+BENCH = References(default_num_envs=128, loops=_loops, timings=_timings)

@@ -1,0 +1,156 @@
+"""What the Brax backend needs from its surroundings, applied when the first Brax env is built, never at import.
+
+Three adjustments, each made only when needed and documented in the Brax backend's page:
+
+- **Headless rendering.** MuJoCo picks its OpenGL backend when it is imported. On a Linux machine without a
+  display, ``MUJOCO_GL=egl`` is set just before Brax (or, for an env loaded from its export, the renderer)
+  first imports MuJoCo, unless ``MUJOCO_GL`` is set already or MuJoCo was imported by someone else.
+- **``jnp.clip`` shim.** Brax 0.14.2's ``brax/fluid.py`` (fluid drag, used by ``swimmer``) calls
+  ``jnp.clip(..., a_min=...)``, a keyword JAX 0.10 removed. When the installed JAX lacks it, ``brax.fluid``'s
+  ``jp`` is replaced by a proxy of ``jax.numpy`` whose ``clip`` still accepts ``a_min`` / ``a_max`` (also when
+  user code imported Brax first). Nothing else in Brax or JAX is touched.
+- **Quiet import.** MuJoCo's MJX prints "Failed to import warp" lines (an optional GPU package) when Brax is
+  imported; those lines are dropped, anything else printed is passed on.
+
+Also here: the persistent compilation cache (``enable_compilation_cache``), the torch -> JAX device mapping,
+and what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import os
+import re
+import sys
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from . import _brax_exports as exports
+
+__all__ = [
+    "CACHE_DIR_VAR", "checked_env", "enable_compilation_cache", "env_keywords", "import_brax", "jax_device",
+    "prepare_mujoco_gl",
+]
+
+CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
+
+
+def prepare_mujoco_gl() -> None:
+    """Set ``MUJOCO_GL=egl`` for headless rendering before MuJoCo is first imported (see the module docstring)."""
+    if sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+class _ClipWithBounds:
+    """``jax.numpy`` whose ``clip`` still takes ``a_min`` / ``a_max``."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(jnp, name)
+
+    @staticmethod
+    def clip(x, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002 - jnp.clip's own names
+        return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
+
+
+_OPTIONAL_GPU_NOTICES = re.compile(r"^Failed to import (mujoco_)?warp: .*\n?", re.M)
+
+
+def import_brax():
+    """Brax's env package, imported on first use (not on a saved env's path) with the adjustments above.
+
+    MuJoCo's MJX prints a notice for each optional GPU package (NVIDIA Warp) it does not find; those lines are
+    dropped, anything else the import prints is passed on.
+    """
+    if "brax.envs" not in sys.modules:
+        prepare_mujoco_gl()
+        printed = io.StringIO()
+        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
+            # brax imports jaxopt, which warns that it is unmaintained
+            warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
+            import brax.envs
+        sys.stdout.write(_OPTIONAL_GPU_NOTICES.sub("", printed.getvalue()))
+    import brax.fluid
+
+    if not isinstance(brax.fluid.jp, _ClipWithBounds) and "a_min" not in inspect.signature(jnp.clip).parameters:
+        brax.fluid.jp = _ClipWithBounds()
+    return sys.modules["brax.envs"]
+
+
+def enable_compilation_cache() -> str | None:
+    """Switch on JAX's persistent compilation cache; return its directory.
+
+    The directory is ``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``;
+    compilations over 0.2 s are kept). Does nothing (and returns JAX's own directory, or None) if JAX already
+    has one or ``MARL_ENVS_JAX_CACHE=0``.
+    """
+    current = jax.config.jax_compilation_cache_dir
+    if current or not exports.caching_enabled():
+        return current or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.environ.get(CACHE_DIR_VAR) or os.path.join(base, "marl_envs", "jax")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    return path
+
+
+def jax_device(device: torch.device):
+    """The JAX device of a torch device: ``cpu``, or ``cuda:k`` -> JAX's k-th CUDA device.
+
+    Raises:
+        ValueError: JAX does not see that GPU, or another device type.
+    """
+    if device.type == "cpu":
+        return jax.devices("cpu")[0]
+    if device.type == "cuda":
+        try:
+            gpus = jax.devices("cuda")
+        except RuntimeError:
+            gpus = []
+        index = device.index or 0
+        if index < len(gpus):
+            return gpus[index]
+        raise ValueError(
+            f"device={str(device)!r} but JAX sees {len(gpus)} CUDA device(s); install JAX with CUDA support "
+            f"(pip install 'jax[cuda12]') or use device='cpu'"
+        )
+    raise ValueError(f"device={str(device)!r} is not supported by the Brax backend; use 'cpu' or 'cuda[:i]'")
+
+
+def checked_env(env):
+    """``env`` if it is an unbatched ``brax.envs.Env`` without auto-reset, else a TypeError / ValueError says why."""
+    envs = import_brax()
+    from brax.envs.wrappers import training
+
+    if not isinstance(env, envs.Env):
+        raise TypeError(f"BraxWrapper wraps a brax.envs.Env, got {type(env).__name__}; or use BraxEnv(name)")
+    layer = env
+    while True:
+        if isinstance(layer, (training.VmapWrapper, training.AutoResetWrapper)):
+            raise ValueError(
+                f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
+                f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
+                f"batches it (num_envs) and resets done envs itself"
+            )
+        if not isinstance(layer, envs.Wrapper):
+            return env
+        layer = layer.env
+
+
+def env_keywords(cls: type) -> list[str] | None:
+    """The keywords a Brax env class takes: its ``__init__``'s and, through ``**kwargs``, its bases' (None if
+    they end in an open ``**kwargs``)."""
+    accepted: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
+        accepted += [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return [name for name in dict.fromkeys(accepted) if name != "sys"]
+    return None

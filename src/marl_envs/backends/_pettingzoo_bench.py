@@ -1,0 +1,62 @@
+"""The PettingZoo reference loops of ``marl_envs.bench``: a hand-written loop over as many PettingZoo instances,
+and (on a machine with several cores) ours with the instances in worker processes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from tensordict import TensorDictBase
+
+from ..bench import Loop, OursLoop, References
+from ._pettingzoo_spaces import ACTION_MASK
+from .pettingzoo import PettingZooEnv, make_env
+
+
+class _ByHand:
+    """What a user writes without this library: step each instance with the same pre-drawn actions as Python
+    values (parallel tasks; turn-based ones draw legal actions on the fly, as ours does), reset finished ones."""
+
+    def __init__(self, env: PettingZooEnv, plan: Sequence[TensorDictBase]):
+        self.parallel = env.parallel
+        self.instances = make_env(env.task, num_envs=env.num_envs, seed=0).envs  # only the instances are used
+        for i, instance in enumerate(self.instances):
+            instance.reset(seed=i)
+        keys = env.action_keys
+        self.where = {agent: (k, j) for k, members in enumerate(env.group_map.values())
+                      for j, agent in enumerate(members)}
+        self.drawn = [[td.get(key).tolist() for key in keys] for td in plan]  # Python values, as a raw loop holds them
+        self.rng = np.random.default_rng(0)
+
+    def __call__(self, steps: range) -> None:
+        for t in steps:
+            for i, instance in enumerate(self.instances):
+                if self.parallel:
+                    if not instance.agents:
+                        instance.reset()
+                    drawn, where = self.drawn[t], self.where
+                    instance.step({a: drawn[where[a][0]][i][where[a][1]] for a in instance.agents})
+                    continue
+                if all(instance.terminations.values()) or all(instance.truncations.values()):
+                    instance.reset()
+                obs, _, term, trunc, info = instance.last()
+                mask = obs[ACTION_MASK] if isinstance(obs, dict) and ACTION_MASK in obs else info.get(ACTION_MASK)
+                instance.step(None if term or trunc else int(self.rng.choice(np.flatnonzero(mask))))
+
+    def sync(self) -> None:
+        """Nothing is queued: PettingZoo steps synchronously."""
+
+
+def _loops(env: PettingZooEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
+           ) -> tuple[dict[str, Loop], dict[str, float]]:
+    loops: dict[str, Loop] = {"raw PettingZoo loop": _ByHand(env, plan)}
+    workers = min(os.cpu_count() or 1, env.num_envs)
+    if workers > 1 and env.num_workers == 0:  # ours again, the instances in worker processes
+        twin = make_env(env.task, num_envs=env.num_envs, seed=0, num_workers=workers, **env.task_kwargs)
+        loops[f"marl_envs PettingZooEnv, num_workers={workers}"] = OursLoop(twin, plan)
+    return loops, {}
+
+
+#: PettingZoo instances are Python objects, one per env: a small default batch.
+BENCH = References(default_num_envs=8, loops=_loops)

@@ -1,0 +1,156 @@
+"""The one benchmark harness: our env against each backend's raw reference loops, in one process.
+
+``marl-envs bench NAME`` and ``benchmarks/bench.py`` print its table. The harness builds the env by name, draws
+every step's random actions beforehand (not timed), and times our ``step_and_maybe_reset`` loop against the
+loops the backend contributes. A backend contributes them through one declared protocol: its module
+``marl_envs.backends._<backend>_bench`` holds ``BENCH``, a :class:`References`.
+
+**One interleaving scheme.** The steps are cut into ``rounds`` chunks; in each round every loop runs the chunk
+in turn (the order rotating from round to round), so a change in the machine's load hits all loops alike. A
+loop's time is the median of its rounds times ``rounds``, so a load spike in one round decides no ratio. Every
+loop first runs a few warm-up steps (compilation, caches).
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from tensordict import TensorDictBase
+
+from ._env import EnvBase
+from ._format import table
+from .registry import make
+
+__all__ = ["Loop", "OursLoop", "References", "format_bench", "references", "run"]
+
+WARMUP = 3
+
+
+class Loop(Protocol):
+    """One implementation under test: ``loop(steps)`` runs those steps of the plan, ``loop.sync()`` waits until
+    the work it queued (on a GPU, in JAX) is done."""
+
+    def __call__(self, steps: range) -> None: ...
+
+    def sync(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class References:
+    """A backend's contribution to the harness.
+
+    Attributes:
+        default_num_envs: the batch size ``marl-envs bench`` uses when none is given.
+        loops: ``loops(env, plan, chunks)`` -> ``({label: Loop}, {label: seconds})``: the raw reference loops
+            stepping the same actions as ``plan`` (``plan[t]``: the TensorDict of actions of step ``t``), and
+            one-off costs of building them (compilation); ``chunks`` are the step ranges the loops will be called
+            with (warm-up first), for loops that prepare per chunk.
+        timings: ``timings(env)`` -> ``{label: seconds}``, one-off costs of our env, read after the run.
+    """
+
+    default_num_envs: int
+    loops: Callable[[EnvBase, Sequence[TensorDictBase], Sequence[range]], tuple[dict[str, Loop], dict[str, float]]]
+    timings: Callable[[EnvBase], dict[str, float]] = field(default=lambda env: {})
+
+
+def references(backend: str) -> References:
+    """The ``References`` of a built-in backend (importing the backend)."""
+    return importlib.import_module(f"marl_envs.backends._{backend}_bench").BENCH
+
+
+class OursLoop:
+    """Our env: ``step_and_maybe_reset`` over the plan (legal random actions drawn per step where masks rule)."""
+
+    def __init__(self, env: EnvBase, plan: Sequence[TensorDictBase]):
+        self.env, self.plan = env, plan
+        self.masked = any(key[-1] == "action_mask" for key in env.observation_keys if isinstance(key, tuple))
+        self.td = env.reset()
+
+    def __call__(self, steps: range) -> None:
+        env, td = self.env, self.td
+        for t in steps:
+            if self.masked:
+                env.rand_action(td)
+            else:
+                td.update(self.plan[t])
+            td = env.step_and_maybe_reset(td)[1]
+        self.td = td
+
+    def sync(self) -> None:
+        if self.env.device.type == "cuda":
+            torch.cuda.synchronize(self.env.device)
+
+
+def run(
+    name: str, *, num_envs: int | None = None, steps: int = 100, rounds: int = 5, device: str = "cpu",
+    **env_kwargs: Any,
+) -> list[tuple[str, float, int]]:
+    """Time ``steps`` steps of ``num_envs`` envs of ``name``: ours, then the backend's reference loops.
+
+    Args:
+        name: a built-in backend's env name (``"vmas/balance"``).
+        num_envs: batch size; None for the backend's default.
+        steps: timed steps per loop (cut into ``rounds`` chunks; one round if ``rounds`` does not divide them).
+        rounds: see the module docstring.
+        device: torch device of our env (and of the references, where they have one).
+        **env_kwargs: keywords for ``marl_envs.make`` (scenario options, ``backend="spring"``, ...).
+
+    Returns:
+        Rows ``(label, seconds, env_steps)``: ours first, then the references; then rows with ``env_steps=0``,
+        one-off timings (build, compilation).
+    """
+    refs = references(name.partition("/")[0])
+    num_envs = num_envs or refs.default_num_envs
+    rounds = rounds if steps >= rounds and steps % rounds == 0 else 1
+    chunk = steps // rounds
+    chunks = [range(WARMUP)] + [range(WARMUP + r * chunk, WARMUP + (r + 1) * chunk) for r in range(rounds)]
+    start = time.perf_counter()
+    env = make(name, num_envs=num_envs, device=device, seed=0, **env_kwargs)
+    build = time.perf_counter() - start
+    generator = torch.Generator(device=env.device).manual_seed(0)
+    plan = [env.full_action_spec.rand(generator=generator) for _ in range(WARMUP + steps)]
+    loops: dict[str, Loop] = {f"marl_envs {type(env).__name__}, auto-reset": OursLoop(env, plan)}
+    reference_loops, reference_timings = refs.loops(env, plan, chunks)
+    loops.update(reference_loops)
+    for loop in loops.values():
+        loop(chunks[0])
+        loop.sync()
+    times: dict[str, list[float]] = {label: [] for label in loops}
+    labels = list(loops)
+    for r, steps_r in enumerate(chunks[1:]):
+        for k in range(len(labels)):
+            label = labels[(k + r) % len(labels)]
+            start = time.perf_counter()
+            loops[label](steps_r)
+            loops[label].sync()
+            times[label].append(time.perf_counter() - start)
+    rows = [(label, statistics.median(t) * rounds, num_envs * rounds * chunk) for label, t in times.items()]
+    rows.append((f"  build {type(env).__name__}", build, 0))
+    timings = {**refs.timings(env), **reference_timings}
+    rows.extend((f"  {label}", seconds, 0) for label, seconds in timings.items())
+    env.close()
+    return rows
+
+
+def format_bench(name: str, num_envs: int, steps: int, rows: Sequence[tuple[str, float, int]]) -> str:
+    """The table of ``run``'s rows; the first is ours. Rows with no env steps are timings only.
+
+    ``ours/this time`` <= 1.10 reads "ours costs at most 1.10x this"; ``ours/this speed`` >= 3 reads
+    "ours reaches at least 3x the env-steps/s of this".
+    """
+    ours_rate = rows[0][2] / rows[0][1]
+    out = []
+    for label, seconds, env_steps in rows:
+        if env_steps:
+            rate = env_steps / seconds
+            out.append((label, f"{seconds:.3f}", f"{rate:,.0f}", f"{rate / ours_rate:.2f}", f"{ours_rate / rate:.2f}"))
+        else:
+            out.append((label, f"{seconds:.3f}", "-", "-", "-"))
+    header = f"{name}: {num_envs} envs x {steps} steps\n"
+    return header + table(("implementation", "seconds", "env-steps/s", "ours/this time", "ours/this speed"), out)

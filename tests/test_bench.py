@@ -1,0 +1,63 @@
+"""The benchmark harness: one interleaving scheme for every backend, through the References protocol."""
+
+from envs import Drift
+
+import marl_envs
+from marl_envs import bench, registry
+
+
+class _Recorder:
+    def __init__(self, label, calls):
+        self.label, self.calls = label, calls
+
+    def __call__(self, steps):
+        self.calls.append((self.label, steps.start, steps.stop))
+
+    def sync(self):
+        pass
+
+
+def test_loops_take_turns_in_rotating_order_after_a_warm_up(monkeypatch):
+    calls = []
+    refs = bench.References(
+        default_num_envs=3,
+        loops=lambda env, plan, chunks: ({"a": _Recorder("a", calls), "b": _Recorder("b", calls)}, {"compile": 1.5}),
+        timings=lambda env: {"ours: build": 0.5},
+    )
+    monkeypatch.setattr(bench, "references", lambda backend: refs)
+    monkeypatch.setattr(registry, "_USER_ENVS", {"test/drift": lambda num_envs, device, seed: Drift(num_envs=num_envs)})
+    rows = bench.run("test/drift", steps=6, rounds=3)
+    assert calls[:2] == [("a", 0, 3), ("b", 0, 3)]  # warm-up: the first WARMUP steps
+    timed = calls[2:]
+    # rounds of (ours, a, b) rotating: ours a b | a b ours | b ours a (ours is not recorded here)
+    assert [label for label, *_ in timed] == ["a", "b", "a", "b", "b", "a"]
+    assert [(start, stop) for _, start, stop in timed] == [(3, 5), (3, 5), (5, 7), (5, 7), (7, 9), (7, 9)]
+    assert [label for label, _, _ in rows] == ["marl_envs Drift, auto-reset", "a", "b", "  build Drift",
+                                               "  ours: build", "  compile"]
+    assert [steps for *_, steps in rows] == [18, 18, 18, 0, 0, 0]  # 3 envs x 6 steps
+    assert rows[-1][1] == 1.5
+
+
+def test_rounds_that_do_not_divide_the_steps_make_one_round(monkeypatch):
+    calls = []
+    refs = bench.References(default_num_envs=2, loops=lambda env, plan, chunks: ({"a": _Recorder("a", calls)}, {}))
+    monkeypatch.setattr(bench, "references", lambda backend: refs)
+    monkeypatch.setattr(registry, "_USER_ENVS", {"test/drift": lambda num_envs, device, seed: Drift(num_envs=num_envs)})
+    bench.run("test/drift", steps=7, rounds=3)
+    assert calls == [("a", 0, 3), ("a", 3, 10)]
+
+
+def test_format_bench_ratios():
+    text = bench.format_bench("vmas/x", 8, 10, [("ours", 2.0, 80), ("raw", 1.0, 80), ("compile", 3.0, 0)])
+    lines = text.splitlines()
+    assert lines[0] == "vmas/x: 8 envs x 10 steps"
+    assert lines[3].split() == ["ours", "2.000", "40", "1.00", "1.00"]
+    assert lines[4].split() == ["raw", "1.000", "80", "2.00", "0.50"]
+    assert lines[5].split() == ["compile", "3.000", "-", "-", "-"]
+
+
+def test_every_backend_declares_its_references():
+    for backend in marl_envs.available_backends():
+        if marl_envs.backend_installed(backend):
+            refs = bench.references(backend)
+            assert isinstance(refs, bench.References) and refs.default_num_envs >= 1
