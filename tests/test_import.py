@@ -68,4 +68,3 @@ def test_torchrl_interop_without_torchrl_names_the_extra():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert "marl_envs.torchrl needs TorchRL" in out and "pip install 'marl-envs[torchrl]'" in out, out
-

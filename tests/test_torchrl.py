@@ -263,14 +263,16 @@ def test_the_device_is_fixed():
 # ----------------------------------------------------------------------------------------------------
 def test_collector_auto_resets_and_batches_frames():
     adapted = to_torchrl(Drift(num_envs=4, n_agents=2, max_steps=5))
-    collector = Collector(adapted, None, frames_per_batch=40, total_frames=80)
+    # zero actions: no env leaves [-3, 3], so every episode ends by our max_steps
+    stay = TensorDictModule(torch.zeros_like, in_keys=[("agents", "observation")], out_keys=[("agents", "action")])
+    collector = Collector(adapted, stay, frames_per_batch=40, total_frames=80, auto_register_policy_transforms=False)
     batches = list(collector)
     collector.shutdown()
     assert len(batches) == 2
     for data in batches:
         assert data.batch_size == (4, 10)
         truncated = data["next", "truncated"].squeeze(-1)
-        assert truncated[:, [4, 9]].all() and truncated.sum() == 8  # every 5 steps, all envs, via our max_steps
+        assert truncated[:, [4, 9]].all() and truncated.sum() == 8  # every 5 steps, all envs
         # after an end the collector's root holds the new episode's first observation, not the terminal one
         first = data["agents", "observation"][:, 5]
         assert not torch.equal(first, data["next", "agents", "observation"][:, 4])
