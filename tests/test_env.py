@@ -341,6 +341,21 @@ def test_bad_reset_key(env):
         env.reset(td)
 
 
+@pytest.mark.parametrize("key", ["_reset", ("prey", "_reset")])
+def test_reset_key_on_another_device_is_rejected_before_anything_applies(key):
+    # Found by tests/test_fuzz.py: a '_reset' on the 'meta' device reached the step counters (all zeroed).
+    env = PredatorPreyCount(num_envs=B, max_steps=3)
+    env.set_seed(0)
+    td = env.step_mdp(env.rand_step(env.step_mdp(env.rand_step(env.reset()))))
+    td[key] = torch.zeros(env.full_done_spec[(*key[:-1], "done") if isinstance(key, tuple) else "done"].shape,
+                          dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"must be a bool tensor of shape .*, got torch.bool \(6, 1(, 1)?\) on meta; "
+                                         r"the env is on cpu"):
+        env.reset(td)
+    del td[key]
+    assert env.rand_step(td)["next", "truncated"].all()  # the third step since reset: counters untouched
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -291,10 +291,11 @@ class EnvBase:
             if flag is None:
                 continue
             expected = self._done_levels[key[:-1] if isinstance(key, tuple) else ()]
-            if flag.shape != expected or flag.dtype != torch.bool:
+            if flag.shape != expected or flag.dtype != torch.bool or flag.device != self.device:
+                where = "" if flag.device == self.device else f" on {flag.device}; the env is on {self.device}"
                 raise ValueError(
                     f"{key!r} must be a bool tensor of shape {tuple(expected)} (the done shape at its level), "
-                    f"got {flag.dtype} {tuple(flag.shape)}"
+                    f"got {flag.dtype} {tuple(flag.shape)}{where}"
                 )
             masks.append(flag.reshape(self.num_envs, -1).any(-1))
             if key == "_reset":  # the root supersedes nested entries
