@@ -9,8 +9,9 @@ small policy and backpropagates through windows of ``--window`` steps, ``detach_
 ``--env-steps`` env-steps (calls x num_envs) are done. Every call is timed alone (``perf_counter`` around the env
 call only, not the action sampling), and the process's resident memory (RSS: psutil, else /proc/self/statm) is
 sampled every ``--every`` calls. The first ``--warmup`` fraction of the calls is warm-up (compilation, allocator
-and cache growth); the table gives the RSS growth from the end of warm-up to the end of the run and the latency
-percentiles over the calls after warm-up.
+and cache growth); the table gives the RSS growth from the end of warm-up to the end of the run, both samples
+taken after a garbage collection and glibc's ``malloc_trim(0)`` (memory in use, not the allocator's free
+space), and the latency percentiles over the calls after warm-up.
 
 Acceptance (issue 14): RSS growth < 50 MB after warm-up over 1M env-steps, p99 latency <= 2x the median.
 """
@@ -50,6 +51,22 @@ except ImportError:  # pragma: no cover - psutil comes with the dev dependencies
 
 
 MB = 2**20
+
+try:  # glibc: hand the heap's free pages back to the OS before each RSS sample, so that RSS is memory in use
+    import ctypes
+
+    _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+except (OSError, AttributeError):  # pragma: no cover - not glibc
+    _malloc_trim = None
+
+
+def settled_rss_mb() -> float:
+    """RSS in MB after a garbage collection and (glibc) ``malloc_trim(0)``: memory in use, not the free space
+    the allocator holds (which would hide a leak that refills it, and count freed memory as growth)."""
+    gc.collect()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+    return rss_bytes() / MB
 
 #: growth and latency limits of the acceptance criteria
 MAX_GROWTH_MB = 50.0
@@ -182,8 +199,7 @@ def run_soak(
                 root = root.detach()
         td = root
         if i + 1 == warm:
-            gc.collect()
-            rss_warm = rss_bytes() / MB
+            rss_warm = settled_rss_mb()
             samples.append((i + 1, rss_warm))
         elif (i + 1) % every == 0:
             samples.append((i + 1, rss_bytes() / MB))
@@ -193,8 +209,7 @@ def run_soak(
     if bar is not None:
         bar.update(calls * env.num_envs - bar.n)
         bar.close()
-    gc.collect()
-    rss_end = rss_bytes() / MB
+    rss_end = settled_rss_mb()
     samples.append((calls, rss_end))
     after = latencies[warm:] * 1e6 if calls > warm else latencies * 1e6
     p50, p90, p99 = np.percentile(after, [50, 90, 99])
