@@ -242,6 +242,22 @@ def bad_input(env, td: TensorDictBase, kind: str, data) -> tuple[str, object, ty
     elif kind == "reset device":
         bad.clear_device_()
         flags = flags.to("meta")
+    elif kind == "reset carried":  # a partial reset, and an entry the envs not reset keep, of the wrong layout
+        entry = data.draw(st.sampled_from(sorted(env.observation_keys, key=str)), label="kept entry")
+        value, spec = bad.get(entry), env.full_observation_spec[entry]
+        how = data.draw(st.sampled_from(["shape", "dtype", "device"]), label="wrong")
+        if how == "shape":
+            value = value.unsqueeze(-1)
+        elif how == "dtype":
+            value = value.to(torch.float64 if value.dtype != torch.float64 else torch.float32)
+        else:
+            bad.clear_device_()
+            value = value.to("meta")
+        bad.set(entry, value)
+        bad.set(key, torch.arange(flags.numel()).eq(0).view(shape))  # resets env 0 only
+        return ("reset", bad, ValueError, rf"entry {_key(entry)} of the TensorDict given to reset\(\) has shape "
+                rf"{re.escape(str(tuple(value.shape)))}, dtype {value.dtype}, device {value.device}; expected shape "
+                rf"{re.escape(str(tuple(spec.shape)))}, dtype {spec.dtype}, device cpu")
     elif kind == "reset batch":
         bad, flags = torch.cat([bad, bad[:1]]), torch.cat([flags, flags[:1]])
         bad.set(key, flags)
@@ -253,7 +269,7 @@ def bad_input(env, td: TensorDictBase, kind: str, data) -> tuple[str, object, ty
 
 
 KINDS = ["shape", "dtype", "device", "batch", "missing", "not a tensordict", "out of range", "non-finite",
-         "reset shape", "reset dtype", "reset device", "reset batch"]
+         "reset shape", "reset dtype", "reset device", "reset batch", "reset carried"]
 
 
 def kinds_of(env) -> list[str]:
