@@ -366,7 +366,8 @@ def test_partial_reset_checks_the_entries_it_keeps_before_resetting(value):
     td["_reset"] = torch.arange(B).eq(0).view(B, 1)
     td["state"] = value
     with pytest.raises(ValueError, match=rf"entry 'state' of the TensorDict given to reset\(\) has shape \({B}, \d\), "
-                                         rf"dtype {value.dtype}, device cpu; expected shape \({B}, 4\), dtype torch.float32"):
+                                         rf"dtype {value.dtype}, device cpu; expected shape \({B}, 4\), "
+                                         r"dtype torch.float32"):
         env.reset(td)
     del td["_reset"], td["state"]
     assert env.rand_step(td)["next", "truncated"].all()  # no env was reset: all at their second step

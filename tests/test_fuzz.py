@@ -61,7 +61,8 @@ def assert_identical(x: TensorDictBase, y: TensorDictBase) -> None:
         u, v = x.get(key), y.get(key)
         assert u.device == v.device and u.dtype == v.dtype and u.shape == v.shape, key
         if u.device.type != "meta":  # a meta tensor has no values
-            same = torch.equal(u, v) or (u.dtype.is_floating_point and torch.allclose(u, v, rtol=0, atol=0, equal_nan=True))
+            same = torch.equal(u, v) or (
+                u.dtype.is_floating_point and torch.allclose(u, v, rtol=0, atol=0, equal_nan=True))
             assert same, key
 
 
@@ -115,7 +116,8 @@ def sync(a, b, seed: int, warm_steps: int) -> tuple[TensorDictBase, TensorDictBa
     assert_identical(root_a, root_b)
     for i in range(warm_steps):
         act = actions(a, root_a, seed + i)
-        (_, root_a), (_, root_b) = good_step(a, act.clone(), "step_and_maybe_reset"), good_step(b, act.clone(), "step_and_maybe_reset")
+        _, root_a = good_step(a, act.clone(), "step_and_maybe_reset")
+        _, root_b = good_step(b, act.clone(), "step_and_maybe_reset")
     assert_identical(root_a, root_b)
     return root_a, root_b
 
@@ -196,7 +198,8 @@ def bad_input(env, td: TensorDictBase, kind: str, data) -> tuple[str, object, ty
         dtype = torch.float64 if action.dtype.is_floating_point else data.draw(
             st.sampled_from([torch.int32, torch.float32]), label="dtype")
         bad.set(key, action.to(dtype))
-        return method, bad, ValueError, rf"action {_key(key)} has shape .*, dtype {dtype}, device cpu; expected .*dtype {spec.dtype}"
+        return (method, bad, ValueError,
+                rf"action {_key(key)} has shape .*, dtype {dtype}, device cpu; expected .*dtype {spec.dtype}")
     if kind == "device":
         bad.clear_device_()
         bad.set(key, action.to("meta"))
@@ -204,7 +207,8 @@ def bad_input(env, td: TensorDictBase, kind: str, data) -> tuple[str, object, ty
     if kind == "batch":
         other = bad[:-1] if data.draw(st.booleans(), label="smaller") else torch.cat([bad, bad[:1]])
         return (method, other, ValueError,
-                rf"env.step\(\) got a TensorDict of batch size \({other.batch_size[0]},\); this env has batch size \({B},\)")
+                rf"env.step\(\) got a TensorDict of batch size \({other.batch_size[0]},\); "
+                rf"this env has batch size \({B},\)")
     if kind == "missing":
         del bad[key]
         return method, bad, KeyError, rf"action {_key(key)} is missing from the TensorDict; env.action_keys ="
@@ -218,7 +222,8 @@ def bad_input(env, td: TensorDictBase, kind: str, data) -> tuple[str, object, ty
         index = data.draw(st.integers(0, flat.numel() - 1), label="index")
         flat[index] = data.draw(st.sampled_from([-1, spec.n, spec.n + 7, -(2**40)]), label="value")
         bad.set(key, action)
-        return method, bad, ValueError, rf"action {_key(key)} has 1 invalid value\(s\), e.g. \[{flat[index]}\].*expected integers in \[0, {spec.n}\)"
+        return (method, bad, ValueError, rf"action {_key(key)} has 1 invalid value\(s\), e.g. \[{flat[index]}\].*"
+                rf"expected integers in \[0, {spec.n}\)")
     if kind == "non-finite":
         continuous = [k for k in keys if not is_discrete(env.full_action_spec[k])]
         key = data.draw(st.sampled_from(continuous), label="continuous key")
