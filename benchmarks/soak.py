@@ -246,12 +246,13 @@ def plot(results: list[Result], path: str) -> None:
 
     fig, (ax_rss, ax_lat) = plt.subplots(1, 2, figsize=(12, 4))
     for r in results:
-        calls, mb = zip(*r.rss_samples)
+        start = next(i for i, (_, mb) in enumerate(r.rss_samples) if mb == r.rss_warm_mb)  # warm-up left out
+        calls, mb = zip(*r.rss_samples[start:])
         ax_rss.plot(np.array(calls) * r.num_envs / 1e6, np.array(mb) - r.rss_warm_mb, label=r.name)
         lat = np.sort(np.asarray(r.latencies_us) / r.p50_us)
         ax_lat.plot(lat, 1 - np.arange(len(lat)) / len(lat), label=r.name)
     ax_rss.axhline(MAX_GROWTH_MB, color="grey", ls="--", lw=1)
-    ax_rss.set(xlabel="env-steps (millions)", ylabel="RSS - RSS at end of warm-up (MB)", title="memory")
+    ax_rss.set(xlabel="env-steps (millions)", ylabel="RSS - RSS at end of warm-up (MB)", title="memory after warm-up")
     ax_lat.axvline(MAX_P99_OVER_P50, color="grey", ls="--", lw=1)
     ax_lat.axhline(0.01, color="grey", ls=":", lw=1)
     ax_lat.set(xscale="log", yscale="log", xlabel="call latency / median", ylabel="fraction of calls slower",
