@@ -341,6 +341,38 @@ def test_bad_reset_key(env):
         env.reset(td)
 
 
+@pytest.mark.parametrize("key", ["_reset", ("prey", "_reset")])
+def test_reset_key_on_another_device_is_rejected_before_anything_applies(key):
+    # Found by tests/test_fuzz.py: a '_reset' on the 'meta' device reached the step counters (all zeroed).
+    env = PredatorPreyCount(num_envs=B, max_steps=3)
+    env.set_seed(0)
+    td = env.step_mdp(env.rand_step(env.step_mdp(env.rand_step(env.reset()))))
+    td[key] = torch.zeros(env.full_done_spec[(*key[:-1], "done") if isinstance(key, tuple) else "done"].shape,
+                          dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"must be a bool tensor of shape .*, got torch.bool \(6, 1(, 1)?\) on meta; "
+                                         r"the env is on cpu"):
+        env.reset(td)
+    del td[key]
+    assert env.rand_step(td)["next", "truncated"].all()  # the third step since reset: counters untouched
+
+
+@pytest.mark.parametrize("value", [torch.zeros(B, 7), torch.zeros(B, 4, dtype=torch.float64)], ids=["shape", "dtype"])
+def test_partial_reset_checks_the_entries_it_keeps_before_resetting(value):
+    # Found by tests/test_fuzz.py: a kept entry of the wrong shape failed in torch.where after the reset was applied;
+    # one of another dtype silently changed the output's dtype.
+    env = PredatorPreyCount(num_envs=B, max_steps=2)
+    env.set_seed(0)
+    td = env.step_mdp(env.rand_step(env.reset()))
+    td["_reset"] = torch.arange(B).eq(0).view(B, 1)
+    td["state"] = value
+    with pytest.raises(ValueError, match=rf"entry 'state' of the TensorDict given to reset\(\) has shape \({B}, \d\), "
+                                         rf"dtype {value.dtype}, device cpu; expected shape \({B}, 4\), "
+                                         r"dtype torch.float32"):
+        env.reset(td)
+    del td["_reset"], td["state"]
+    assert env.rand_step(td)["next", "truncated"].all()  # no env was reset: all at their second step
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

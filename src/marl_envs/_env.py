@@ -12,7 +12,7 @@ from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 
 from . import _rollout
 from ._agents import resolve_group_map, specs_by_kind, stack_specs
-from ._validate import check_actions, check_env_index
+from ._validate import check_actions, check_carried, check_env_index
 from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
 
 __all__ = ["EnvBase"]
@@ -71,6 +71,7 @@ class EnvBase:
         self._done_levels: dict[tuple[str, ...], torch.Size] = {}  # done level -> shape of its done entries
         self._group_shapes: dict[str, torch.Size] = {}  # group -> batch (B, n_agents) of its sub-TensorDicts
         self._action_leaves: list[tuple[NestedKey, TensorSpec]] = []  # checked on every step
+        self._reset_leaves: list[tuple[NestedKey, TensorSpec]] = []  # what a partial reset keeps: checked first
         self._step_count = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._generator = torch.Generator(device=self.device)
         self._generator.seed()
@@ -239,6 +240,7 @@ class EnvBase:
             if g in spec and isinstance(spec[g], Composite)
         }
         self._action_leaves = [(key, self._specs["action"][key]) for key in keys["action"]]
+        self._reset_leaves = [(key, self._specs[kind][key]) for kind in ("observation", "done") for key in keys[kind]]
         self._keys = keys
 
     action_keys = property(lambda self: list(self._keys["action"]), doc="Every action key, root first.")
@@ -280,7 +282,10 @@ class EnvBase:
         """
         if tensordict is not None:
             self._check_batch(tensordict, "reset")
-        return self._reset_masked(tensordict, self._reset_mask(tensordict))
+        mask = self._reset_mask(tensordict)
+        if mask is not None:  # checked before anything is reset
+            check_carried(tensordict, self._reset_leaves)
+        return self._reset_masked(tensordict, mask)
 
     def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
         if tensordict is None:
@@ -291,10 +296,11 @@ class EnvBase:
             if flag is None:
                 continue
             expected = self._done_levels[key[:-1] if isinstance(key, tuple) else ()]
-            if flag.shape != expected or flag.dtype != torch.bool:
+            if flag.shape != expected or flag.dtype != torch.bool or flag.device != self.device:
+                where = "" if flag.device == self.device else f" on {flag.device}; the env is on {self.device}"
                 raise ValueError(
                     f"{key!r} must be a bool tensor of shape {tuple(expected)} (the done shape at its level), "
-                    f"got {flag.dtype} {tuple(flag.shape)}"
+                    f"got {flag.dtype} {tuple(flag.shape)}{where}"
                 )
             masks.append(flag.reshape(self.num_envs, -1).any(-1))
             if key == "_reset":  # the root supersedes nested entries

@@ -17,7 +17,8 @@ from tensordict import TensorDictBase
 
 from .specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
-__all__ = ["accepted_keywords", "check_actions", "check_env_index", "check_kwargs", "did_you_mean", "unknown_name"]
+__all__ = ["accepted_keywords", "check_actions", "check_carried", "check_env_index", "check_kwargs", "did_you_mean",
+           "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
@@ -95,6 +96,24 @@ def _domain(spec: TensorSpec) -> str:
     return "finite numbers (no NaN, inf or -inf)"
 
 
+def _check_layout(what: str, value: torch.Tensor, spec: TensorSpec, fix: str) -> None:
+    if value.shape != spec.shape or value.dtype != spec.dtype or value.device != spec.device:
+        raise ValueError(
+            f"{what} has shape {tuple(value.shape)}, dtype {value.dtype}, device {value.device}; "
+            f"expected shape {tuple(spec.shape)}, dtype {spec.dtype}, device {spec.device} ({fix})"
+        )
+
+
+def check_carried(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, TensorSpec]]) -> None:
+    """Raise ``ValueError`` unless each entry of ``leaves`` (key, spec) present in ``tensordict`` has its spec's
+    shape, dtype and device: the entries a partial ``reset(tensordict)`` keeps for the envs it does not reset."""
+    for key, spec in leaves:
+        value = tensordict.get(key, None)
+        if value is not None:
+            _check_layout(f"entry {key!r} of the TensorDict given to reset()", value, spec,
+                          "the envs not reset keep it; drop it or give it the spec's layout")
+
+
 def check_actions(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, TensorSpec]], *, values: bool) -> None:
     """Raise unless every action of ``leaves`` (key, spec) is in ``tensordict`` with its spec's shape, dtype and
     device, and (if ``values``) valid values: one host sync for all keys.
@@ -108,12 +127,7 @@ def check_actions(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, 
         action = tensordict.get(key, None)
         if action is None:
             raise KeyError(f"action {key!r} is missing from the TensorDict; env.action_keys = {[k for k, _ in leaves]}")
-        if action.shape != spec.shape or action.dtype != spec.dtype or action.device != spec.device:
-            raise ValueError(
-                f"action {key!r} has shape {tuple(action.shape)}, dtype {action.dtype}, device {action.device}; "
-                f"expected shape {tuple(spec.shape)}, dtype {spec.dtype}, device {spec.device} "
-                f"(env.full_action_spec[{key!r}].rand() builds a valid one)"
-            )
+        _check_layout(f"action {key!r}", action, spec, f"env.full_action_spec[{key!r}].rand() builds a valid one")
         if values:
             checked.append((key, spec, action))
     if checked:

@@ -1,0 +1,58 @@
+"""A short soak per backend (the long one is ``benchmarks/soak.py``): enough steps that a leak of one small tensor
+per step shows in the process's RSS, which must stay flat after warm-up."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from envs import Drift
+
+import marl_envs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import soak  # noqa: E402
+
+WARMUP, CALLS = 100, 800  # calls before the reference RSS sample, calls measured after it
+LIMIT_MB = 0.3  # a leak of one (64, 2, 1) float32 tensor per call grows the RSS by ~0.9 MB over CALLS calls
+
+CASES = {
+    "user": lambda: Drift(num_envs=64, max_steps=50),
+    "vmas": lambda: marl_envs.make("vmas/transport", num_envs=4, n_agents=2, max_steps=50, seed=0),
+    "brax": lambda: marl_envs.make("brax/fast", num_envs=16, max_steps=50, seed=0),
+    "brax-grad": lambda: marl_envs.make("brax/fast", num_envs=16, max_steps=50, seed=0, requires_grad=True),
+    "pettingzoo": lambda: marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, N=2, max_steps=50, seed=0),
+}
+
+
+class LeakyDrift(Drift):
+    """``Drift`` keeping one observation tensor per step: the leak the short soak must catch."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.kept = []
+
+    def _step(self, tensordict):
+        out = super()._step(tensordict)
+        self.kept.append(out["agents", "observation"])
+        return out
+
+
+def short_soak(env, differentiable=False) -> soak.Result:
+    return soak.run_soak(env, (WARMUP + CALLS) * env.num_envs, warmup=WARMUP / (WARMUP + CALLS), progress=False,
+                         differentiable=differentiable)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_short_soak_memory_stays_flat(case):
+    env = CASES[case]()
+    result = short_soak(env, differentiable=case == "brax-grad")
+    env.close()
+    assert result.calls == WARMUP + CALLS
+    assert result.growth_mb < LIMIT_MB, f"{case}: RSS grew {result.growth_mb:.2f} MB over {CALLS} calls after warm-up"
+
+
+def test_short_soak_catches_a_leak_of_one_tensor_per_step():
+    env = LeakyDrift(num_envs=64, max_steps=50)
+    result = short_soak(env)
+    assert len(env.kept) == WARMUP + CALLS
+    assert result.growth_mb > LIMIT_MB, f"a leak of one tensor per step grew the RSS by only {result.growth_mb:.2f} MB"
