@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import inspect
 import json
 import os
 import re
@@ -62,15 +63,17 @@ def _version(distribution: str) -> str:
 
 
 def _source_digest(backend: str) -> str:
-    """Digest of the code an entry of ``backend`` runs: marl_envs' core, its backend files, groupings, this file."""
+    """Digest of the code an entry of ``backend`` runs: marl_envs' core, its backend files, groupings and the
+    functions of this file that compute entries (not those that write pages)."""
     package = SRC / "marl_envs"
     files = sorted(package.glob("*.py")) + sorted((SRC / "groupings").rglob("*.py"))
     files += sorted((package / "backends").glob(f"{backend}.py")) + sorted((package / "backends").glob(f"_{backend}_*.py"))
-    files.append(Path(__file__).resolve())
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
+    for function in (compute_entry, _picture, _frame, _fit, _env_keywords):  # this file's part (not the pages)
+        digest.update(inspect.getsource(function).encode())
     return digest.hexdigest()
 
 
@@ -96,11 +99,9 @@ def entry_keys(names: list[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------
 def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
     """The env's own keywords with their defaults, and where they were read from."""
-    import inspect
-
     if backend == "vmas":
-        source = "\n".join(inspect.getsource(cls) for cls in type(env.scenario).__mro__
-                            if cls.__module__.startswith("vmas.scenarios") or cls is type(env.scenario))
+        # Every method of the scenario class (football reads its keywords outside make_world).
+        source = "\n".join(inspect.getsource(f) for f in vars(type(env.scenario)).values() if inspect.isfunction(f))
         found = re.findall(r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']\s*(?:,\s*([^()\n]*?(?:\([^()\n]*\))?[^()\n]*?))?\)",
                            source)
         seen: dict[str, str] = {}
@@ -129,51 +130,47 @@ def _fit(frame, side: int):
     return image
 
 
-def _frame(env, backend: str):
+def _frame(env):
     import numpy as np
 
-    frame = env.render(0) if backend != "pettingzoo" else env.render(0)
+    frame = env.render(0)
     if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[-1] not in (3, 4):
         raise RuntimeError(f"render() returned {type(frame).__name__} "
                            f"{getattr(frame, 'shape', '')}, not an (H, W, 3) image")
     return np.ascontiguousarray(frame[..., :3])
 
 
-def _picture(name: str, backend: str, folder: Path) -> tuple[str | None, str | None]:
-    """Render ``name`` after a few random steps into ``folder``: (file name, None) or (None, why not)."""
-    import marl_envs
-
-    kwargs = {"num_envs": 1, "seed": SETTINGS["seed"]}
-    if backend == "pettingzoo":
-        kwargs["render_mode"] = "rgb_array"
-    env = marl_envs.make(name, **kwargs)
+def _picture(env, name: str, folder: Path) -> tuple[str | None, str | None]:
+    """Render env 0 of ``env`` after a few random steps into ``folder``: (file name, None) or (None, why not)."""
     try:
         env.set_seed(SETTINGS["seed"])
         td = env.reset()
         for _ in range(SETTINGS["steps"]):
             _, td = env.step_and_maybe_reset(env.rand_action(td))
         if name not in SHOWCASE:
-            _fit(_frame(env, backend), SETTINGS["max_side"]).save(folder / "picture.png", optimize=True)
+            _fit(_frame(env), SETTINGS["max_side"]).save(folder / "picture.png", optimize=True)
             return "picture.png", None
         frames = []
         for _ in range(SETTINGS["gif_frames"]):
-            frames.append(_fit(_frame(env, backend), SETTINGS["gif_side"]))
+            frames.append(_fit(_frame(env), SETTINGS["gif_side"]))
             _, td = env.step_and_maybe_reset(env.rand_action(td))
         frames[0].save(folder / "picture.gif", save_all=True, append_images=frames[1:], duration=80, loop=0,
                        optimize=True)
         return "picture.gif", None
-    finally:
-        env.close()
+    except Exception as err:  # the page says why: an env that cannot render is documented as such
+        return None, f"{type(err).__name__}: {err}"
 
 
 def compute_entry(name: str, folder: Path) -> dict:
-    """Build ``name``, describe it and picture it; the picture goes into ``folder``."""
+    """Build ``name``, describe it and picture it (one env for both); the picture goes into ``folder``."""
     import marl_envs
     from marl_envs._format import GROUP_HEADERS, SPEC_HEADERS, group_rows, spec_rows
 
     backend = name.partition("/")[0]
     start = time.perf_counter()
     build = {"num_envs": SETTINGS["num_envs"], "seed": SETTINGS["seed"]}
+    if backend == "pettingzoo":
+        build["render_mode"] = "rgb_array"  # PettingZoo draws frames only when asked at construction
     env = marl_envs.make(name, **build)
     try:
         entry = {
@@ -186,12 +183,9 @@ def compute_entry(name: str, folder: Path) -> dict:
             "spec_table": [SPEC_HEADERS, [list(map(str, row)) for row in spec_rows(env)]],
         }
         entry["keywords"], entry["keywords_from"] = _env_keywords(env, backend)
+        entry["picture"], entry["no_picture"] = _picture(env, name, folder)
     finally:
         env.close()
-    try:
-        entry["picture"], entry["no_picture"] = _picture(name, backend, folder)
-    except Exception as err:  # the page says why: an env that cannot render is documented as such
-        entry["picture"], entry["no_picture"] = None, f"{type(err).__name__}: {err}"
     entry["seconds"] = round(time.perf_counter() - start, 2)
     return entry
 
@@ -327,7 +321,9 @@ def generate(cache: Path = CACHE, out: Path = OUT) -> list[str]:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     for backend, pairs in todo.items():
         # One process per backend: pyglet, MuJoCo and pygame each get an OpenGL / SDL state of their own.
-        subprocess.run([sys.executable, __file__, str(cache), *pairs], check=False, env=env)
+        # Their libraries' own chatter on stdout (MuJoCo, pygame) is dropped; the progress bar is on stderr.
+        subprocess.run([sys.executable, __file__, str(cache), *pairs], check=False, env=env,
+                       stdout=subprocess.DEVNULL)
     entries = {}
     for name in names:
         path = cache / keys[name] / "entry.json"
