@@ -35,6 +35,7 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
+napoleon_use_ivar = True  # "Attributes:" as a field list (the properties are documented by autodoc)
 
 html_theme = "furo"
 html_title = f"marl-envs {release}"

@@ -7,13 +7,13 @@
 
 Single-agent envs (``brax/ant``, a ``BraxWrapper`` without indices) keep TorchRL's ``BraxWrapper`` layout:
 
-==================== ================== ==========================================================
-key                  shape              spec
-==================== ================== ==========================================================
-``observation``      ``(B, obs)``       ``Unbounded`` float32 (a nested Composite for dict observations)
-``action``           ``(B, act)``       ``Bounded(-1, 1)`` float32 (Brax clips to each actuator's range)
-``("next", "reward")`` ``(B, 1)``       ``Unbounded`` float32
-==================== ================== ==========================================================
+====================== ================== ==========================================================
+key                    shape              spec
+====================== ================== ==========================================================
+``observation``        ``(B, obs)``       ``Unbounded`` float32 (a nested Composite for dict observations)
+``action``             ``(B, act)``       ``Bounded(-1, 1)`` float32 (Brax clips to each actuator's range)
+``("next", "reward")`` ``(B, 1)``         ``Unbounded`` float32
+====================== ================== ==========================================================
 
 A multi-agent split (the scenes ``brax/ant_4x2``, ``brax/halfcheetah_6x1``, ``brax/hopper_3x1``,
 ``brax/walker2d_2x3``, ``brax/humanoid_9|8``, or ``action_indices`` / ``observation_indices``) gives, for a group
@@ -760,6 +760,7 @@ def benchmark(
         3. pure JAX: a Python loop over ``jax.jit(jax.vmap(env.step))`` of the bare env (no episode counting,
            no resets: less work than ours, the floor of a Python loop);
         4. pure JAX: row 2's steps as ``lax.scan`` calls, one per round (the limit: no Python per step);
+
     then timing-only rows (env_steps=0): compile (or persistent-cache load) times. ``env_kwargs`` go to
     ``BraxEnv`` (e.g. ``backend="spring"``).
     """
