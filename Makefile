@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   sets up .venv and runs the demo (the main job): a tour, then MAPPO on vmas/navigation
 #   make test   sets up .venv and .venv-torchrl and runs the test suite in both
+#   make docs   builds the documentation site into docs/_build/html (warnings are errors)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,10 +14,11 @@ TORCHRL_VENV := .venv-torchrl
 TORCHRL_BIN := $(TORCHRL_VENV)/bin
 TORCHRL_SPEC ?= torchrl==0.14.1 tensordict==0.14.3
 TORCHRL_STAMP := $(TORCHRL_VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 # Headless rendering (VMAS through pyglet, Brax through MuJoCo) draws with EGL from Mesa.
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
-.PHONY: setup setup-torchrl system-packages demo test test-all clean
+.PHONY: setup setup-torchrl system-packages demo test test-all docs clean
 
 setup: $(STAMP)
 
@@ -46,6 +48,10 @@ $(TORCHRL_STAMP): pyproject.toml Makefile
 	$(TORCHRL_BIN)/python -m pip install --quiet -e ".[dev,torchrl]" "$(TORCH_SPEC)" $(TORCHRL_SPEC)
 	touch $(TORCHRL_STAMP)
 
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[docs]" "$(TORCH_SPEC)"
+	touch $(DOCS_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/marl-envs demo
 	$(BIN)/python examples/mappo.py --env vmas/navigation --out runs/navigation
@@ -60,5 +66,10 @@ test-all: $(STAMP) $(TORCHRL_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --all
 	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile --all
 
+# The env catalogue (docs/envs) is generated from the registry; its pictures are cached in docs/_build.
+docs: $(DOCS_STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 clean:
-	rm -rf $(VENV) $(TORCHRL_VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(TORCHRL_VENV) .pytest_cache .hypothesis docs/_build docs/envs

@@ -1,6 +1,8 @@
-"""Every ```python block of the docs and README runs, top to bottom, one namespace per file."""
+"""Every ```python block of the docs and README runs, top to bottom, one namespace per file; the env catalogue
+lists exactly the registered envs."""
 
 import importlib.util
+import json
 import os
 import re
 import warnings
@@ -8,16 +10,29 @@ from pathlib import Path
 
 import pytest
 
+import marl_envs
+
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+DOCS_DIR = ROOT / "docs"
+GENERATED = ("_build", "envs")  # the built site and the generated catalogue pages
+DOCS = sorted(p for p in DOCS_DIR.rglob("*.md") if p.relative_to(DOCS_DIR).parts[0] not in GENERATED)
+DOCS.append(ROOT / "README.md")
+#: Reference pages: their content is generated from the code (autodoc, the CLI's parser), not examples.
+REFERENCE = ("api",)
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
+def _name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
 def test_docs_have_code():
-    assert all(BLOCK.search(path.read_text()) for path in DOCS if path.name != "README.md")
+    guides = [p for p in DOCS if p.name != "README.md" and p.relative_to(DOCS_DIR).parts[0] not in REFERENCE]
+    assert len(guides) >= 8
+    assert [_name(p) for p in guides if not BLOCK.search(p.read_text())] == []
 
 
-@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DOCS, ids=_name)
 def test_doc_blocks_run(path, monkeypatch, tmp_path):
     if path.name == "torchrl.md" and importlib.util.find_spec("torchrl") is None:
         if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") == "1":
@@ -33,3 +48,87 @@ def test_doc_blocks_run(path, monkeypatch, tmp_path):
     for i, block in enumerate(BLOCK.findall(path.read_text())):
         code = compile(block, f"{path.name}[block {i}]", "exec")
         exec(code, namespace)
+
+
+# --------------------------------------------------------------------------------------------------
+# The env catalogue (docs/_ext/env_catalogue.py)
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def catalogue():
+    spec = importlib.util.spec_from_file_location("env_catalogue", DOCS_DIR / "_ext" / "env_catalogue.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_entry(name: str, picture: bool) -> dict:
+    return {
+        "name": name, "backend": name.partition("/")[0], "build": {"num_envs": 2, "seed": 0}, "repr": name,
+        "group_map": {"agents": ["agent_0"]}, "group_table": [["group", "agents", "n"], [["agents", "agent_0", "1"]]],
+        "spec_table": [["key", "role", "shape", "dtype", "spec"], [["done", "done", "(2, 1)", "bool", "Binary"]]],
+        "keywords": [], "keywords_from": "nowhere", "picture": "picture.png" if picture else None,
+        "no_picture": None if picture else "RuntimeError: no OpenGL here", "seconds": 0.0,
+    }
+
+
+def _listed(out: Path) -> list[str]:
+    """The env names the generated backend pages list (from their tables of links)."""
+    names = []
+    for page in sorted(out.glob("*/index.md")):
+        cells = re.findall(r"\[`([^`]+)`\]\([^)]+\.md\)", page.read_text())
+        names += [cell.replace("\\|", "|") for cell in cells]  # a table cell escapes | (GFM)
+    return names
+
+
+def test_catalogue_lists_exactly_the_registered_envs(catalogue, tmp_path, monkeypatch):
+    monkeypatch.setattr(marl_envs.registry, "_USER_ENVS", {})  # the tests' idiom (tests/test_registry.py)
+    marl_envs.register("docs_test/user_env", lambda **kw: None)  # user envs are not listed
+    names = catalogue.catalogue_names()
+    assert "docs_test/user_env" in marl_envs.available_envs()
+    assert sorted(names) == sorted(set(marl_envs.available_envs()) - set(marl_envs.available_envs("user")))
+    cache, out = tmp_path / "cache", tmp_path / "envs"
+    keys = catalogue.entry_keys(names)
+    for i, name in enumerate(names):  # a filled cache: generate() computes nothing, it writes the pages
+        (cache / keys[name]).mkdir(parents=True)
+        (cache / keys[name] / "entry.json").write_text(json.dumps(_fake_entry(name, picture=i % 2 == 0)))
+        (cache / keys[name] / "picture.png").write_bytes(b"png")
+    (out / "vmas").mkdir(parents=True)
+    (out / "vmas" / "unregistered.md").write_text("stale")
+    assert catalogue.generate(cache, out) == names
+    assert sorted(_listed(out)) == sorted(names)
+    assert not (out / "vmas" / "unregistered.md").exists()
+    pages = {p for p in out.rglob("*.md") if p.name != "index.md"}
+    assert len(pages) == len(names)
+    for i, name in enumerate(names):
+        page = (out / name.partition("/")[0] / f"{catalogue.stem(name)}.md").read_text()
+        assert page.startswith(f"# {name}\n")
+        if i % 2 == 0:
+            assert f"img/{catalogue.stem(name)}.png" in page
+        else:
+            assert "cannot render" in page and "no OpenGL here" in page
+
+
+def test_cache_key_follows_what_makes_the_picture(catalogue, monkeypatch):
+    names = ["vmas/balance", "vmas/navigation"]
+    keys = catalogue.entry_keys(names)
+    assert keys == catalogue.entry_keys(names) and len(set(keys.values())) == 2
+    monkeypatch.setitem(catalogue.SETTINGS, "steps", catalogue.SETTINGS["steps"] + 1)
+    assert catalogue.entry_keys(names)["vmas/balance"] != keys["vmas/balance"]
+
+
+def test_catalogue_entry_of_a_real_env(catalogue, tmp_path):
+    pytest.importorskip("vmas")
+    from marl_envs._format import spec_rows
+
+    entry = catalogue.compute_entry("vmas/simple_adversary", tmp_path)
+    env = marl_envs.make("vmas/simple_adversary", num_envs=2, seed=0)
+    assert entry["group_map"] == env.group_map == {"adversary": ["adversary_0"], "agent": ["agent_0", "agent_1"]}
+    assert entry["spec_table"][1] == [list(map(str, row)) for row in spec_rows(env)]
+    assert ("n_adversaries", "1") in entry["keywords"]
+    if entry["picture"] is None:  # a machine without EGL: the page says why
+        assert entry["no_picture"]
+    else:
+        from PIL import Image
+
+        with Image.open(tmp_path / entry["picture"]) as image:
+            assert image.size[0] > 100

@@ -40,8 +40,12 @@ def _key(key: NestedKey) -> str:
     return key if isinstance(key, str) else ".".join(key)
 
 
-def spec_table(env: EnvBase) -> str:
-    """Every key the env reads or writes, with its role, shape, dtype and spec."""
+SPEC_HEADERS = ("key", "role", "shape", "dtype", "spec")
+GROUP_HEADERS = ("group", "agents", "n")
+
+
+def spec_rows(env: EnvBase) -> list[tuple[str, str, tuple[int, ...], str, str]]:
+    """One row per key the env reads or writes: key, role, shape, dtype and spec (``SPEC_HEADERS``)."""
     rows = []
     kinds: list[tuple[str, Composite, str]] = [
         ("observation", env.full_observation_spec, ""),
@@ -53,8 +57,18 @@ def spec_table(env: EnvBase) -> str:
     for role, full, prefix in kinds:
         for key, spec in full.items(True, True):
             rows.append((prefix + _key(key), role, tuple(spec.shape), str(spec.dtype).replace("torch.", ""), describe(spec)))
-    return table(("key", "role", "shape", "dtype", "spec"), rows)
+    return rows
+
+
+def spec_table(env: EnvBase) -> str:
+    """Every key the env reads or writes, with its role, shape, dtype and spec."""
+    return table(SPEC_HEADERS, spec_rows(env))
+
+
+def group_rows(env: EnvBase) -> list[tuple[str, str, int]]:
+    """One row per group: its name, its agents and their number (``GROUP_HEADERS``)."""
+    return [(g, ", ".join(m), len(m)) for g, m in env.group_map.items()]
 
 
 def group_table(env: EnvBase) -> str:
-    return table(("group", "agents", "n"), [(g, ", ".join(m), len(m)) for g, m in env.group_map.items()])
+    return table(GROUP_HEADERS, group_rows(env))

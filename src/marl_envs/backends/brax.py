@@ -7,13 +7,13 @@
 
 Single-agent envs (``brax/ant``, a ``BraxWrapper`` without indices) keep TorchRL's ``BraxWrapper`` layout:
 
-==================== ================== ==========================================================
-key                  shape              spec
-==================== ================== ==========================================================
-``observation``      ``(B, obs)``       ``Unbounded`` float32 (a nested Composite for dict observations)
-``action``           ``(B, act)``       ``Bounded(-1, 1)`` float32 (Brax clips to each actuator's range)
-``("next", "reward")`` ``(B, 1)``       ``Unbounded`` float32
-==================== ================== ==========================================================
+====================== ================== ==========================================================
+key                    shape              spec
+====================== ================== ==========================================================
+``observation``        ``(B, obs)``       ``Unbounded`` float32 (a nested Composite for dict observations)
+``action``             ``(B, act)``       ``Bounded(-1, 1)`` float32 (Brax clips to each actuator's range)
+``("next", "reward")`` ``(B, 1)``         ``Unbounded`` float32
+====================== ================== ==========================================================
 
 A multi-agent split (the scenes ``brax/ant_4x2``, ``brax/halfcheetah_6x1``, ``brax/hopper_3x1``,
 ``brax/walker2d_2x3``, ``brax/humanoid_9|8``, or ``action_indices`` / ``observation_indices``) gives, for a group

@@ -63,16 +63,18 @@ class PettingZooWrapper(EnvBase):
 
     Keys (``B = num_envs``, ``n`` agents in the group, groups from ``groupings.default_group_map``):
 
-    | key | shape | dtype | when |
-    |---|---|---|---|
-    | ``(group, "observation")`` (nested for ``Dict``) | ``(B, n, *obs)`` | float32 (int/bool: kept) | always |
-    | ``(group, "action")`` | ``(B, n)`` / ``(B, n, k)`` one-hot / ``(B, n, *box)`` | int64 / float32 | always |
-    | ``("next", group, "reward")`` | ``(B, n, 1)`` | float32 | always |
-    | ``(group, "done" / "terminated" / "truncated")`` | ``(B, n, 1)`` | bool | always |
-    | ``(group, "action_mask")`` | ``(B, n, k)`` | bool | the env has action masks |
-    | ``(group, "mask")`` | ``(B, n, 1)`` | bool | ``use_mask=True`` |
-    | ``(group, "info", key)`` | ``(B, n, *)`` | float32 | numeric infos (after a reset and a step) |
-    | ``"state"`` | ``(B, *state)`` | float32 (int states keep theirs) | ``return_state=True`` |
+    ================================================ ======================================================= ================================ ============
+    key                                              shape                                                   dtype                            when
+    ================================================ ======================================================= ================================ ============
+    ``(group, "observation")`` (nested for ``Dict``) ``(B, n, *obs)``                                        float32 (int/bool kept)          always
+    ``(group, "action")``                            ``(B, n)``, one-hot ``(B, n, k)``, box ``(B, n, *box)`` int64 / float32                  always
+    ``("next", group, "reward")``                    ``(B, n, 1)``                                           float32                          always
+    ``(group, "done" / "terminated" / "truncated")`` ``(B, n, 1)``                                           bool                             always
+    ``(group, "action_mask")``                       ``(B, n, k)``                                           bool                             the env has action masks
+    ``(group, "mask")``                              ``(B, n, 1)``                                           bool                             ``use_mask=True``
+    ``(group, "info", key)``                         ``(B, n, *)``                                           float32                          numeric infos (after a reset and a step)
+    ``"state"``                                      ``(B, *state)``                                         float32 (int states keep theirs) ``return_state=True``
+    ================================================ ======================================================= ================================ ============
 
     The root ``done``/``terminated``/``truncated`` aggregate the agents': ``any`` for parallel envs, ``all``
     for AEC ones (``done_on_any`` overrides; with ``all``, ``truncated`` is "all done but not all terminated").
