@@ -35,6 +35,8 @@ CASES = {
                                                   max_steps=MAX_STEPS, seed=1),
     "pettingzoo-turn-based": lambda: marl_envs.make("pettingzoo/classic/tictactoe_v3", num_envs=B,
                                                     max_steps=MAX_STEPS, seed=1),
+    "jaxmarl-mpe": lambda: marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=B, max_steps=MAX_STEPS, seed=1),
+    "gymnax-continuous": lambda: marl_envs.make("gymnax/Pendulum-v1", num_envs=B, max_steps=MAX_STEPS, seed=1),
     "user-env": lambda: PredatorPreyCount(num_envs=B, max_steps=MAX_STEPS),
 }
 

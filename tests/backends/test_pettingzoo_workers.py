@@ -16,8 +16,6 @@ from gymnasium import spaces  # noqa: E402
 from marl_envs.backends.pettingzoo import PettingZooWrapper  # noqa: E402
 from pettingzoo import ParallelEnv  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
-
 
 def _twin_rollouts(name: str, steps: int, **kwargs):
     """The same seeded env with and without workers (seed=3 also seeds rand_action: the same actions), partial
@@ -113,3 +111,14 @@ def test_bad_num_workers():
     with pytest.raises(AttributeError, match="live in the worker processes"):
         env.envs
     env.close()
+
+
+def test_workers_start_quietly_where_jax_runs():
+    # JAX warns at every fork of a process where its threads run; the workers never touch JAX, and our fork says
+    # nothing (with filterwarnings = error, a warning here fails the test)
+    jnp = pytest.importorskip("jax.numpy")
+    jnp.ones(3).sum().block_until_ready()
+    env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, N=2, num_workers=2, seed=0)
+    env.rollout(2)
+    env.close()
+

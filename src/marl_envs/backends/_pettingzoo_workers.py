@@ -2,7 +2,9 @@
 writes into buffers in shared memory, so a step sends only the actions and a one-word reply through a pipe.
 
 Workers are forked (Linux): they inherit the factory and the buffers, so nothing needs pickling but the
-actions. A worker whose instance raises replies with the env index and the original traceback and stays
+actions. A worker runs only PettingZoo and NumPy code, never JAX or torch, so forking a process where JAX's
+(or torch's) threads run is safe here: the warnings of JAX and of Python >= 3.12 about forking a
+multi-threaded process are silenced for our fork only. A worker whose instance raises replies with the env index and the original traceback and stays
 usable; a worker that dies is reported with its exit code. ``close()`` (also run when the env is garbage
 collected or the interpreter exits) stops every worker.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import mmap
 import multiprocessing as mp
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -92,7 +95,11 @@ class WorkerPool:
             parent, child = context.Pipe()
             process = context.Process(target=_serve, args=(child, make, lo, hi, layout, buffers), daemon=True,
                                       name=f"marl_envs-pettingzoo-{lo}-{hi}")
-            process.start()
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+                warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork",
+                                        category=DeprecationWarning)
+                process.start()
             child.close()
             self.conns.append(parent)
             self.processes.append(process)
