@@ -42,8 +42,15 @@ DISTRIBUTIONS = {
     "vmas": ("vmas", "pyglet", "torch"),
     "brax": ("brax", "jax", "mujoco", "torch"),
     "pettingzoo": ("pettingzoo", "mpe2", "pygame-ce", "torch"),
+    "jaxmarl": ("jaxmarl", "jax", "torch"),
+    "gymnax": ("gymnax", "jax", "torch"),
 }
-BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo"}
+BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo", "jaxmarl": "JaxMARL", "gymnax": "gymnax"}
+#: The docs page of each backend (relative to ``docs/``).
+BACKEND_PAGES = {"vmas": "backends/vmas.md", "brax": "backends/brax.md", "pettingzoo": "backends/pettingzoo.md",
+                 "jaxmarl": "jax_families.md", "gymnax": "jax_families.md"}
+#: Files besides ``<backend>.py`` and ``_<backend>_*.py`` whose code a backend's entries run.
+SHARED_SOURCES = {"brax": "_jax_*.py", "jaxmarl": "_jax_*.py", "gymnax": "_jax_*.py"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -67,7 +74,10 @@ def _source_digest(backend: str) -> str:
     functions of this file that compute entries (not those that write pages)."""
     package = SRC / "marl_envs"
     files = sorted(package.glob("*.py")) + sorted((SRC / "groupings").rglob("*.py"))
-    files += sorted((package / "backends").glob(f"{backend}.py")) + sorted((package / "backends").glob(f"_{backend}_*.py"))
+    backends = package / "backends"
+    files += sorted(backends.glob(f"{backend}.py")) + sorted(backends.glob(f"_{backend}_*.py"))
+    if backend in SHARED_SOURCES:
+        files += sorted(backends.glob(SHARED_SOURCES[backend]))
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode())
@@ -108,9 +118,14 @@ def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
         for key, default in found:
             seen.setdefault(key, default.strip() if default else "None")
         return list(seen.items()), "read from the scenario's source (its kwargs.pop / kwargs.get calls)"
-    if backend == "brax":
-        target = type(env.brax_env.unwrapped).__init__
-        where = f"the signature of {type(env.brax_env.unwrapped).__name__}.__init__"
+    if backend == "gymnax":
+        fields = getattr(env.env_params, "__dataclass_fields__", {})
+        return ([(name, repr(getattr(env.env_params, name))) for name in fields],
+                "the fields of its EnvParams (pass them as env_params={...})")
+    if backend in ("brax", "jaxmarl"):
+        unwrapped = env.brax_env.unwrapped if backend == "brax" else env.jaxmarl_env
+        target = type(unwrapped).__init__
+        where = f"the signature of {type(unwrapped).__name__}.__init__"
     else:
         target = type(env.envs[0].unwrapped).__init__
         where = f"the signature of {type(env.envs[0].unwrapped).__name__}.__init__"
@@ -256,7 +271,7 @@ def _env_page(entry: dict) -> str:
     keywords = entry["keywords"]
     parts.append("## Keywords\n\nThe env's own keywords (pass them to `marl_envs.make`), "
                  f"{entry['keywords_from']}; the {BACKEND_TITLES[backend]} backend's options are on its "
-                 f"[backend page](../../backends/{backend}.md).\n")
+                 f"[backend page](../../{BACKEND_PAGES[backend]}).\n")
     parts.append(_table(["keyword", "default"], [list(kv) for kv in keywords], code=(0, 1)) + "\n" if keywords
                  else "This env takes no keywords of its own.\n")
     return "\n".join(parts)
@@ -273,7 +288,7 @@ def _backend_page(backend: str, entries: list[dict]) -> str:
     table = _table(["picture", "env", "groups (agents)"], rows)
     toctree = "\n".join(stem(e["name"]) for e in entries)
     return (f"# {title} envs\n\n{len(entries)} envs, generated from `marl_envs.available_envs({backend!r})`. "
-            f"How the backend maps them: [{title} backend](../../backends/{backend}.md).\n\n"
+            f"How the backend maps them: [{title} backend](../../{BACKEND_PAGES[backend]}).\n\n"
             f":::{{container}} env-table\n{table}\n:::\n\n```{{toctree}}\n:hidden:\n\n{toctree}\n```\n")
 
 
@@ -349,7 +364,7 @@ def generate(cache: Path = CACHE, out: Path = OUT) -> list[str]:
                 if not image.exists() or image.read_bytes() != source.read_bytes():
                     image.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(source, image)
-    missing = [b for b in ("vmas", "brax", "pettingzoo") if not marl_envs.backend_installed(b)]
+    missing = [b for b in marl_envs.available_backends() if not marl_envs.backend_installed(b)]
     _write(out / "index.md", _index_page(by_backend, missing))
     for path in out.rglob("*"):  # pages of envs no longer registered
         if path.is_file() and path not in keep:
