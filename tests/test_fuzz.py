@@ -15,7 +15,7 @@ import torch
 from envs import PredatorPreyCount
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 import marl_envs
 from marl_envs.specs import Categorical, MultiCategorical, OneHot
