@@ -307,6 +307,9 @@ def _adapted_drift() -> TorchRLEnv:
     return to_torchrl(Drift(num_envs=3, n_agents=2, max_steps=4))
 
 
+# TorchRL's ParallelEnv forks; where an earlier test of this process ran JAX, JAX warns at the fork. The workers
+# here run a torch-only env, so the warning does not apply.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
 def test_serial_and_parallel_env_of_two_adapted_envs():
     make = _adapted_drift
     for batched in (SerialEnv(2, make), ParallelEnv(2, make, mp_start_method="fork")):
