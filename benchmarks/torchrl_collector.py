@@ -73,28 +73,31 @@ def table(title: str, rows: list[tuple[str, float, int]], reference: int) -> str
     return "\n".join(lines)
 
 
+def race(ours, theirs, frames: int, rounds: int, labels: tuple[str, str], title: str, digits: int) -> str:
+    """A Collector over each env, taking turns; the table (theirs as the reference) with both ends rates."""
+    stats = {"ours": {}, "theirs": {}}
+    ours_run, c1 = collector_loop(ours, frames, stats["ours"])
+    theirs_run, c2 = collector_loop(theirs, frames, stats["theirs"])
+    seconds = take_turns({"ours": ours_run, "theirs": theirs_run}, rounds)
+    c1.shutdown()
+    c2.shutdown()
+    rows = [(labels[1], seconds["theirs"], frames * rounds), (labels[0], seconds["ours"], frames * rounds)]
+    ends = ", ".join(f"{name} {stats[who]['ends'] / stats[who]['frames']:.{digits}f}"
+                     for name, who in (("ours", "ours"), ("TorchRL", "theirs")))
+    return table(f"{title} (episode ends per env-step: {ends})", rows, 0)
+
+
 def bench_vmas(num_envs: int, steps: int, rounds: int) -> str:
     from torchrl.envs.libs.vmas import VmasEnv as TorchRLVmasEnv
 
     frames = num_envs * steps
-    ours_stats, theirs_stats = {}, {}
     ours = to_torchrl(marl_envs.make("vmas/balance", num_envs=num_envs, seed=0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # VMAS's own deprecation chatter
         theirs = TorchRLVmasEnv("balance", num_envs=num_envs, seed=0, device="cpu")
-    ours_run, c1 = collector_loop(ours, frames, ours_stats)
-    theirs_run, c2 = collector_loop(theirs, frames, theirs_stats)
-    seconds = take_turns({"ours": ours_run, "theirs": theirs_run}, rounds)
-    c1.shutdown()
-    c2.shutdown()
-    timed = frames * rounds
-    rows = [
-        ("TorchRL VmasEnv('balance')", seconds["theirs"], timed),
-        ("to_torchrl(marl_envs.make('vmas/balance'))", seconds["ours"], timed),
-    ]
-    ends = ", ".join(f"{name} {s['ends'] / s['frames']:.3f}" for name, s in (("ours", ours_stats), ("TorchRL", theirs_stats)))
-    return table(f"Collector, vmas/balance, {num_envs} envs, {steps} steps a batch, {rounds} timed batches "
-                 f"(episode ends per env-step: {ends})", rows, 0)
+    return race(ours, theirs, frames, rounds, ("to_torchrl(marl_envs.make('vmas/balance'))",
+                                               "TorchRL VmasEnv('balance')"),
+                f"Collector, vmas/balance, {num_envs} envs, {steps} steps a batch, {rounds} timed batches", 3)
 
 
 def bench_brax(num_envs: int, steps: int, rounds: int) -> str:
@@ -102,26 +105,15 @@ def bench_brax(num_envs: int, steps: int, rounds: int) -> str:
     from torchrl.envs.libs.brax import BraxWrapper as TorchRLBraxWrapper
 
     frames = num_envs * steps
-    ours_stats, theirs_stats = {}, {}
     ours = to_torchrl(marl_envs.make("brax/ant_4x2", backend="spring", num_envs=num_envs, max_steps=None))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Brax's "brax/envs is unmaintained" warning
         raw = brax_envs.get_environment("ant", backend="spring")
     theirs = TorchRLBraxWrapper(raw, batch_size=[num_envs], device="cpu", cache_clear_frequency=False)
     theirs.set_seed(0)
-    ours_run, c1 = collector_loop(ours, frames, ours_stats)
-    theirs_run, c2 = collector_loop(theirs, frames, theirs_stats)
-    seconds = take_turns({"ours": ours_run, "theirs": theirs_run}, rounds)
-    c1.shutdown()
-    c2.shutdown()
-    timed = frames * rounds
-    rows = [
-        ("TorchRL BraxWrapper(ant, spring), single agent", seconds["theirs"], timed),
-        ("to_torchrl(marl_envs.make('brax/ant_4x2', backend='spring'))", seconds["ours"], timed),
-    ]
-    ends = ", ".join(f"{name} {s['ends'] / s['frames']:.4f}" for name, s in (("ours", ours_stats), ("TorchRL", theirs_stats)))
-    return table(f"Collector, Brax ant, {num_envs} envs, {steps} steps a batch, {rounds} timed batches "
-                 f"(episode ends per env-step: {ends})", rows, 0)
+    return race(ours, theirs, frames, rounds, ("to_torchrl(marl_envs.make('brax/ant_4x2', backend='spring'))",
+                                               "TorchRL BraxWrapper(ant, spring), single agent"),
+                f"Collector, Brax ant, {num_envs} envs, {steps} steps a batch, {rounds} timed batches", 4)
 
 
 def bench_adapter(num_envs: int, steps: int) -> str:

@@ -423,12 +423,19 @@ def train(args: argparse.Namespace, callback=None) -> dict:
     return summary
 
 
-def write_outputs(args, rows: list[dict], summary: dict) -> None:
-    fields = list(dict.fromkeys(k for row in rows for k in row))
+def write_metrics(args, rows: list[dict]) -> None:
+    """``metrics.csv``: one row per iteration."""
+    args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def write_outputs(args, rows: list[dict], summary: dict, title: str = "") -> None:
+    """``metrics.csv``, ``summary.json`` and ``learning_curve.png`` (one curve per group, and the random policy)."""
+    write_metrics(args, rows)
+    fields = list(dict.fromkeys(k for row in rows for k in row))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
     import matplotlib
@@ -444,7 +451,7 @@ def write_outputs(args, rows: list[dict], summary: dict) -> None:
     ax.axhline(summary["random_policy_reward"], color="grey", ls="--", label="random policy")
     ax.set_xlabel("frames")
     ax.set_ylabel("mean episode reward")
-    ax.set_title(f"{summary['algorithm']} on {summary['env']} ({summary['wall_s']:.0f} s)")
+    ax.set_title(title or f"{summary['algorithm']} on {summary['env']} ({summary['wall_s']:.0f} s)")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()

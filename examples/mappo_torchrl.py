@@ -16,7 +16,6 @@ wall time) and ``OUT/learning_curve.png``. Needs the torchrl extra (``pip instal
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -44,6 +43,7 @@ from torchrl.modules import (
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
 import marl_envs
+from mappo import write_metrics, write_outputs  # examples/mappo.py: metrics.csv, summary.json, the plot
 from marl_envs.cli import parse_kwargs
 from marl_envs.torchrl import to_torchrl
 
@@ -275,41 +275,9 @@ def train(args) -> dict:
         "final_mean_episode_reward": finite[-1] if finite else float("nan"),
         "random_policy_reward": random_policy_reward(args, frames, steps), "seed": args.seed,
     }
-    write_outputs(args, rows, summary)
+    write_outputs(args, rows, summary, title=f"{summary['algorithm']} (TorchRL) on {summary['env']} "
+                                            f"({summary['wall_s']:.0f} s)")
     return summary
-
-
-def write_metrics(args, rows: list[dict]) -> None:
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def write_outputs(args, rows: list[dict], summary: dict) -> None:
-    write_metrics(args, rows)
-    fields = list(dict.fromkeys(k for row in rows for k in row))
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for col in [k for k in fields if k.startswith("reward_")] or ["mean_episode_reward"]:
-        label = col.removeprefix("reward_") if col.startswith("reward_") else summary["algorithm"]
-        ax.plot([r["frames"] for r in rows], [r[col] for r in rows], marker="o", ms=3, label=label)
-    ax.axhline(summary["random_policy_reward"], color="grey", ls="--", label="random policy")
-    ax.set_xlabel("frames")
-    ax.set_ylabel("mean episode reward")
-    ax.set_title(f"{summary['algorithm']} (TorchRL) on {summary['env']} ({summary['wall_s']:.0f} s)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(args.out / "learning_curve.png", dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None) -> dict:

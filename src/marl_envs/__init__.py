@@ -1,8 +1,8 @@
 """marl_envs: batched multi-agent RL environments on PyTorch and TensorDict.
 
 >>> import marl_envs
->>> "vmas/balance" in marl_envs.available_envs("vmas") or not marl_envs.backend_installed("vmas")
-True
+>>> marl_envs.available_backends()
+['vmas', 'brax', 'pettingzoo', 'jaxmarl', 'gymnax']
 """
 
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map

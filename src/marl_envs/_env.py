@@ -50,6 +50,7 @@ class EnvBase:
 
     validate_actions: bool = True
     allow_done_after_reset: bool = False
+    _fused_reset: bool = False  # the backend implements _step_reset
 
     def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
@@ -103,6 +104,17 @@ class EnvBase:
         A backend whose ``_step`` returns buffers its simulator is still filling (the Brax env on CPU) finishes
         them here; the base class builds the next root data in between, so that work overlaps the simulator's.
         """
+
+    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None
+                    ) -> tuple[TensorDictBase, TensorDictBase, torch.Tensor]:
+        """Optional, used by ``step_and_maybe_reset`` when ``_fused_reset`` is True: ``_step``, then ``_reset`` of
+        the envs whose root ``terminated`` or ``truncated`` it sets or that ``ends`` ``(num_envs,)`` marks (those
+        reaching ``max_steps``; None without a limit), in one call to the simulator.
+
+        Returns:
+            ``(step output, reset output, reset mask)``: what ``_step`` and ``_reset(mask)`` would return.
+        """
+        raise NotImplementedError
 
     def _render(self, env_index: int, **kwargs: Any) -> Any:
         """An image of env ``env_index`` (already checked to be in range)."""
@@ -309,12 +321,15 @@ class EnvBase:
             return None
         return masks[0] if len(masks) == 1 else torch.stack(masks).any(0)
 
-    def _reset_masked(self, tensordict: TensorDictBase | None, mask: torch.Tensor | None) -> TensorDictBase:
+    def _reset_masked(self, tensordict: TensorDictBase | None, mask: torch.Tensor | None,
+                      result: TensorDictBase | None = None) -> TensorDictBase:
+        """Reset the envs ``mask`` selects (all: None) into ``tensordict``; ``result``: ``_reset(mask)``'s output,
+        when the backend computed it already (``_step_reset``)."""
         if mask is None:
             self._step_count.zero_()
         else:
             self._step_count.masked_fill_(mask, 0)
-        result = self._batch_groups(self._reset(mask))
+        result = self._batch_groups(self._reset(mask) if result is None else result)
         self._complete_done(result, truncate=False)
         if tensordict is None:
             return result
@@ -351,12 +366,18 @@ class EnvBase:
         """
         self._check_batch(tensordict, "step")
         check_actions(tensordict, self._action_leaves, values=self.validate_actions)
-        out = self._batch_groups(self._step(tensordict))
+        if self._fused_reset:
+            ends = None if self.max_steps is None else self._step_count >= self.max_steps - 1
+            out, fresh, done = self._step_reset(tensordict, ends)
+        else:
+            out = self._step(tensordict)
+        out = self._batch_groups(out)
         next_root = self._next_root(tensordict, out)  # built while the backend may still be computing
         self._finish_step(tensordict, out, next_root)
-        done = next_root.get("done").reshape(self.num_envs)
+        if not self._fused_reset:
+            done, fresh = next_root.get("done").reshape(self.num_envs), None
         if bool(done.any()):
-            next_root = self._reset_masked(next_root, done)
+            next_root = self._reset_masked(next_root, done, fresh)
         return tensordict, next_root
 
     def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:

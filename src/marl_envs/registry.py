@@ -86,7 +86,7 @@ def available_envs(backend: str | None = None) -> list[str]:
     """Sorted names ``make`` accepts: every installed backend's and the user-registered ones.
 
     Args:
-        backend: list only this backend's envs (``"vmas"``, ``"brax"``, ``"pettingzoo"``), or ``"user"``
+        backend: list only this backend's envs (one of ``available_backends()``), or ``"user"``
             for the registered ones.
 
     Raises:

@@ -69,6 +69,32 @@ def test_jaxmarl_exact(name, kwargs):
         td = td["next"].exclude(*[(g, "reward") for g in env.group_map])
 
 
+@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "gymnax/CartPole-v1"])
+def test_step_and_maybe_reset_in_one_call_matches_step_then_reset(name):
+    """JaxMARL and gymnax step and reset the envs a step ends in one compiled call: the same data and the same
+    key streams as step() followed by reset() of the done envs."""
+    fused, plain = (marl_envs.make(name, num_envs=B, seed=5, max_steps=4) for _ in range(2))
+    td_f, td_p = fused.reset(), plain.reset()
+    resets = 0
+    for _ in range(10):
+        td_f = fused.rand_action(td_f)
+        td_p.update(td_f.select(*fused.action_keys).clone())
+        td_f, next_f = fused.step_and_maybe_reset(td_f)
+        td_p = plain.step(td_p)
+        next_p = plain.step_mdp(td_p)
+        done = next_p["done"].clone()
+        if done.any():
+            next_p["_reset"] = done
+            next_p = plain.reset(next_p)
+        resets += int(done.sum())
+        for x, y in ((td_f["next"], td_p["next"]), (next_f, next_p)):
+            assert set(x.keys(True, True)) == set(y.keys(True, True))
+            for key in x.keys(True, True):
+                assert torch.equal(x[key], y[key]), key
+        td_f, td_p = next_f, next_p
+    assert resets > B  # ends by the env and by max_steps were both reset
+
+
 def test_mpe_ends_by_time_limit_with_terminal_observation():
     env = marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=2, seed=0)
     data = env.rollout(26, break_when_any_done=False)

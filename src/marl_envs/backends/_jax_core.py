@@ -133,6 +133,9 @@ class JaxCore:
     """
 
     step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
+    #: ``step_and_maybe_reset`` runs the step and the reset of the envs it ends as one compiled call
+    #: (``step_reset``): for families whose episodes end often (SMAX battles end within steps)
+    fused_reset = False
     label = "env"  # how errors name the env
     num_envs: int
     action_size: int
@@ -217,6 +220,18 @@ class JaxCore:
             out = jnp.where(mask[:, None], out, 0.0)
         return buffers, keys, out
 
+    def _step_reset(self, buffers, keys, action, ends):
+        """``_step_packed``, then ``_reset`` of the envs it ended or ``ends`` ``(B,)`` marks, in one program (the
+        reset only runs when some env ended). Returns the step's float buffer, the reset's (zero rows for envs
+        not reset) and the reset mask as 0 / 1, side by side in one array."""
+        buffers, keys, out = self._step_packed(buffers, keys, action)
+        mask = (out[:, -2] > 0.5) | (out[:, -1] > 0.5) | ends
+        fresh = jax.eval_shape(self._reset, buffers, keys, mask)[2]
+        buffers, keys, reset_out = jax.lax.cond(
+            mask.any(), lambda b, k: self._reset(b, k, mask),
+            lambda b, k: (b, k, jnp.zeros(fresh.shape, fresh.dtype)), buffers, keys)
+        return buffers, keys, jnp.concatenate([out, reset_out, mask[:, None].astype(jnp.float32)], axis=1)
+
     # -- compilation ----------------------------------------------------------------------------------
     def _struct(self, shape, dtype) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(shape, dtype, sharding=self._sharding)
@@ -235,6 +250,8 @@ class JaxCore:
         if name == "step":
             return self._step_packed, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
         mask = self._struct((self.num_envs,), jnp.bool_)
+        if name == "step_reset":
+            return self._step_reset, (self._state_structs(), self._keys_struct(), self._action_struct(), mask), (0, 1)
         return self._reset, (self._state_structs(), self._keys_struct(), mask), (0, 1)
 
     def _trace(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()) -> None:
@@ -304,6 +321,15 @@ class JaxCore:
             raise RuntimeError("step() before reset(): reset the env first")
         fn = self._compiled.get("step") or self._compile("step")
         self._state, self._keys, out = fn(self._state, self._keys, action)
+        return out
+
+    def step_reset(self, action: np.ndarray | jax.Array, ends: np.ndarray | jax.Array) -> jax.Array:
+        """``step(action)``, then the reset of every env that ended or that ``ends`` ``(B,)`` marks, in one call:
+        ``[step's float buffer | reset's float buffer | reset mask (0. / 1.)]``."""
+        if self._state is None:
+            raise RuntimeError("step() before reset(): reset the env first")
+        fn = self._compiled.get("step_reset") or self._compile("step_reset")
+        self._state, self._keys, out = fn(self._state, self._keys, action, ends)
         return out
 
     def env_state(self, index: int, buffers: Sequence[Any] | None = None) -> Any:

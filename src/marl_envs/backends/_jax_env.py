@@ -102,7 +102,7 @@ class JaxEnvBase(EnvBase):
         self._out_width = self._step_layout[-1][1].stop
         self._action_keys = [tuple(k) for k in actions]
         self._group_batch = {g: (B, len(m)) for g, m in self.group_map.items()}
-        self._all_true = np.ones(B, dtype=bool)
+        self._all_true, self._all_false = np.ones(B, dtype=bool), np.zeros(B, dtype=bool)
 
     @staticmethod
     def _slices(layout: Sequence[Entry]):
@@ -161,6 +161,20 @@ class JaxEnvBase(EnvBase):
         out = self._build(buffer, self._step_layout, fills)
         self._pending = (result, buffer, fills)  # dispatched, not yet done
         return out
+
+    @property
+    def _fused_reset(self) -> bool:
+        return self._core.fused_reset
+
+    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None):
+        """The compiled step and the reset of the envs it ends, as one call (``JaxCore.step_reset``)."""
+        ends = self._all_false if ends is None else self._io.to_jax(ends)
+        both = self._io.to_torch(self._core.step_reset(self._io.to_jax(self._flat_action(tensordict)), ends))
+        width = self._out_width
+        out = self._build(both[:, :width], self._step_layout)
+        fresh = self._build(both[:, width:-1], self._reset_layout)
+        self._after_step()
+        return out, fresh, both[:, -1] > 0.5
 
     def _wait_step(self) -> None:
         if self._pending is not None:

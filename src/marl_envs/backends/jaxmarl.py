@@ -139,6 +139,8 @@ def _per_agent(value: Any, agents: list, index: int):
 class _JaxMarlCore(JaxCore):
     """The JaxMARL adapter: ``reset(key)`` and ``step_env(key, state, actions)`` onto the core's protocol."""
 
+    fused_reset = True  # as JaxMARL's own auto-reset: step and reset in one call (SMAX battles end often)
+
     def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
                  discrete: list[bool], masks: bool, separate: bool, num_envs: int, device):
         self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
