@@ -2,11 +2,11 @@
 writes into buffers in shared memory, so a step sends only the actions and a one-word reply through a pipe.
 
 Workers are forked (Linux): they inherit the factory and the buffers, so nothing needs pickling but the
-actions. A worker runs only PettingZoo and NumPy code, never JAX or torch, so forking a process where JAX's
-(or torch's) threads run is safe here: the warnings of JAX and of Python >= 3.12 about forking a
-multi-threaded process are silenced for our fork only. A worker whose instance raises replies with the env index and the original traceback and stays
-usable; a worker that dies is reported with its exit code. ``close()`` (also run when the env is garbage
-collected or the interpreter exits) stops every worker.
+actions. A worker runs only PettingZoo and NumPy code, never JAX or torch, so forking a process where JAX's (or
+torch's) threads run is safe here: the warnings of JAX and of Python >= 3.12 about forking a multi-threaded
+process are silenced for our fork only. A worker whose instance raises replies with the env index and the
+original traceback and stays usable; a worker that dies is reported with its exit code. ``close()`` (also run
+when the env is garbage collected or the interpreter exits) stops every worker.
 """
 
 from __future__ import annotations
