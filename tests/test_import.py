@@ -50,7 +50,8 @@ def test_building_envs_prints_nothing():
         "import marl_envs\n"
         "from marl_envs.backends import brax\n"
         "brax.env_names()\n"  # imports Brax (and MuJoCo's MJX)
-        "for name in ('vmas/balance', 'pettingzoo/mpe/simple_spread_v3', 'brax/fast'):\n"
+        "for name in ('vmas/balance', 'pettingzoo/mpe/simple_spread_v3', 'brax/fast', 'jaxmarl/MPE_simple_spread_v3',\n"
+        "             'gymnax/CartPole-v1'):\n"
         "    marl_envs.make(name, num_envs=2).close()\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
