@@ -49,6 +49,7 @@ PRESETS: dict[str, dict] = {
     "vmas/simple_adversary": {"env_kwargs": {"max_steps": 25}, "num_envs": 240, "frames": 120_000},
     "brax/ant_4x2": {"env_kwargs": {"backend": "spring", "max_steps": 250}, "num_envs": 64, "frames": 400_000,
                      "steps_per_batch": 100, "epochs": 10, "minibatch": 1600, "lr": 3e-4},
+    "jaxmarl/MPE_simple_spread_v3": {"env_kwargs": {}, "num_envs": 60, "frames": 360_000},
 }
 GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
            "minibatch": 400, "lr": 3e-4}
