@@ -43,11 +43,11 @@ from torchrl.modules import (
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
 import marl_envs
-from mappo import write_metrics, write_outputs  # examples/mappo.py: metrics.csv, summary.json, the plot
+from mappo import as_tuple, write_metrics, write_outputs  # examples/mappo.py: key helper, metrics.csv, plot
 from marl_envs.cli import parse_kwargs
 from marl_envs.torchrl import to_torchrl
 
-# Per-env settings (those of examples/mappo.py); anything else gets the generic defaults.
+# Per-env settings (as in examples/mappo.py, for the envs listed); anything else gets the generic defaults.
 PRESETS: dict[str, dict] = {
     "vmas/navigation": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
     "vmas/balance": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
@@ -56,10 +56,6 @@ PRESETS: dict[str, dict] = {
 }
 GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
            "minibatch": 400}
-
-
-def as_tuple(key) -> tuple:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 class Group:

@@ -23,7 +23,8 @@ from tensordict import TensorDict, TensorDictBase
 from .._agents import nest_keys
 from .._env import EnvBase
 from .._validate import unknown_name
-from ._brax_compat import enable_compilation_cache, jax_device
+from ..distributed import jax_device
+from ._brax_compat import enable_compilation_cache
 from ._brax_transfer import Transfer
 from ._jax_core import JaxCore, env_keys, quiet_tracing
 

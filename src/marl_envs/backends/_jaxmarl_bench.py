@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from tensordict import TensorDictBase
 
 from ..bench import Loop, References
-from ._brax_compat import jax_device
+from ..distributed import jax_device
 from ._jax_bench import compiled_loop, core_timings
 from .jaxmarl import JaxMarlEnv
 

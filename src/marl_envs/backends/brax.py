@@ -173,13 +173,10 @@ class BraxWrapper(JaxEnvBase):
         if action_indices is None and group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
         program = env if isinstance(env, exports.Program) else exports.Program(env, CoreInfo.of(checked_env(env)))
-        self._jax_device = jax_device(torch.device(device))  # before the base class allocates on that device
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
-        enable_compilation_cache()
+        jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
         self.cache_clear_frequency = cache_clear_frequency or None
-        self._init_io()
         info = program.info
         self.action_size = info.action_size
         mapping = None
@@ -199,7 +196,7 @@ class BraxWrapper(JaxEnvBase):
         )
         split = None if mapping is None else self._split_tables(mapping, info.flat_observation_size)
         self._core = BraxCore(program.env, info, num_envs=num_envs, frame_skip=frame_skip, split=split,
-                              device=self._jax_device, differentiable=self.requires_grad, export=program.export,
+                              device=jdevice, differentiable=self.requires_grad, export=program.export,
                               exported=program.exported)
         self._diff = Differentiable(self._core) if self.requires_grad else None
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
@@ -294,9 +291,7 @@ class BraxWrapper(JaxEnvBase):
         return super()._synchronous() or self.cache_clear_frequency is not None
 
     def _after_step(self) -> None:
-        self._clear_caches()
-
-    def _clear_caches(self) -> None:
+        """Every ``cache_clear_frequency`` synchronous steps, clear JAX's caches."""
         if self.cache_clear_frequency is not None:
             self._steps_since_clear += 1
             if self._steps_since_clear >= self.cache_clear_frequency:
