@@ -24,6 +24,7 @@ ROWS = {
     "brax/ant_4x2": (128, 400, 20, {"backend": "spring"}),
     "brax/fast": (128, 2000, 5, {}),
     "pettingzoo/mpe/simple_spread_v3": (8, 500, 5, {}),
+    "pettingzoo/sisl/multiwalker_v9": (16, 200, 5, {}),  # CPU-heavy (Box2D): serial against num_workers=2
 }
 
 

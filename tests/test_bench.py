@@ -61,3 +61,18 @@ def test_every_backend_declares_its_references():
         if marl_envs.backend_installed(backend):
             refs = bench.references(backend)
             assert isinstance(refs, bench.References) and refs.default_num_envs >= 1
+
+
+def test_rollout_benchmark_prints_its_table(capsys):
+    """benchmarks/rollout.py: each loop runs the steps asked, ratios against the step loop."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import rollout
+
+    rollout.main(["vmas/balance", "--num-envs", "2", "--steps", "3", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert "vmas/balance: 2 envs, up to 3 steps, median of 1 rounds" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("step_and", "rollout"))]
+    assert len(rows) == 3 and rows[0][-1] == "1.00" and rows[1][-3] == "3"

@@ -393,13 +393,19 @@ class EnvBase:
 
     def _finish_step(self, tensordict: TensorDictBase, out: TensorDictBase, next_root: TensorDictBase | None = None):
         """Count the step, complete ``out``'s done entries (also into ``next_root``), write ``"next"``."""
-        self._wait_step()
         self._step_count += 1
-        self._complete_done(out, truncate=self.max_steps is not None)
-        if next_root is not None:
-            for key in self._keys["done"]:
-                next_root.set(key, out.get(key))
+        self._wait_step()
+        if not self._completes_done(out):
+            self._complete_done(out, truncate=self.max_steps is not None)
+            if next_root is not None:
+                for key in self._keys["done"]:
+                    next_root.set(key, out.get(key))
         tensordict.set("next", out)  # only now: a failed step leaves the input as it was
+
+    def _completes_done(self, out: TensorDictBase) -> bool:
+        """Whether ``out`` (a ``_step`` output) holds every done entry, ``max_steps`` truncation included, once
+        ``_wait_step`` returns, in the TensorDict ``_next_root`` built too (a backend that computes them itself)."""
+        return False
 
     def _batch_groups(self, out: TensorDictBase) -> TensorDictBase:
         """Give ``out``'s group entries their ``(B, n_agents)`` batch (a backend may return them with ``(B,)``)."""

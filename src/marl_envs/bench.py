@@ -52,11 +52,15 @@ class References:
             one-off costs of building them (compilation); ``chunks`` are the step ranges the loops will be called
             with (warm-up first), for loops that prepare per chunk.
         timings: ``timings(env)`` -> ``{label: seconds}``, one-off costs of our env, read after the run.
+        legal_actions: the reference loops draw legal actions every step where action masks rule (PettingZoo's
+            turn-based games reject illegal ones), so ours does too (``rand_action`` per step, timed); False: they
+            step the plan's actions as they are (JaxMARL's SMAX takes any action), and so does ours.
     """
 
     default_num_envs: int
     loops: Callable[[EnvBase, Sequence[TensorDictBase], Sequence[range]], tuple[dict[str, Loop], dict[str, float]]]
     timings: Callable[[EnvBase], dict[str, float]] = field(default=lambda env: {})
+    legal_actions: bool = True
 
 
 def references(backend: str) -> References:
@@ -65,11 +69,13 @@ def references(backend: str) -> References:
 
 
 class OursLoop:
-    """Our env: ``step_and_maybe_reset`` over the plan (legal random actions drawn per step where masks rule)."""
+    """Our env: ``step_and_maybe_reset`` over the plan (with ``legal_actions``, legal random actions drawn per
+    step where masks rule)."""
 
-    def __init__(self, env: EnvBase, plan: Sequence[TensorDictBase]):
+    def __init__(self, env: EnvBase, plan: Sequence[TensorDictBase], legal_actions: bool = True):
         self.env, self.plan = env, plan
-        self.masked = any(key[-1] == "action_mask" for key in env.observation_keys if isinstance(key, tuple))
+        self.masked = legal_actions and any(
+            key[-1] == "action_mask" for key in env.observation_keys if isinstance(key, tuple))
         self.td = env.reset()
 
     def __call__(self, steps: range) -> None:
@@ -115,7 +121,7 @@ def run(
     build = time.perf_counter() - start
     generator = torch.Generator(device=env.device).manual_seed(0)
     plan = [env.full_action_spec.rand(generator=generator) for _ in range(WARMUP + steps)]
-    loops: dict[str, Loop] = {f"marl_envs {type(env).__name__}, auto-reset": OursLoop(env, plan)}
+    loops: dict[str, Loop] = {f"marl_envs {type(env).__name__}, auto-reset": OursLoop(env, plan, refs.legal_actions)}
     reference_loops, reference_timings = refs.loops(env, plan, chunks)
     loops.update(reference_loops)
     for loop in loops.values():

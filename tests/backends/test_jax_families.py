@@ -95,6 +95,58 @@ def test_step_and_maybe_reset_in_one_call_matches_step_then_reset(name):
     assert resets > B  # ends by the env and by max_steps were both reset
 
 
+@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "jaxmarl/MPE_simple_spread_v3"])
+def test_done_entries_at_every_level(name):
+    """done = terminated | truncated at the root and in groups; max_steps truncates the root and a group's
+    agents; a group without its own ends repeats the root's terminated."""
+    env = marl_envs.make(name, num_envs=B, seed=1, max_steps=3)
+    td = env.reset()
+    groups = [g for g in env.group_map if (g, "done") in env.done_keys]
+    steps = torch.zeros(B, dtype=torch.long)
+    limit_hits = 0
+    for _ in range(8):
+        td = env.rand_action(td)
+        td, root = env.step_and_maybe_reset(td)
+        steps += 1
+        nxt, limit = td["next"], (steps >= 3)[:, None]
+        limit_hits += int(limit.sum())
+        assert torch.equal(nxt["done"], nxt["terminated"] | nxt["truncated"])
+        assert (nxt["truncated"] | ~limit).all()
+        for g in groups:
+            n = len(env.group_map[g])
+            assert torch.equal(nxt[g, "done"], nxt[g, "terminated"] | nxt[g, "truncated"])
+            assert torch.equal(nxt[g, "truncated"], limit[:, None].expand(B, n, 1))
+        for key in env.done_keys:  # the next root data carries the step's done entries
+            assert torch.equal(root[key] if not nxt["done"].any() else root[key][~nxt["done"][:, 0]],
+                               nxt[key] if not nxt["done"].any() else nxt[key][~nxt["done"][:, 0]])
+        steps[nxt["done"][:, 0]] = 0
+    assert limit_hits > 0
+    if name == "jaxmarl/SMAX":
+        assert groups == ["agents"]
+
+
+@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1"])
+def test_device_path_matches_cpu_path(name):
+    """The hand-off written for GPUs (DLPack, torch ops, synchronous) gives the CPU path's data exactly: run here
+    on the CPU by switching a twin's transfer to it (no GPU on the test machines)."""
+    if name.startswith("brax"):
+        pytest.importorskip("brax")
+    cpu, device = (marl_envs.make(name, num_envs=B, seed=2, max_steps=5) for _ in range(2))
+    device._io.cpu = False  # private: the only way to run the device path without a device
+    device._count_numpy = None
+    td_c, td_d = cpu.reset(), device.reset()
+    for _ in range(12):
+        td_c = cpu.rand_action(td_c)
+        td_d.update(td_c.select(*cpu.action_keys).clone())
+        td_c, next_c = cpu.step_and_maybe_reset(td_c)
+        td_d, next_d = device.step_and_maybe_reset(td_d)
+        for x, y in ((td_c["next"], td_d["next"]), (next_c, next_d)):
+            assert set(x.keys(True, True)) == set(y.keys(True, True))
+            for key in x.keys(True, True):
+                assert torch.equal(x[key], y[key]), key
+        td_c, td_d = next_c, next_d
+
+
 def test_mpe_ends_by_time_limit_with_terminal_observation():
     env = marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=2, seed=0)
     data = env.rollout(26, break_when_any_done=False)
@@ -111,6 +163,46 @@ def test_smax_masks_and_separate_ends():
     td = env.reset()
     assert td["agents", "action_mask"].dtype == torch.bool
     assert td["agents", "action_mask"].shape == (2, 10, env.full_action_spec["agents", "action"].n)
+
+
+@pytest.mark.parametrize("name", ["SMAX", "HeuristicEnemySMAX"])
+def test_smax_time_limit_is_truncated(name):
+    """Units that hold still on a wide map never meet: the battle ends by SMAX's 100-step limit (after step 101,
+    as SMAX checks the limit before counting the step), reported as truncated, never terminated. The
+    HeuristicEnemySMAX state wraps SMAX's (its step counter is ``state.state.step``)."""
+    env = marl_envs.make(f"jaxmarl/{name}", num_envs=2, seed=0, scenario="3m", map_width=400, map_height=400)
+
+    def hold(td):
+        td["agents", "action"] = torch.full(td["agents", "action_mask"].shape[:2], 4)  # 4: stop
+        return td
+
+    data = env.rollout(101, hold, break_when_any_done=False)
+    assert not data["next", "done"][:, :100].any()
+    assert data["next", "truncated"][:, 100].all() and not data["next", "terminated"].any()
+
+
+def test_heuristic_enemy_smax_rewards_focus_fire_over_random():
+    """Reward semantics seen through a scripted policy: allies that advance (action 1: east) and all shoot the
+    first enemy in range win battles (+1 on top of the enemy health they removed, a fraction per episode) and
+    earn far more than random allies, who never win against the heuristic enemy."""
+    env = marl_envs.make("jaxmarl/HeuristicEnemySMAX", num_envs=16, seed=0, scenario="3m")
+
+    def focus_fire(td):
+        mask = td["agents", "action_mask"]
+        in_range = mask[..., 5:]
+        action = torch.where(in_range.any(-1), in_range.float().argmax(-1) + 5, 1)
+        td["agents", "action"] = torch.where(mask.gather(-1, action.unsqueeze(-1)).squeeze(-1), action, 4)
+        return td
+
+    results = {}
+    for name, policy in (("scripted", focus_fire), ("random", None)):
+        env.set_seed(0)
+        data = env.rollout(120, policy, break_when_any_done=False)
+        assert data["agents", "action_mask"].gather(-1, data["agents", "action"].unsqueeze(-1)).all()
+        reward, done = data["next", "agents", "reward"][..., 0, 0], data["next", "done"][..., 0]
+        results[name] = (reward.sum() / done.sum()).item(), (reward[done] >= 1).float().mean().item()
+    (scripted, scripted_wins), (random, random_wins) = results["scripted"], results["random"]
+    assert scripted > 1.0 > 0.5 > random and scripted_wins > 0.3 and random_wins < 0.05
 
 
 @pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar"])

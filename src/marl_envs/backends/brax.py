@@ -273,7 +273,7 @@ class BraxWrapper(JaxEnvBase):
         jmask = self._all_true if mask is None else io.to_jax(mask)
         previous = None if self._flat is None or mask is None else io.to_jax(self._flat)
         flat, out = self._diff.reset(previous, jmask)
-        flat, out = io.to_torch(flat), io.to_torch(out)
+        flat, out = io.to_torch(flat), self._received(out)
         if previous is not None:  # envs not reset keep their state, and its gradient history
             flat = torch.where(mask.view(-1, 1), flat, self._flat)
         self._flat = flat
@@ -285,7 +285,7 @@ class BraxWrapper(JaxEnvBase):
         if self._flat is None:
             raise RuntimeError("step() before reset(): reset the env first")
         self._flat, out, flags = Step.apply(self._diff, self._io, self._flat, self._flat_action(tensordict))
-        return self._build(torch.cat([out, flags.to(out.dtype)], dim=1), self._step_layout)
+        return self._build(torch.cat([out, flags.to(out.dtype)], dim=1), self._step_layout, step=True)
 
     def _synchronous(self) -> bool:
         return super()._synchronous() or self.cache_clear_frequency is not None

@@ -19,8 +19,9 @@ key                        shape           spec
 ========================== =============== ===============================================================
 
 The root ``terminated`` is ``dones["__all__"]``. JaxMARL has no truncation flag; ``truncated`` is derived: an
-episode that ends while the state's ``step`` counter has reached the env's ``max_steps`` (MPE, SMAX, Overcooked,
-JaxNav, MABrax, ...) ended by its time limit, and Coin Game and STORM episodes end only by their step counts;
+episode that ends while the state's ``step`` counter (HeuristicEnemySMAX: its wrapped SMAX state's) has reached
+the env's ``max_steps`` (MPE, SMAX, Overcooked, JaxNav, MABrax, ...) ended by its time limit, and Coin Game and
+STORM episodes end only by their step counts;
 ``terminated`` is ``dones["__all__"]`` and not ``truncated``. The step is ``step_env`` (no auto-reset), so the
 terminal observation stays in ``next``; the envs that are done are reset by the core's masked reset.
 """
@@ -136,6 +137,14 @@ def _per_agent(value: Any, agents: list, index: int):
     return value[index]
 
 
+def _step_count(state: Any) -> jax.Array | None:
+    """The state's ``step`` counter, or that of the state it wraps (HeuristicEnemySMAX: ``state.state``)."""
+    for candidate in (state, getattr(state, "state", None)):
+        if hasattr(candidate, "step"):
+            return candidate.step
+    return None
+
+
 class _JaxMarlCore(JaxCore):
     """The JaxMARL adapter: ``reset(key)`` and ``step_env(key, state, actions)`` onto the core's protocol."""
 
@@ -187,10 +196,11 @@ class _JaxMarlCore(JaxCore):
         obs, state, reward, dones, _ = self.env.step_env(key, state, self._actions(action))
         state = self._cast(state)
         done = jnp.asarray(dones["__all__"]).reshape(())
+        step = _step_count(state)
         if self.name in _TIME_LIMITED:
             truncated = done
-        elif self._max_steps is not None and hasattr(state, "step"):
-            truncated = done & (state.step >= self._max_steps)
+        elif self._max_steps is not None and step is not None:
+            truncated = done & (step >= self._max_steps)
         else:
             truncated = jnp.zeros((), bool)
         parts = self._observations(obs, state)
