@@ -13,6 +13,7 @@ from marl_envs.specs import Bounded, Categorical, Composite, MultiCategorical, O
 
 vmas = pytest.importorskip("vmas")
 
+from marl_envs.backends._vmas_state import NarrowedWorld, StateSnapshot, _items, _walk  # noqa: E402
 from marl_envs.backends.vmas import VmasEnv, VmasWrapper, env_names  # noqa: E402
 from marl_envs.bench import run as benchmark  # noqa: E402
 from vmas.simulator.core import Agent, World  # noqa: E402
@@ -71,10 +72,208 @@ def test_partial_reset_is_exact_for_every_env(name):
         if t == 2:
             td = env.reset(td.set("_reset", mask.unsqueeze(-1)))
             renewed_td = renewed.reset(renewed_td.set("_reset", everywhere.unsqueeze(-1)))
+            assert_rows_equal(td, kept_td, ~mask, "in the reset's output from the twin never reset")
+            if name not in SHARED_EPISODE_STATE:
+                assert_rows_equal(td, renewed_td, mask, "in the reset's output from the twin reset everywhere")
         td, kept_td, renewed_td = (twin.step(actions.clone())["next"] for twin in (env, kept, renewed))
         assert_rows_equal(td, kept_td, ~mask if t >= 2 else everywhere, f"from the twin never reset at step {t}")
         if t >= 2 and name not in SHARED_EPISODE_STATE:
             assert_rows_equal(td, renewed_td, mask, f"from the twin reset everywhere at step {t}")
+
+
+# At 24 envs (seed 1), the scenarios whose partial reset cannot run on a narrowed world, and why.
+NOT_NARROWED = {
+    "ball_passage": "its reset moves the passages all envs share",
+    "het_mass": SHARED_EPISODE_STATE["het_mass"],
+    "road_traffic": "per-env Python lists",
+    "sampling": "its reset builds new Gaussians, a new list of them",
+    "simple_reference": SHARED_EPISODE_STATE["simple_reference"],
+}
+
+
+def _narrowing_spy(env) -> list[bool]:
+    """Records, for each partial reset of ``env``, whether it ran on a narrowed world."""
+    narrowed, inner = [], env._reset_narrowed
+
+    def spy(mask):
+        obs = inner(mask)
+        narrowed.append(obs is not None)
+        return obs
+
+    env._reset_narrowed = spy
+    return narrowed
+
+
+def _assert_state_rows_equal(big, small, mask: torch.Tensor):
+    """Every per-env tensor of the VMAS env ``big`` holds, in the rows ``mask``, what ``small`` (the same scenario
+    with ``mask.sum()`` envs) holds in the same place."""
+    ours, theirs = _walk([big])[0], _walk([small])[0]
+    assert [type(c).__name__ for c, _ in ours] == [type(c).__name__ for c, _ in theirs]
+    compared = 0
+    for (container, members), (_, twin_members) in zip(ours, theirs):
+        for (key, value), (_, twin) in zip(_items(members), _items(twin_members)):
+            if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == big.num_envs:
+                assert torch.equal(value[mask], twin), f"{type(container).__name__}.{key} differs"
+                compared += 1
+    assert compared
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_partial_reset_of_many_envs_resets_a_world_of_those_envs(name):
+    """From 16 envs up, the envs reset start exactly where a batched reset of as many envs puts them, all their
+    state included; the others stay bit for bit those of a twin never reset."""
+    num_envs, kwargs = 24, TWIN_KWARGS.get(name, {})
+    mask = torch.arange(num_envs) % 3 == 0
+    env, kept = (VmasEnv(name, num_envs=num_envs, seed=1, **kwargs) for _ in range(2))
+    narrowed = _narrowing_spy(env)
+    td, kept_td = env.reset(), kept.reset()
+    td = env.reset(td.set("_reset", mask.unsqueeze(-1)))
+    assert narrowed == [name not in NOT_NARROWED]
+    for key in kept_td.keys(True, True):
+        assert torch.equal(td[key][~mask], kept_td[key][~mask]), f"{key} differs from the twin never reset"
+    if name not in NOT_NARROWED:
+        small = VmasEnv(name, num_envs=int(mask.sum()), seed=1, **kwargs)
+        small_td = small.reset(small.reset().set("_reset", torch.ones(small.num_envs, 1, dtype=torch.bool)))
+        for key in small_td.keys(True, True):
+            assert torch.equal(td[key][mask], small_td[key]), f"{key} differs from the batched reset of as many envs"
+        _assert_state_rows_equal(env.vmas_env, small.vmas_env, mask)
+    generator = torch.Generator().manual_seed(0)
+    for t in range(3):
+        actions = env.full_action_spec.rand(generator=generator)
+        td, kept_td = (twin.step(actions.clone())["next"] for twin in (env, kept))
+        for key in kept_td.keys(True, True):
+            assert torch.equal(td[key][~mask], kept_td[key][~mask]), f"{key} differs at step {t}"
+
+
+@pytest.mark.parametrize("name", sorted(NOT_NARROWED))
+def test_a_reset_that_cannot_be_narrowed_leaves_no_trace(name):
+    """A narrowed reset that gives up leaves state and random stream as they were: the env goes on exactly as a
+    twin that never tries would."""
+    num_envs, kwargs = 24, TWIN_KWARGS.get(name, {})
+    env, never = (VmasEnv(name, num_envs=num_envs, seed=1, **kwargs) for _ in range(2))
+    never._reset_narrowed = lambda mask: None
+    narrowed = _narrowing_spy(env)
+    td, never_td = env.reset(), never.reset()
+    generator = torch.Generator().manual_seed(0)
+    for t in range(4):
+        if t in (0, 2):
+            mask = (torch.arange(num_envs) + t) % 3 == 0
+            td = env.reset(td.set("_reset", mask.unsqueeze(-1)))
+            never_td = never.reset(never_td.set("_reset", mask.unsqueeze(-1)))
+            assert (td == never_td).all(), f"the reset's output differs at step {t}"
+        actions = env.full_action_spec.rand(generator=generator)
+        td, never_td = (twin.step(actions.clone())["next"] for twin in (env, never))
+        assert (td == never_td).all(), f"step {t} differs"
+    assert narrowed == [False, False]
+
+
+class _World:
+    """A stand-in for a VMAS world of ``n`` envs: per-env actions, forces viewing them, an expanded gravity."""
+
+    def __init__(self, n: int):
+        self._batch_dim = n
+        self.action = torch.arange(n * 3.0).reshape(n, 3)
+        self.force = self.action[:, :2]
+        self.gravity = torch.tensor([0.0, -1.0]).expand(n, 2)
+        self.weights = torch.ones(3)
+
+
+def test_narrowed_world_writes_the_rows_back_and_keeps_views_views():
+    world, index = _World(6), torch.tensor([1, 4])
+    action, force, gravity = world.action, world.force, world.gravity
+    narrowed = NarrowedWorld([world], 6, index)
+    assert narrowed.feasible
+    narrowed.narrow()
+    assert world._batch_dim == 2 and world.action.shape == (2, 3) and torch.equal(world.action, action[index])
+    assert torch.equal(world.force, force[index]) and world.gravity.shape == (2, 2)
+    world.action = torch.full((2, 3), -1.0)  # a reset: fresh tensors everywhere
+    world.force = world.action[:, :2]
+    world.gravity = torch.full((2, 2), 5.0)
+    assert narrowed.widen()
+    assert world._batch_dim == 6 and world.action is action and world.force is force
+    expected = torch.arange(18.0).reshape(6, 3)
+    expected[index] = -1.0
+    assert torch.equal(action, expected) and torch.equal(force, expected[:, :2])
+    assert world.gravity is not gravity and gravity.stride(0) == 0  # the expanded original, replaced by a copy
+    assert torch.equal(world.gravity[index], torch.full((2, 2), 5.0))
+    assert torch.equal(world.gravity[[0, 2, 3, 5]], torch.tensor([[0.0, -1.0]]).expand(4, 2))
+
+
+def test_narrowed_world_puts_everything_back_when_it_cannot_widen():
+    index = torch.tensor([0, 3])
+    for reset in (
+        lambda w: w.weights.mul_(2),  # shared state changed
+        lambda w: setattr(w, "force", torch.ones(2, 2)),  # views set apart to different values
+        lambda w: setattr(w, "action", torch.zeros(6, 3)),  # the wrong batch size
+        lambda w: setattr(w, "gravity", None),
+    ):
+        world = _World(6)
+        action, force, gravity = world.action, world.force, world.gravity
+        narrowed = NarrowedWorld([world], 6, index)
+        narrowed.narrow()
+        world.action = torch.zeros(2, 3)
+        reset(world)
+        assert not narrowed.widen()
+        assert world._batch_dim == 6 and world.action is action and world.force is force
+        assert world.gravity is gravity and torch.equal(world.weights, torch.ones(3))
+        assert torch.equal(action, torch.arange(18.0).reshape(6, 3))
+
+
+def test_narrowed_world_is_not_feasible_for_state_it_cannot_stand_for():
+    rows = torch.zeros(6, 4)
+    for extra in ([object() for _ in range(6)], np.zeros((6, 2)), torch.zeros(6, 2, requires_grad=True),
+                  (rows[:, :2], rows.view(-1)[2:14].view(6, 2))):  # the second does not view rows.rows
+        world = _World(6)
+        world.extra = list(extra) if isinstance(extra, tuple) else extra
+        assert not NarrowedWorld([world], 6, torch.tensor([2])).feasible
+    assert NarrowedWorld([_World(6)], 6, torch.tensor([2])).feasible
+
+
+class _Holder:
+    """A stand-in for VMAS state: per-env rows, a shared int and a shared tensor."""
+
+    def __init__(self, num_envs: int):
+        self.pos = torch.arange(num_envs * 2.0).reshape(num_envs, 2)
+        self.count = 0
+        self.weights = torch.ones(3)
+
+
+def test_state_merge_reports_whether_it_restored_shared_state():
+    mask = torch.tensor([True, False, False, True])
+    holder = _Holder(4)
+    before = holder.pos.clone()
+    snapshot = StateSnapshot([holder], 4)
+    holder.pos = holder.pos + 100  # a reset writes fresh rows everywhere
+    assert snapshot.merge(mask) is False
+    assert torch.equal(holder.pos, torch.where(mask.unsqueeze(-1), before + 100, before))
+    for change in (lambda h: setattr(h, "count", 1), lambda h: h.weights.mul_(2), lambda h: setattr(h, "pos", None)):
+        holder = _Holder(4)
+        snapshot = StateSnapshot([holder], 4)
+        change(holder)
+        assert snapshot.merge(mask) is True
+        assert holder.count == 0 and torch.equal(holder.weights, torch.ones(3))
+        assert torch.equal(holder.pos, torch.arange(8.0).reshape(4, 2))
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_partial_reset_takes_the_reset_observations_only_where_exact(name):
+    """A partial reset uses the observations VMAS's batched reset computes unless that reset changed shared state;
+    either way the data and the state that follows are those of the long way (observations computed after
+    the shared state is put back), bit for bit, the second reset included."""
+    num_envs, kwargs = 7, TWIN_KWARGS.get(name, {})
+    env, long_way = (VmasEnv(name, num_envs=num_envs, seed=1, **kwargs) for _ in range(2))
+    long_way._reset_obs_exact = False
+    td, long_td = env.reset(), long_way.reset()
+    generator = torch.Generator().manual_seed(0)
+    for t in range(6):
+        actions = env.full_action_spec.rand(generator=generator)
+        if t in (2, 4):
+            mask = (torch.arange(num_envs) + t) % 3 == 0
+            td = env.reset(td.set("_reset", mask.unsqueeze(-1)))
+            long_td = long_way.reset(long_td.set("_reset", mask.unsqueeze(-1)))
+            assert (td == long_td).all(), f"the reset's output differs at step {t}"
+        td, long_td = (twin.step(actions.clone())["next"] for twin in (env, long_way))
+        assert (td == long_td).all(), f"step {t} differs"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -294,6 +493,46 @@ class CountdownScenario(BaseScenario):
 
     def info(self, agent):
         return {"t": self.t}
+
+
+def test_each_partial_reset_is_narrowed_unless_it_cannot_be():
+    """simple_speaker_listener's reset draws which landmark is every env's goal: a partial reset that changes it
+    cannot be narrowed, the next one can again."""
+    env = VmasEnv("simple_speaker_listener", num_envs=24, seed=1)
+    env.set_seed(0)
+    narrowed, td = _narrowing_spy(env), env.reset()
+    for _ in range(8):
+        td = env.step(env.rand_action(td))["next"]
+        td = env.reset(td.set("_reset", (torch.arange(24) % 4 == 0).unsqueeze(-1)))
+    assert False in narrowed and True in narrowed[narrowed.index(False):]
+
+
+class FullBatchScenario(CountdownScenario):
+    """A reset that only runs on the batch size the world was built with."""
+
+    def make_world(self, batch_dim, device, **kwargs):
+        self.built_for = batch_dim
+        return super().make_world(batch_dim, device, **kwargs)
+
+    def reset_world_at(self, env_index=None):
+        if self.world.batch_dim != self.built_for:
+            raise RuntimeError("this reset needs the full batch")
+        super().reset_world_at(env_index)
+
+
+def test_narrowed_partial_reset_of_dict_observations_and_a_reset_that_raises():
+    mask = torch.arange(16) % 5 == 0
+    for scenario, narrowable in ((CountdownScenario, True), (FullBatchScenario, False)):
+        env = VmasEnv(scenario, num_envs=16, seed=0)
+        narrowed = _narrowing_spy(env)
+        td = env.step(env.rand_action(env.reset()))["next"]
+        before = td["agents", "observation", "pos"].clone()
+        td = env.reset(td.set("_reset", mask.unsqueeze(-1)))
+        assert narrowed == [narrowable]
+        assert td["agents", "observation", "clock", "t"][:, 0, 0].tolist() == [0.0 if m else 1.0 for m in mask]
+        pos = td["agents", "observation", "pos"]
+        assert torch.equal(pos[~mask], before[~mask]) and not torch.equal(pos[mask], before[mask])
+        assert torch.equal(env.vmas_env.agents[0].state.pos, pos[:, 0])
 
 
 def test_dict_observations_are_nested_specs_and_a_scenario_object_works():

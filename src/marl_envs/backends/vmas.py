@@ -43,7 +43,7 @@ from groupings import GroupMap, MarlGroupMapType
 from .._env import EnvBase
 from .._validate import check_kwargs, unknown_name
 from ..specs import Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
-from ._vmas_state import RngStreams, StateSnapshot
+from ._vmas_state import NarrowedWorld, RngStreams, StateSnapshot
 
 __all__ = ["VmasEnv", "VmasWrapper", "env_names", "make_env"]
 
@@ -52,6 +52,9 @@ _MAKE_ENV_OPTIONS = (
     "wrapper", "wrapper_kwargs", "dict_spaces", "clamp_actions", "grad_enabled", "terminated_truncated",
 )
 _UNUSED_KWARGS_WARNING = "passed but not used by the scenario"
+# From this many envs up, a partial reset resets a world narrowed to the envs being reset. Below it a full reset
+# costs little, and the batch size can equal a fixed dim of the state (positions are 2-d) and be taken for it.
+_NARROW_MIN_ENVS = 16
 
 
 def env_names() -> list[str]:
@@ -107,6 +110,16 @@ def _per_agent(values: Sequence | Mapping, names: list[str]) -> list:
     return [values[name] for name in names] if isinstance(values, Mapping) else list(values)
 
 
+def _widen(values: Any, index: torch.Tensor, batch: int) -> Any:
+    """Observations of the envs ``index`` (per-agent lists or dicts of ``(len(index), ...)`` tensors) at batch size
+    ``batch``, zeros in the other rows."""
+    if isinstance(values, Mapping):
+        return {key: _widen(value, index, batch) for key, value in values.items()}
+    if isinstance(values, (list, tuple)):
+        return [_widen(value, index, batch) for value in values]
+    return values.new_zeros((batch, *values.shape[1:])).index_copy_(0, index, values)
+
+
 def _stack(values: list, dim: int = 1) -> Any:
     """Stack per-agent tensors (or dicts of them, recursively) along the agent dim."""
     if isinstance(values[0], Mapping):
@@ -125,8 +138,12 @@ class VmasWrapper(EnvBase):
     to the VMAS agents by name, whatever the group order.
 
     Partial resets (``_reset`` on some envs, and the auto-reset of ``step_and_maybe_reset``) are vectorized: one
-    batched VMAS reset whose result is merged into the selected envs only, every other env's state kept
-    bit for bit (see ``marl_envs.backends._vmas_state``). They draw from a random stream of their own, so
+    batched VMAS reset, every other env's state kept bit for bit (see ``marl_envs.backends._vmas_state``). With
+    16 envs or more it resets a world narrowed to the envs being reset, costing what a reset of that many envs
+    costs, and they start where a batched reset of as many envs would put them; with fewer envs, or for a
+    scenario whose state or reset a narrowed world cannot hold (state shared by all envs that the reset
+    changes, per-env lists), every env is reset and only the selected rows kept: they start in the rows a
+    batched reset of every env draws. They draw from a random stream of their own, so
     resetting some envs never changes what the others do next. State a scenario shares between its envs
     (``het_mass``'s masses, the colours MPE scenarios draw, ``road_traffic``'s history pointers) is kept as the
     envs not reset have it: raw ``reset_at`` would change it under every env. Two limits no reset can lift:
@@ -181,6 +198,7 @@ class VmasWrapper(EnvBase):
         # the seed only (some scenarios keep state that VMAS's own reset leaves alone, e.g. wind_flocking).
         self._pristine = StateSnapshot([env], self.num_envs)
         self._no_env = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._reset_obs_exact = True  # a partial reset of every env may use the observations it computes
         self._declare_specs(self._group_agents(agent_specs, group_map))
         names = self.agent_names
         self._groups = {group: [names.index(a) for a in members] for group, members in self.group_map.items()}
@@ -233,13 +251,59 @@ class VmasWrapper(EnvBase):
             with self._rng.use("main" if mask is None else "reset"):
                 obs = env.reset(return_observations=True)
             return self._output(obs)
+        return self._output(self._reset_some(mask))
+
+    def _reset_some(self, mask: torch.Tensor) -> list:
+        """Reset the envs ``mask`` selects (some, not all) with one batched VMAS reset; their observations.
+
+        From ``_NARROW_MIN_ENVS`` envs up, the reset runs on a world narrowed to those envs unless this reset
+        cannot; else every env is reset and the rows reset merged.
+        """
+        if self.num_envs >= _NARROW_MIN_ENVS:
+            obs = self._reset_narrowed(mask)
+            if obs is not None:
+                return obs
+        env = self._env
         snapshot = StateSnapshot([env], self.num_envs)
+        if self._reset_obs_exact:
+            # The reset's own observations hold those of the envs reset as long as it changed no shared state
+            # (an env's observation reads its own rows and shared state only): then one merge also drops the
+            # side effects of computing them on the other envs. A reset that did change shared state is undone,
+            # random stream included, and done again the long way (from then on, for this env).
+            stream = list(self._rng.reset)
+            with self._rng.use("reset"):
+                obs = env.reset(return_observations=True)
+                if not snapshot.merge(mask):
+                    return obs
+            snapshot.merge(self._no_env)
+            self._rng.reset, self._reset_obs_exact = stream, False
         with self._rng.use("reset"):
             env.reset(return_observations=False)
             snapshot.merge(mask)  # shared state back before the observations are computed from it
             obs = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False, get_dones=False)[0]
             snapshot.merge(mask)  # drop side effects of computing them on the envs not reset
-        return self._output(obs)
+        return obs
+
+    def _reset_narrowed(self, mask: torch.Tensor) -> list | None:
+        """Reset the envs ``mask`` selects as a VMAS world of those envs only (``NarrowedWorld``): the cost of a
+        reset of that many envs. Their observations at full batch size (zeros elsewhere); None, everything left
+        as it was, random stream included, if the scenario's state or reset does not allow it."""
+        index = mask.nonzero().squeeze(1)
+        world = NarrowedWorld([self._env], self.num_envs, index)
+        if not world.feasible:
+            return None
+        stream = list(self._rng.reset)
+        world.narrow()
+        try:
+            with self._rng.use("reset"):
+                obs = self._env.reset(return_observations=True)
+        except Exception:  # a scenario whose reset needs the full batch: the full reset next raises real errors
+            world.restore()
+            obs = None
+        if obs is not None and world.widen():
+            return _widen(obs, index, self.num_envs)
+        self._rng.reset = stream
+        return None
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         actions = self.vmas_actions(tensordict)
