@@ -16,7 +16,7 @@ import numpy as np
 
 from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, ObsLayout
 
-__all__ = ["Buffers", "Group", "Layout", "Shard", "dead_message", "state_of"]
+__all__ = ["Buffers", "Frame", "Group", "Layout", "Shard", "dead_message", "state_of"]
 
 Alloc = Callable[[tuple[int, ...], Any], np.ndarray]
 
@@ -45,6 +45,7 @@ class Layout:
     use_mask: bool
     state_shape: tuple[int, ...] | None  # None: no root "state"
     state_dtype: Any = None
+    done_on_any: bool = True  # an env is done when any agent is (else when all are): the rule of the root done
 
     @property
     def slots(self) -> list[tuple[int, int]]:
@@ -53,11 +54,11 @@ class Layout:
         return [where[agent] for agent in self.agents]
 
 
-class Buffers:
-    """The arrays of one reset or step (``obs``, ``infos``, ``action_mask``, ``reward``, ``acting``, ``state``)
-    and of the episode so far (``term``, ``trunc``, ``seen``, ``live``), all with the batch first."""
+class Frame:
+    """The arrays one reset or one step writes (``obs``, ``infos``, ``action_mask``, ``reward``, ``acting``,
+    ``state``, and the agents' ``term`` / ``trunc`` flags as they stood after it), all with the batch first."""
 
-    def __init__(self, layout: Layout, num_envs: int, alloc: Alloc = np.zeros):
+    def __init__(self, layout: Layout, num_envs: int, alloc: Alloc):
         B, N = num_envs, len(layout.agents)
         self.obs = [[alloc((B, len(g.agents), *leaf.shape), leaf.dtype) for leaf in g.obs.leaves]
                     for g in layout.groups]
@@ -67,12 +68,10 @@ class Buffers:
         self.reward = alloc((B, N), np.float32)
         self.acting = alloc((B, N), bool)
         self.state = None if layout.state_shape is None else alloc((B, *layout.state_shape), layout.state_dtype)
-        self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)  # last end flags, kept once an agent left
-        self.seen = alloc((B, N), bool)  # the agent has been in this episode
-        self.live = alloc((B, N), bool)  # the agent is in the instance's ``agents`` now
+        self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
 
     def clear(self, lo: int, hi: int) -> None:
-        """Rows ``[lo, hi)`` of the per-call arrays back to their defaults (zeros; action masks all True)."""
+        """Rows ``[lo, hi)`` back to their defaults (zeros; action masks all True)."""
         for array in [*(a for group in self.obs + self.infos for a in group), self.reward, self.acting]:
             array[lo:hi] = 0
         for mask in self.action_mask:
@@ -80,6 +79,29 @@ class Buffers:
                 mask[lo:hi] = True
         if self.state is not None:
             self.state[lo:hi] = 0
+
+
+class Buffers:
+    """Everything the wrapper and the shards exchange, with the batch first.
+
+    In: ``actions`` (per group, the codec's wire array; None for ``Dict`` action spaces, whose decoded values
+    are passed along instead) and ``ends`` (rows to reset after a fused step whatever their flags:
+    ``max_steps``). Out: the frames of the last step and of the last reset (``step``, ``reset``; a fused
+    step-and-reset writes both) and ``reset_rows``, the rows the last fused step-and-reset reset. Kept: the
+    episodes' flags (``term``, ``trunc``: last end flags, kept once an agent left; ``seen``: the agent has been in
+    this episode; ``live``: it is in the instance's ``agents`` now).
+    """
+
+    def __init__(self, layout: Layout, num_envs: int, alloc: Alloc = np.zeros):
+        B, N = num_envs, len(layout.agents)
+        self.actions = [None if g.codec.wire_shape is None else
+                        alloc((B, len(g.agents), *g.codec.wire_shape), g.codec.wire_dtype) for g in layout.groups]
+        self.ends = alloc((B,), bool)
+        self.step, self.reset = Frame(layout, B, alloc), Frame(layout, B, alloc)
+        self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
+        self.seen = alloc((B, N), bool)
+        self.live = alloc((B, N), bool)
+        self.reset_rows = alloc((B,), bool)
 
 
 def state_of(env: Any) -> np.ndarray:
@@ -104,20 +126,50 @@ class Shard:
         self.current = lo
 
     def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
-        """Reset the instances of ``rows`` (global batch indices inside this shard) with ``seeds``."""
-        buffers = self.buffers
-        buffers.clear(self.lo, self.hi)
+        """Reset the instances of ``rows`` (global batch indices inside this shard) with ``seeds``, into the reset
+        frame."""
+        frame = self.buffers.reset
+        frame.clear(self.lo, self.hi)
         for i, seed in zip(rows, seeds):
-            self.current = i
-            buffers.term[i] = buffers.trunc[i] = buffers.seen[i] = False
-            self._write(i, self._reset_instance(self.instances[i - self.lo], seed))
+            self._reset_row(frame, i, seed)
+        self._flags(frame)
 
-    def step(self, actions: Sequence[Sequence]) -> None:
-        """Step every instance; ``actions[gi][i - lo][j]``: the action of agent ``j`` of group ``gi`` in row ``i``."""
-        self.buffers.clear(self.lo, self.hi)
-        for i in range(self.lo, self.hi):
+    def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
+        """Step every instance with the actions in ``buffers.actions`` (``decoded[gi][i - lo][j]`` for the groups
+        without a wire array) into the step frame."""
+        b, lo, hi = self.buffers, self.lo, self.hi
+        actions = [g.codec.unwire(wire[lo:hi].copy()) if wire is not None else decoded[gi]  # the env owns a copy
+                   for gi, (g, wire) in enumerate(zip(self.layout.groups, b.actions))]
+        frame = b.step
+        frame.clear(lo, hi)
+        for i in range(lo, hi):
             self.current = i  # the row a failure is reported for
-            self._write(i, self._step_instance(self.instances[i - self.lo], [group[i - self.lo] for group in actions]))
+            self._write(frame, i, self._step_instance(self.instances[i - lo], [group[i - lo] for group in actions]))
+        self._flags(frame)
+
+    def step_reset(self, decoded: Sequence[Sequence | None] | None = None,
+                   seeds: Sequence[int | None] | None = None) -> None:
+        """``step``, then ``reset`` the rows it ended (by the root done rule: ``layout.done_on_any``) and those
+        ``buffers.ends`` marks, writing them to ``buffers.reset_rows``; ``seeds[i - lo]``: the seed of row ``i``'s
+        reset (``seeds`` None: every reset unseeded)."""
+        self.step(decoded)
+        b, lo, hi = self.buffers, self.lo, self.hi
+        ended = b.step.term[lo:hi] | b.step.trunc[lo:hi]
+        rows = (ended.any(1) if self.layout.done_on_any else ended.all(1)) | b.ends[lo:hi]
+        b.reset_rows[lo:hi] = rows
+        ended = np.flatnonzero(rows).tolist()
+        self.reset([lo + i for i in ended], [None] * len(ended) if seeds is None else [seeds[i] for i in ended])
+
+    def _flags(self, frame: Frame) -> None:
+        """The episodes' end flags of this shard's rows as they stand now, into ``frame``."""
+        b, lo, hi = self.buffers, self.lo, self.hi
+        frame.term[lo:hi], frame.trunc[lo:hi] = b.term[lo:hi], b.trunc[lo:hi]
+
+    def _reset_row(self, frame: Frame, i: int, seed: int | None) -> None:
+        self.current = i
+        b = self.buffers
+        b.term[i] = b.trunc[i] = b.seen[i] = False
+        self._write(frame, i, self._reset_instance(self.instances[i - self.lo], seed))
 
     # -- one instance: PettingZoo's dicts ------------------------------------------------------------
     def _record(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> tuple:
@@ -145,41 +197,44 @@ class Shard:
         env.step(None if env.terminations[agent] or env.truncations[agent] else actions[gi][j])
         return self._aec_record(env)
 
-    def _write(self, i: int, record: tuple) -> None:
-        """Row ``i`` of the buffers from one instance's record."""
-        layout, b = self.layout, self.buffers
-        agent_obs, rewards, terms, truncs, agent_infos, live, env = record
-        b.live[i] = False
+    def _write(self, f: Frame, i: int, record: tuple) -> None:
+        """Row ``i`` of frame ``f`` (and of the episode flags) from one instance's record."""
+        layout, b, position = self.layout, self.buffers, self.position
+        agent_obs, rewards, terms, truncs, agent_infos, acting, env = record
+        live, term, trunc, seen = b.live[i], b.term[i], b.trunc[i], b.seen[i]  # row views
+        live[:] = False
         for agent in env.agents:
-            b.live[i, self.position[agent]] = True
-        for agent in live:
-            b.acting[i, self.position[agent]] = True
+            live[position[agent]] = True
+        acts = f.acting[i]
+        for agent in acting:
+            acts[position[agent]] = True
+        reward = f.reward[i]
         for k, agent in enumerate(layout.agents):
             value = agent_obs.get(agent)
             if value is None:  # not (or no longer) in the episode
                 if not layout.use_mask:
                     raise ValueError(dead_message(i, [agent]))
-                if b.seen[i, k] and not (b.term[i, k] or b.trunc[i, k]):
-                    b.term[i, k] = True  # left without saying why
+                if seen[k] and not (term[k] or trunc[k]):
+                    term[k] = True  # left without saying why
                 continue
             gi, j = layout.slots[k]
             g = layout.groups[gi]
-            for leaf, buf in zip(g.obs.leaves, b.obs[gi]):
+            for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
                 buf[i, j] = leaf.read(value)
-            b.seen[i, k] = True
-            b.term[i, k] = terms.get(agent, False)
-            b.trunc[i, k] = truncs.get(agent, False)
-            b.reward[i, k] = rewards.get(agent, 0.0)
+            seen[k] = True
+            term[k] = terms.get(agent, False)
+            trunc[k] = truncs.get(agent, False)
+            reward[k] = rewards.get(agent, 0.0)
             info = agent_infos.get(agent) or {}
-            for (key, _), buf in zip(g.info, b.infos[gi]):
+            for (key, _), buf in zip(g.info, f.infos[gi]):
                 if key in info:
                     buf[i, j] = info[key]
-            if g.mask_shape is not None and b.acting[i, k]:
+            if g.mask_shape is not None and acts[k]:
                 mask = info.get(ACTION_MASK) if g.mask_from_info else g.obs.mask_leaf.read(value)
                 if mask is not None:
-                    b.action_mask[gi][i, j] = mask
-        if b.state is not None:
-            b.state[i] = state_of(env)
+                    f.action_mask[gi][i, j] = mask
+        if f.state is not None:
+            f.state[i] = state_of(env)
 
     def render(self, i: int) -> Any:
         return self.instances[i - self.lo].render()

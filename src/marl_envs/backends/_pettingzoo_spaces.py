@@ -134,28 +134,44 @@ def obs_layout(space: spaces.Space) -> ObsLayout:
 
 
 class ActionCodec:
-    """Turns a group's action entry (tensor or TensorDict, batch ``(B, n)``) into ``values[i][j]``."""
+    """Turns a group's action entry (tensor or TensorDict, batch ``(B, n)``) into ``values[i][j]``, the values
+    PettingZoo takes, through one array per group (``wire``; not for ``Dict`` spaces) that can sit in a buffer."""
 
     def __init__(self, space: spaces.Space, categorical: bool):
         self.space = space
         self.categorical = categorical
+        self.children = None
         if isinstance(space, spaces.Dict):
             self.children = {key: ActionCodec(sub, categorical) for key, sub in space.spaces.items()}
+            self.wire_shape = self.wire_dtype = None  #: one agent's wire array; None: no wire (Dict)
+        elif isinstance(space, spaces.Discrete):
+            self.wire_shape, self.wire_dtype = (), np.dtype(np.int64)
+        else:  # Box, MultiDiscrete, MultiBinary: the space's own shape and dtype
+            self.wire_shape, self.wire_dtype = tuple(space.shape), np.dtype(space.dtype)
 
     def decode(self, action) -> Sequence[Sequence]:
-        space = self.space
-        if isinstance(space, spaces.Dict):
+        if self.children is not None:
             parts = {key: codec.decode(action.get(key)) for key, codec in self.children.items()}
             B, n = action.batch_size[:2]
             return [[{key: part[i][j] for key, part in parts.items()} for j in range(n)] for i in range(B)]
+        return self.unwire(self.wire(action))
+
+    def wire(self, action: torch.Tensor) -> np.ndarray:
+        """``(B, n, *wire_shape)`` values of ``wire_dtype``: indices (shifted by ``start``) or the space's values."""
+        space = self.space
         action = action.detach()
         if isinstance(space, spaces.Discrete):
             if not self.categorical:
                 action = action.argmax(-1)
             if space.start:
                 action = action + int(space.start)
-            return action.tolist()  # Python ints, as a hand-written PettingZoo loop passes them
+            return action.cpu().numpy()
         values = action.cpu().numpy()
         if isinstance(space, spaces.MultiDiscrete):
-            return (values + np.asarray(space.start)).astype(space.dtype)
-        return values.astype(space.dtype, copy=True)  # Box / MultiBinary: the env owns its copy
+            values = values + np.asarray(space.start)
+        return values.astype(space.dtype)
+
+    def unwire(self, values: np.ndarray) -> Sequence[Sequence]:
+        """``values[i][j]`` from a wire array the caller owns: Python ints for ``Discrete`` (as a hand-written
+        PettingZoo loop passes them), else views of ``values``."""
+        return values.tolist() if isinstance(self.space, spaces.Discrete) else values

@@ -24,7 +24,7 @@ from groupings import GroupMap, MarlGroupMapType
 from .._agents import nest_keys
 from .._env import EnvBase
 from ..specs import Binary, Composite, Unbounded
-from ._pettingzoo_shard import Buffers, Group, Layout, Shard, dead_message, state_of
+from ._pettingzoo_shard import Buffers, Frame, Group, Layout, Shard, dead_message, state_of
 from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, obs_layout, space_spec
 from ._pettingzoo_tasks import quiet_import, resolve_task, tasks
 from ._pettingzoo_workers import WorkerPool, shared_zeros
@@ -142,7 +142,7 @@ class PettingZooWrapper(EnvBase):
             self._state_shape, self._state_dtype = state.shape, (np.float32 if state.dtype.kind == "f" else state.dtype)
         self._groups = self._build_groups(group_map, infos, first)
         layout = Layout(tuple(self._agents), tuple(self._groups), self.parallel, self.use_mask, self._state_shape,
-                        self._state_dtype)
+                        self._state_dtype, self.done_on_any)
         self._buffers = Buffers(layout, num_envs, shared_zeros if num_workers else np.zeros)
         if num_workers:
             first.close()  # a probe: the workers build the instances
@@ -276,20 +276,49 @@ class PettingZooWrapper(EnvBase):
         for i in rows:
             self._seeds[i] = None
         self._runner.reset(rows, seeds)
-        return self._to_tensordict(with_reward=False)
+        return self._to_tensordict(self._buffers.reset)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        actions = [g.codec.decode(tensordict.get((g.name, "action"))) for g in self._groups]
-        self._check_can_step()
-        self._runner.step(actions)
-        return self._to_tensordict(with_reward=True)
+        self._runner.step(self._load_actions(tensordict))
+        return self._to_tensordict(self._buffers.step, with_reward=True)
 
-    def _to_tensordict(self, with_reward: bool) -> TensorDictBase:
-        """The one output builder: the buffers the shards wrote -> one TensorDict (copied: the buffers are reused)."""
-        B, b = self.num_envs, self._buffers
-        obs, infos, action_mask, acting = b.obs, b.infos, b.action_mask, b.acting
-        reward = b.reward if with_reward else None
-        term, trunc = b.term.copy(), b.trunc.copy()
+    _fused_reset = True  # step_and_maybe_reset steps and resets the instances in one pass (one call per worker)
+
+    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None
+                    ) -> tuple[TensorDictBase, TensorDictBase | None, torch.Tensor]:
+        b = self._buffers
+        decoded = self._load_actions(tensordict)
+        b.ends[:] = False if ends is None else ends.cpu().numpy()
+        seeded = any(seed is not None for seed in self._seeds)
+        self._runner.step_reset(decoded, self._seeds if seeded else None)
+        rows = torch.from_numpy(b.reset_rows.copy())
+        if seeded:
+            for i in rows.nonzero().flatten().tolist():
+                self._seeds[i] = None
+        fresh = self._to_tensordict(b.reset) if rows.any() else None  # read only where a row was reset
+        return self._to_tensordict(b.step, with_reward=True), fresh, rows.to(self.device)
+
+    def _load_actions(self, tensordict: TensorDictBase) -> list | None:
+        """Each group's actions into its wire buffer (a ``Dict`` action space's decoded values are returned
+        instead: ``[gi][i][j]``, None for the other groups; None if no group has one), after checking that the
+        instances can step."""
+        decoded = None
+        for gi, (g, wire) in enumerate(zip(self._groups, self._buffers.actions)):
+            action = tensordict.get((g.name, "action"))
+            if wire is not None:
+                wire[:] = g.codec.wire(action)
+            else:
+                decoded = decoded or [None] * len(self._groups)
+                decoded[gi] = g.codec.decode(action)
+        self._check_can_step()
+        return decoded
+
+    def _to_tensordict(self, frame: Frame, with_reward: bool = False) -> TensorDictBase:
+        """The one output builder: a frame the shards wrote -> one TensorDict (copied: the frames are reused)."""
+        B, f = self.num_envs, frame
+        obs, infos, action_mask, acting = f.obs, f.infos, f.action_mask, f.acting
+        reward = f.reward if with_reward else None
+        term, trunc = f.term.copy(), f.trunc.copy()
         out: dict[str, Any] = {}
         for gi, g in enumerate(self._groups):
             idx = g.index
@@ -311,8 +340,8 @@ class PettingZooWrapper(EnvBase):
             root_trunc = (term | trunc).all(1) & ~root_term
         out["terminated"] = torch.from_numpy(root_term[:, None])
         out["truncated"] = torch.from_numpy(root_trunc[:, None])
-        if b.state is not None:
-            out["state"] = torch.from_numpy(b.state.copy())
+        if f.state is not None:
+            out["state"] = torch.from_numpy(f.state.copy())
         td = TensorDict(out, batch_size=(B,))
         return td if self.device.type == "cpu" else td.to(self.device)
 
