@@ -72,7 +72,7 @@ class Group:
         if self.observation not in env.observation_keys:
             raise ValueError(f"{self.name}: no {self.observation!r} entry; observation keys are {env.observation_keys}")
         self.mask = at("action_mask") if at("action_mask") in env.observation_keys else None
-        # Groups without done flags of their own read the root ones, expanded to (..., n_agents, 1) for GAE.
+        # GAE reads the root done flags, expanded to (..., n_agents, 1), or-ed with the group's own if it has them.
         self.own_done = at("done") in env.done_keys
         self.done = at("done") if self.prefix else "done"
         self.terminated = at("terminated") if self.prefix else "terminated"
@@ -133,12 +133,17 @@ def make_env(args):
 
 
 def expand_done(data, groups: list[Group]) -> None:
-    """Give groups without their own done flags the root ones, shaped like their rewards (what GAE reads)."""
+    """Give each group the root done flags, shaped like its rewards (what GAE reads); a group with done flags of
+    its own gets them or-ed in, since an agent's own flag may stay False where the env's episode ends (a SMAX unit
+    alive when its side wins)."""
     for g in groups:
-        if g.prefix and not g.own_done:
+        if g.prefix:
             shape = data.get(("next", *as_tuple(g.reward))).shape
             for name, key in (("done", g.done), ("terminated", g.terminated)):
-                data.set(("next", *as_tuple(key)), data.get(("next", name)).unsqueeze(-1).expand(shape))
+                flag = data.get(("next", name)).unsqueeze(-1).expand(shape)
+                if g.own_done:
+                    flag = flag | data.get(("next", *as_tuple(key)))
+                data.set(("next", *as_tuple(key)), flag)
 
 
 def episode_rewards(data, groups: list[Group]) -> dict[str, float]:

@@ -37,19 +37,28 @@ def _like(flag: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return flag.expand_as(target).float()
 
 
+def _ended(data: TensorDictBase, key: NestedKey, like: torch.Tensor) -> torch.Tensor:
+    """``("next", *key)`` or-ed with the root flag of the same name, as float shaped like ``like``."""
+    name = as_tuple(key)
+    flag = _like(data.get(("next", *name)), like)
+    return torch.maximum(flag, _like(data.get(("next", name[-1])), like)) if len(name) > 1 else flag
+
+
 @torch.no_grad()
 def gae(data: TensorDictBase, keys: GroupKeys, critic: TensorDictModule, gamma: float, lmbda: float) -> None:
     """Generalised advantage estimation over a (B, T) batch, in place.
 
     The chain is cut where an episode ended (``done``) and the next value is bootstrapped unless the episode
     terminated: a truncated episode (time limit) keeps the value of its last observation, which the env keeps
-    in ``data["next"]``.
+    in ``data["next"]``. A group with done flags of its own (agents that end separately) also ends wherever the
+    env's episode ends: the root flags are or-ed in, since an agent's own flag may stay False at the env's end
+    (a SMAX unit alive when its side wins; a PettingZoo agent when another one's end ends the env).
     """
     value = critic(data.clone(False)).get(keys.value)
     next_value = critic(data.get("next").clone(False)).get(keys.value)
     reward = data.get(("next", *as_tuple(keys.reward)))
-    done = _like(data.get(("next", *as_tuple(keys.done))), reward)
-    terminated = _like(data.get(("next", *as_tuple(keys.terminated))), reward)
+    done = _ended(data, keys.done, reward)
+    terminated = _ended(data, keys.terminated, reward)
     delta = reward + gamma * next_value * (1 - terminated) - value
     advantage = torch.zeros_like(delta)
     running = torch.zeros_like(delta[:, 0])

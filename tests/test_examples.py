@@ -59,6 +59,56 @@ def test_single_agent_root_keys(tmp_path):
     _check_outputs(_run(tmp_path, "test/drift", ["--env-kwargs", "single_agent=True", "max_steps=10"]), "test/drift")
 
 
+def test_gae_ends_every_agent_where_the_env_episode_ends():
+    """A group with its own done flags: an agent whose own flag stays False when the env's episode terminates
+    (a SMAX unit alive when its side wins) is not bootstrapped and its chain does not run into the next
+    episode."""
+    import torch
+    from ppo_loss import GroupKeys, gae
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+
+    flags = lambda *v: torch.tensor(v).view(1, 2, 1)  # noqa: E731  (B=1, T=2, 1)
+    agents = lambda *v: torch.tensor(v).view(1, 2, 1, 1).expand(1, 2, 2, 1).clone()  # noqa: E731  2 agents
+    next_ = TensorDict({"done": flags(True, False), "terminated": flags(True, False),
+                        "agents": TensorDict({"done": agents(False, False), "terminated": agents(False, False),
+                                              "reward": agents(0.0, 5.0), "observation": torch.zeros(1, 2, 2, 3)},
+                                             [1, 2, 2])}, [1, 2])
+    data = TensorDict({"agents": TensorDict({"observation": torch.zeros(1, 2, 2, 3)}, [1, 2, 2]), "next": next_},
+                      [1, 2])
+    critic = TensorDictModule(lambda obs: torch.ones(*obs.shape[:-1], 1), in_keys=[("agents", "observation")],
+                              out_keys=[("agents", "state_value")])
+    keys = GroupKeys(**{field: ("agents", name) for field, name in [
+        ("action", "action"), ("reward", "reward"), ("done", "done"), ("terminated", "terminated"),
+        ("sample", "action_sample"), ("log_prob", "action_log_prob"), ("value", "state_value"),
+        ("advantage", "advantage"), ("value_target", "value_target")]})
+    gae(data, keys, critic, gamma=0.5, lmbda=1.0)
+    # t=0: reward 0, no bootstrap (terminated), nothing from t=1's reward of 5: 0 - V = -1
+    assert torch.equal(data["agents", "advantage"][0, 0], torch.full((2, 1), -1.0))
+    # t=1: 5 + 0.5 * V - V
+    assert torch.equal(data["agents", "advantage"][0, 1], torch.full((2, 1), 4.5))
+
+
+def test_masked_policy_samples_and_scores_only_available_actions():
+    import torch
+
+    from marl_envs.specs import Categorical
+
+    torch.manual_seed(0)
+    policy = mappo.GroupPolicy(4, Categorical(6, (), dtype=torch.int64), hidden=8)
+    obs, mask = torch.randn(500, 3, 4), torch.rand(500, 3, 6) < 0.4
+    mask[..., 4] = True  # SMAX: stop is always available
+    action, sample, log_prob = policy(obs, mask)
+    assert mask.gather(-1, action.unsqueeze(-1)).all()
+    again, entropy = policy.evaluate(obs, sample, mask)
+    assert torch.allclose(again, log_prob)
+    only_stop = torch.zeros(6, dtype=torch.bool)
+    only_stop[4] = True
+    _, sample, log_prob = policy(obs[:1], only_stop.expand(1, 3, 6))  # a dead unit: one choice, certain
+    assert (sample == 4).all() and torch.allclose(log_prob, torch.zeros(1, 3, 1))
+    assert torch.isfinite(entropy).all() and (entropy <= torch.log(mask.sum(-1, keepdim=True).float()) + 1e-5).all()
+
+
 @pytest.mark.skipif(not marl_envs.backend_installed("vmas"), reason="needs the vmas extra")
 def test_vmas_navigation_writes_gif(tmp_path):
     mappo.main(["--env", "vmas/navigation", "--env-kwargs", "n_agents=2", "max_steps=10", "--out", str(tmp_path),
@@ -91,3 +141,21 @@ def test_mappo_torchrl_runs_tiny(mappo_torchrl, tmp_path, env, extra, groups):
     summary = _check_outputs(tmp_path, env, groups)
     assert summary["algorithm"] == ("IPPO" if "--ippo" in extra else "MAPPO")
     assert not any(value != value for value in (summary["final_mean_episode_reward"], summary["random_policy_reward"]))
+
+
+def test_mappo_torchrl_gae_flags_or_the_root_end_into_a_group_s_own(mappo_torchrl):
+    from types import SimpleNamespace
+
+    import torch
+    from tensordict import TensorDict
+
+    group = SimpleNamespace(prefix=("agents",), reward=("agents", "reward"), done=("agents", "done"),
+                            terminated=("agents", "terminated"), own_done=True)
+    own = torch.tensor([[True], [False], [False]]).expand(2, 3, 1).clone()  # agent 0 died; 1 and 2 alive
+    root = torch.tensor([[True], [False]])  # env 0's battle is over
+    data = TensorDict({"next": {"done": root, "terminated": root, "agents": TensorDict(
+        {"done": own, "terminated": own.clone(), "reward": torch.zeros(2, 3, 1)}, [2, 3])}}, [2])
+    mappo_torchrl.expand_done(data, [group])
+    for name in ("done", "terminated"):
+        assert data["next", "agents", name][0].all()  # every agent of env 0
+        assert data["next", "agents", name][1].flatten().tolist() == [True, False, False]  # env 1: own flags
