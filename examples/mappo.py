@@ -424,6 +424,10 @@ def train(args: argparse.Namespace, callback=None) -> dict:
             summary["gif"] = str(gif)
     env.close()
     if joined:
+        # DDP's reducer must go while its process group lives: freed after destroy_process_group (when train
+        # returns), its destructor can wait forever on the gloo group a faster rank has already left
+        del objective
+        dist.barrier()
         dist.destroy_process_group()
     return summary
 
