@@ -14,6 +14,13 @@ from ._pettingzoo_spaces import ACTION_MASK
 from .pettingzoo import PettingZooEnv, make_env
 
 
+def _raw(action) -> list:
+    """A ``(B, n, ...)`` tensor of actions as a raw loop holds them: ``[i][j]`` an int, or a float32 array."""
+    if action.is_floating_point():
+        return list(action.numpy().astype(np.float32))
+    return action.tolist()
+
+
 class _ByHand:
     """What a user writes without this library: step each instance with the same pre-drawn actions as Python
     values (parallel tasks; turn-based ones draw legal actions on the fly, as ours does), reset finished ones."""
@@ -26,7 +33,9 @@ class _ByHand:
         keys = env.action_keys
         self.where = {agent: (k, j) for k, members in enumerate(env.group_map.values())
                       for j, agent in enumerate(members)}
-        self.drawn = [[td.get(key).tolist() for key in keys] for td in plan]  # Python values, as a raw loop holds them
+        # as a raw loop holds them: discrete actions as Python ints, continuous ones as NumPy arrays (a list would
+        # cost gymnasium a cast and a warning per agent step)
+        self.drawn = [[_raw(td.get(key)) for key in keys] for td in plan]
         self.rng = np.random.default_rng(0)
 
     def __call__(self, steps: range) -> None:
