@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from groupings import GroupMap, MarlGroupMapType
 
 from .._agents import nest_keys
+from .._fast import unchecked_nested, unchecked_tensordict
 from .._env import EnvBase
 from ..specs import Binary, Composite, Unbounded
 from ._pettingzoo_shard import Buffers, Frame, Group, Layout, Shard, dead_message, state_of
@@ -315,7 +316,7 @@ class PettingZooWrapper(EnvBase):
 
     def _to_tensordict(self, frame: Frame, with_reward: bool = False) -> TensorDictBase:
         """The one output builder: a frame the shards wrote -> one TensorDict (copied: the frames are reused)."""
-        B, f = self.num_envs, frame
+        B, f, cpu = self.num_envs, frame, torch.device("cpu")
         obs, infos, action_mask, acting = f.obs, f.infos, f.action_mask, f.acting
         reward = f.reward if with_reward else None
         term, trunc = f.term.copy(), f.trunc.copy()
@@ -332,7 +333,7 @@ class PettingZooWrapper(EnvBase):
                 flat[("reward",)] = torch.from_numpy(reward[:, idx, None])
             flat[("terminated",)] = torch.from_numpy(term[:, idx, None])
             flat[("truncated",)] = torch.from_numpy(trunc[:, idx, None])
-            out[g.name] = TensorDict(nest_keys(flat), batch_size=(B, len(g.agents)))
+            out[g.name] = unchecked_nested(nest_keys(flat), (B, len(g.agents)), cpu)
         if self.done_on_any:
             root_term, root_trunc = term.any(1), trunc.any(1)
         else:  # every agent done; "terminated" if every agent terminated, else "truncated"
@@ -342,7 +343,7 @@ class PettingZooWrapper(EnvBase):
         out["truncated"] = torch.from_numpy(root_trunc[:, None])
         if f.state is not None:
             out["state"] = torch.from_numpy(f.state.copy())
-        td = TensorDict(out, batch_size=(B,))
+        td = unchecked_tensordict(out, torch.Size((B,)), cpu)  # built to fit: every step, no checks
         return td if self.device.type == "cpu" else td.to(self.device)
 
     # ------------------------------------------------------------------------------------------------
