@@ -76,3 +76,27 @@ def test_rollout_benchmark_prints_its_table(capsys):
     assert "vmas/balance: 2 envs, up to 3 steps, median of 1 rounds" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("step_and", "rollout"))]
     assert len(rows) == 3 and rows[0][-1] == "1.00" and rows[1][-3] == "3"
+
+
+def test_raw_pettingzoo_loop_steps_continuous_actions_as_arrays():
+    """The raw reference loop holds continuous actions as float32 arrays, as a user's loop would: a list would
+    make gymnasium cast (and warn) on every agent step, slowing the reference."""
+    import warnings
+
+    import numpy as np
+    import pytest
+
+    pytest.importorskip("pettingzoo")
+    env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, N=2, continuous_actions=True, seed=0)
+    plan = [env.rand_action(env.reset()) for _ in range(3)]
+    loops, _ = bench.references("pettingzoo").loops(env, plan, [range(0, 3)])
+    raw = loops["raw PettingZoo loop"]
+    action = raw.drawn[0][0][1][0]  # step 0, group 0, env 1, agent 0
+    assert isinstance(action, np.ndarray) and action.dtype == np.float32
+    assert np.array_equal(action, plan[0]["agents", "action"][1, 0].numpy())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        raw(range(0, 3))
+    for loop in loops.values():
+        getattr(getattr(loop, "env", None), "close", lambda: None)()
+    env.close()
