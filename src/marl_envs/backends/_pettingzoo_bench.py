@@ -27,7 +27,8 @@ class _ByHand:
 
     def __init__(self, env: PettingZooEnv, plan: Sequence[TensorDictBase]):
         self.parallel = env.parallel
-        self.instances = make_env(env.task, num_envs=env.num_envs, seed=0, **env.task_kwargs).envs  # only the instances are used
+        # only the instances are used: the same task, keywords included
+        self.instances = make_env(env.task, num_envs=env.num_envs, seed=0, **env.task_kwargs).envs
         for i, instance in enumerate(self.instances):
             instance.reset(seed=i)
         keys = env.action_keys
