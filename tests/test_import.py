@@ -45,7 +45,8 @@ def test_importing_the_brax_backend_changes_nothing_outside():
 
 
 def test_building_envs_prints_nothing():
-    """Importing a backend and building an env of each writes nothing to stdout or stderr."""
+    """Importing a backend and building an env of each writes nothing to stdout or stderr (MuJoCo's C-level
+    notice about halfcheetah's model file included)."""
     code = (
         "import marl_envs\n"
         "from marl_envs.backends import brax\n"
@@ -53,6 +54,8 @@ def test_building_envs_prints_nothing():
         "for name in ('vmas/balance', 'pettingzoo/mpe/simple_spread_v3', 'brax/fast', 'jaxmarl/MPE_simple_spread_v3',\n"
         "             'gymnax/CartPole-v1'):\n"
         "    marl_envs.make(name, num_envs=2).close()\n"
+        "marl_envs.make('brax/halfcheetah', num_envs=2).brax_env\n"  # built now even if loaded from the cache
+        "marl_envs.make('jaxmarl/halfcheetah_6x1', num_envs=2)\n"  # JaxMARL's MABrax builds a Brax env too
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert (done.stdout, done.stderr) == ("", "")

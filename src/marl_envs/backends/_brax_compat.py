@@ -10,7 +10,9 @@ Three adjustments, each made only when needed and documented in the Brax backend
   ``jp`` is replaced by a proxy of ``jax.numpy`` whose ``clip`` still accepts ``a_min`` / ``a_max`` (also when
   user code imported Brax first). Nothing else in Brax or JAX is touched.
 - **Quiet import.** MuJoCo's MJX prints "Failed to import warp" lines (an optional GPU package) when Brax is
-  imported; those lines are dropped, anything else printed is passed on.
+  imported; those lines are dropped, anything else printed is passed on. Building a Brax env
+  (``quiet_brax_build``) drops Brax's warning that it is unmaintained and MuJoCo's notices about Brax's own
+  model files (halfcheetah's deprecated ``settotalmass``, printed by MuJoCo's C code on the process's stderr).
 
 Also here: the persistent compilation cache (``enable_compilation_cache``) and what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes).
 """
@@ -23,6 +25,7 @@ import io
 import os
 import re
 import sys
+import tempfile
 import warnings
 from typing import Any
 
@@ -58,6 +61,39 @@ class _ClipWithBounds:
 
 
 _OPTIONAL_GPU_NOTICES = re.compile(r"^Failed to import (mujoco_)?warp: .*\n?", re.M)
+# Brax's warning, on building any of its envs, that it is not maintained (we pin the version we test)
+_UNMAINTAINED = r"Brax System, piplines and environments are not actively being maintained"
+# MuJoCo's C compiler warns (on the process's stderr, bypassing Python) about attributes of Brax's own model
+# files, e.g. halfcheetah's ``settotalmass``: nothing a user can act on
+_MODEL_FILE_NOTICES = re.compile(r"^WARNING: compiler attribute '\w+' is deprecated.*\n*", re.M)
+
+
+@contextlib.contextmanager
+def dropped_model_file_notices():
+    """Run the block with the process's stderr (file descriptor 2) captured, then write back what it printed
+    less MuJoCo's notices about Brax's model files (also when the block raises)."""
+    sys.stderr.flush()
+    saved, captured = os.dup(2), tempfile.TemporaryFile()
+    os.dup2(captured.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        captured.seek(0)
+        printed = captured.read().decode(errors="replace")
+        captured.close()
+        sys.stderr.write(_MODEL_FILE_NOTICES.sub("", printed))
+
+
+@contextlib.contextmanager
+def quiet_brax_build():
+    """Building Brax envs (ours, JaxMARL's MABrax): Brax's warning that it is unmaintained is off and MuJoCo's
+    notices about Brax's model files are dropped (``dropped_model_file_notices``)."""
+    with warnings.catch_warnings(), dropped_model_file_notices():
+        warnings.filterwarnings("ignore", message=_UNMAINTAINED, category=UserWarning)
+        yield
 
 
 def import_brax():

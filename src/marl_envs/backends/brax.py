@@ -62,7 +62,6 @@ it is silenced here (only that one).
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -78,15 +77,13 @@ from ..specs import Bounded, Composite, Unbounded
 from . import _brax_exports as exports
 from . import _brax_scenes as scenes
 from ._brax_compat import (
-    checked_env, enable_compilation_cache, env_keywords, import_brax, jax_device, prepare_mujoco_gl,
+    checked_env, enable_compilation_cache, env_keywords, import_brax, jax_device, prepare_mujoco_gl, quiet_brax_build,
 )
 from ._brax_core import BraxCore, CoreInfo, Differentiable, Split
 from ._brax_transfer import Step
 from ._jax_env import JaxEnvBase
 
 __all__ = ["BraxEnv", "BraxWrapper", "enable_compilation_cache", "env_names", "make_env"]
-
-_UNMAINTAINED = r"Brax System, piplines and environments are not actively being maintained"
 
 
 def env_names() -> list[str]:
@@ -451,8 +448,7 @@ class BraxEnv(BraxWrapper):
     def _brax_env(robot: str, env_kwargs: dict[str, Any]):
         envs = import_brax()
         check_kwargs(f"the Brax env {robot!r}", env_keywords(envs._envs[robot]), env_kwargs)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_UNMAINTAINED, category=UserWarning)
+        with quiet_brax_build():
             return envs.get_environment(robot, **env_kwargs)
 
     def __repr__(self) -> str:

@@ -45,6 +45,7 @@ import torch
 from groupings import GroupMap, MarlGroupMapType
 
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
+from ._brax_compat import quiet_brax_build
 from ._jax_core import JaxCore, Layout, strong
 from ._jax_env import JaxEnvBase, check_name
 
@@ -241,7 +242,7 @@ class JaxMarlEnv(JaxEnvBase):
                 env_kwargs["scenario"] = map_name_to_scenario(env_kwargs["scenario"])
             except KeyError:
                 raise ValueError(f"unknown SMAX map {env_kwargs['scenario']!r}") from None
-        with _quiet():
+        with _quiet(), quiet_brax_build():  # MABrax envs build Brax envs
             env = jaxmarl.make(env_name, **env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
         jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
