@@ -16,7 +16,7 @@ import numpy as np
 
 from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, ObsLayout
 
-__all__ = ["Buffers", "Frame", "Group", "Layout", "Shard", "dead_message", "state_of"]
+__all__ = ["Buffers", "Frame", "Group", "Layout", "Shard", "dead_message", "root_ends", "state_of"]
 
 Alloc = Callable[[tuple[int, ...], Any], np.ndarray]
 
@@ -104,6 +104,16 @@ class Buffers:
         self.reset_rows = alloc((B,), bool)
 
 
+def root_ends(term: np.ndarray, trunc: np.ndarray, done_on_any: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The envs' ``terminated`` and ``truncated`` (``(B,)``) from their agents' ``(B, N)`` flags, by the root done
+    rule: with ``done_on_any`` an env has ended when any agent has, else when every agent has ("terminated" if
+    every agent terminated, else "truncated")."""
+    if done_on_any:
+        return term.any(1), trunc.any(1)
+    root_term = term.all(1)
+    return root_term, (term | trunc).all(1) & ~root_term
+
+
 def state_of(env: Any) -> np.ndarray:
     """``env.state()`` as an array, or a ValueError saying the env has none."""
     try:
@@ -154,8 +164,8 @@ class Shard:
         reset (``seeds`` None: every reset unseeded)."""
         self.step(decoded)
         b, lo, hi = self.buffers, self.lo, self.hi
-        ended = b.step.term[lo:hi] | b.step.trunc[lo:hi]
-        rows = (ended.any(1) if self.layout.done_on_any else ended.all(1)) | b.ends[lo:hi]
+        term, trunc = root_ends(b.step.term[lo:hi], b.step.trunc[lo:hi], self.layout.done_on_any)
+        rows = term | trunc | b.ends[lo:hi]
         b.reset_rows[lo:hi] = rows
         ended = np.flatnonzero(rows).tolist()
         self.reset([lo + i for i in ended], [None] * len(ended) if seeds is None else [seeds[i] for i in ended])

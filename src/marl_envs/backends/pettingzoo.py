@@ -25,7 +25,7 @@ from .._agents import nest_keys
 from .._fast import unchecked_nested, unchecked_tensordict
 from .._env import EnvBase
 from ..specs import Binary, Composite, Unbounded
-from ._pettingzoo_shard import Buffers, Frame, Group, Layout, Shard, dead_message, state_of
+from ._pettingzoo_shard import Buffers, Frame, Group, Layout, Shard, dead_message, root_ends, state_of
 from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, obs_layout, space_spec
 from ._pettingzoo_tasks import quiet_import, resolve_task, tasks
 from ._pettingzoo_workers import WorkerPool, shared_zeros
@@ -334,11 +334,7 @@ class PettingZooWrapper(EnvBase):
             flat[("terminated",)] = torch.from_numpy(term[:, idx, None])
             flat[("truncated",)] = torch.from_numpy(trunc[:, idx, None])
             out[g.name] = unchecked_nested(nest_keys(flat), (B, len(g.agents)), cpu)
-        if self.done_on_any:
-            root_term, root_trunc = term.any(1), trunc.any(1)
-        else:  # every agent done; "terminated" if every agent terminated, else "truncated"
-            root_term = term.all(1)
-            root_trunc = (term | trunc).all(1) & ~root_term
+        root_term, root_trunc = root_ends(term, trunc, self.done_on_any)
         out["terminated"] = torch.from_numpy(root_term[:, None])
         out["truncated"] = torch.from_numpy(root_trunc[:, None])
         if f.state is not None:
