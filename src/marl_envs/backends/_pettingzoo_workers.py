@@ -5,9 +5,10 @@ Workers are forked (Linux): they inherit the factory and the buffers. A step wri
 buffers, sends each worker the same few pickled-once bytes through its pipe and wakes it through an eventfd
 (a pipe's wake-up is a "sync" one, which queues the woken worker on the parent's busy core: with two
 workers, the second started up to milliseconds late); each worker answers with a small reply through its pipe.
-A worker that has answered polls for its next command for ``SPIN_S`` before it sleeps. A worker runs only PettingZoo and NumPy code, never JAX or torch, so forking a process where JAX's (or
-torch's) threads run is safe here: the warnings of JAX and of Python >= 3.12 about forking a multi-threaded
-process are silenced for our fork only. A worker whose instance raises replies with the env index and the
+A worker that has answered polls for its next command for ``SPIN_S`` before it sleeps. A worker runs only
+PettingZoo and NumPy code, never JAX or torch, so forking a process where JAX's (or torch's) threads run is safe
+here: the warnings of JAX and of Python >= 3.12 about forking a multi-threaded process are silenced for our fork
+only. A worker whose instance raises replies with the env index and the
 original traceback and stays usable; a worker that dies is reported with its exit code. ``close()`` (also run
 when the env is garbage collected or the interpreter exits) stops every worker.
 """
@@ -126,8 +127,8 @@ class WorkerPool:
         for lo, hi in self.slices:
             parent, child = context.Pipe()
             go = os.eventfd(0, os.EFD_NONBLOCK)
-            process = context.Process(target=_serve, args=(child, go, alive, self._alive, make, lo, hi, layout,
-                                                           buffers), daemon=True, name=f"marl_envs-pettingzoo-{lo}-{hi}")
+            args = (child, go, alive, self._alive, make, lo, hi, layout, buffers)
+            process = context.Process(target=_serve, args=args, daemon=True, name=f"marl_envs-pettingzoo-{lo}-{hi}")
             self.gos.append(go)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)

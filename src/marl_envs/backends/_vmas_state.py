@@ -370,7 +370,6 @@ class _Merge:
         return now
 
 
-
 # ----------------------------------------------------------------------------------------------------
 # A world narrowed to the envs being reset
 # ----------------------------------------------------------------------------------------------------
@@ -561,5 +560,6 @@ def _row_memory(views: list[torch.Tensor]) -> torch.Tensor | None:
     if start + batch * row > first.untyped_storage().nbytes() // first.element_size():
         return None
     return first.as_strided((batch, row), (row, 1), start)
+
 
 _MISSING = object()
