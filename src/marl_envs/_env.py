@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -12,7 +13,7 @@ from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 
 from . import _rollout
 from ._agents import resolve_group_map, specs_by_kind, stack_specs
-from ._validate import check_actions, check_carried, check_env_index
+from ._validate import ActionCheck, action_checks, check_actions, check_carried, check_env_index
 from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
 
 __all__ = ["EnvBase"]
@@ -71,9 +72,10 @@ class EnvBase:
         self._keys: dict[str, list[NestedKey]] = {}
         self._done_levels: dict[tuple[str, ...], torch.Size] = {}  # done level -> shape of its done entries
         self._group_shapes: dict[str, torch.Size] = {}  # group -> batch (B, n_agents) of its sub-TensorDicts
-        self._action_leaves: list[tuple[NestedKey, TensorSpec]] = []  # checked on every step
+        self._action_checks: list[ActionCheck] = []  # checked on every step
         self._reset_leaves: list[tuple[NestedKey, TensorSpec]] = []  # what a partial reset keeps: checked first
         self._step_count = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._count_numpy = self._step_count.numpy() if self.device.type == "cpu" else None  # a view
         self._generator = torch.Generator(device=self.device)
         self._generator.seed()
         complete_done_spec(self._specs["done"])
@@ -251,7 +253,7 @@ class EnvBase:
             g: spec[g].shape for spec in self._specs.values() for g in self._group_map
             if g in spec and isinstance(spec[g], Composite)
         }
-        self._action_leaves = [(key, self._specs["action"][key]) for key in keys["action"]]
+        self._action_checks = action_checks([(key, self._specs["action"][key]) for key in keys["action"]])
         self._reset_leaves = [(key, self._specs[kind][key]) for kind in ("observation", "done") for key in keys[kind]]
         self._keys = keys
 
@@ -353,7 +355,7 @@ class EnvBase:
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
         self._check_batch(tensordict, "step")
-        check_actions(tensordict, self._action_leaves, values=self.validate_actions)
+        check_actions(tensordict, self._action_checks, values=self.validate_actions)
         self._finish_step(tensordict, self._batch_groups(self._step(tensordict)))
         return tensordict
 
@@ -365,7 +367,7 @@ class EnvBase:
             data to act on next, in which done envs already hold the first observation of a new episode.
         """
         self._check_batch(tensordict, "step")
-        check_actions(tensordict, self._action_leaves, values=self.validate_actions)
+        check_actions(tensordict, self._action_checks, values=self.validate_actions)
         if self._fused_reset:
             ends = None if self.max_steps is None else self._step_count >= self.max_steps - 1
             out, fresh, done = self._step_reset(tensordict, ends)
@@ -375,9 +377,9 @@ class EnvBase:
         next_root = self._next_root(tensordict, out)  # built while the backend may still be computing
         self._finish_step(tensordict, out, next_root)
         if not self._fused_reset:
-            done, fresh = next_root.get("done").reshape(self.num_envs), None
-        if bool(done.any()):
-            next_root = self._reset_masked(next_root, done, fresh)
+            done, fresh = next_root.get("done"), None
+        if done.numpy().any() if done.is_cpu else bool(done.any()):  # NumPy: ~1 us, torch ~5 us here
+            next_root = self._reset_masked(next_root, done.reshape(self.num_envs), fresh)
         return tensordict, next_root
 
     def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -393,7 +395,10 @@ class EnvBase:
 
     def _finish_step(self, tensordict: TensorDictBase, out: TensorDictBase, next_root: TensorDictBase | None = None):
         """Count the step, complete ``out``'s done entries (also into ``next_root``), write ``"next"``."""
-        self._step_count += 1
+        if self._count_numpy is None:
+            self._step_count += 1
+        else:  # a view of the counts: NumPy adds in ~1 us, torch in ~3 us here
+            np.add(self._count_numpy, 1, out=self._count_numpy)
         self._wait_step()
         if not self._completes_done(out):
             self._complete_done(out, truncate=self.max_steps is not None)

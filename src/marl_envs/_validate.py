@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -17,8 +17,8 @@ from tensordict import TensorDictBase
 
 from .specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
-__all__ = ["accepted_keywords", "check_actions", "check_carried", "check_env_index", "check_kwargs", "did_you_mean",
-           "unknown_name"]
+__all__ = ["ActionCheck", "accepted_keywords", "action_checks", "check_actions", "check_carried", "check_env_index",
+           "check_kwargs", "did_you_mean", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
@@ -86,19 +86,47 @@ def _bad_actions(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor:
 
 
 _NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
+_TORCH, _FINITE, _RANGE = 0, 1, 2  # how an action's values are checked
 
 
-def _any_bad(spec: TensorSpec, action: torch.Tensor) -> bool | torch.Tensor:
-    """Whether ``action`` holds an invalid value: a bool for float and unmasked integer actions on the CPU (NumPy
-    checks a batch several times faster than torch), else a 0-dim bool tensor, left on its device (no host sync
-    here)."""
-    if action.device.type == "cpu":
-        if action.dtype in _NUMPY_FLOATS:
-            return not np.isfinite(action.detach().numpy()).all()
-        if type(spec) is Categorical and spec.mask is None and not action.dtype.is_floating_point:
-            values = action.numpy()
-            return values.size > 0 and bool(values.min() < 0 or values.max() >= spec.n)
-    return _bad_actions(spec, action).any()
+class ActionCheck(NamedTuple):
+    """What ``check_actions`` checks of one action entry, worked out when the specs are set (``action_checks``).
+
+    ``values``: ``_FINITE`` (a float action on the CPU: NumPy, several times faster than torch on a batch),
+    ``_RANGE`` (a ``Categorical`` action on the CPU: NumPy's min and max while the spec has no mask), else
+    ``_TORCH`` (a 0-dim bool tensor left on its device: no host sync until every action is checked).
+    """
+
+    key: NestedKey
+    spec: TensorSpec
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+    values: int
+
+
+def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]]) -> list[ActionCheck]:
+    """The ``ActionCheck`` of each action entry (key, spec)."""
+    checks = []
+    for key, spec in leaves:
+        how = _TORCH
+        if spec.device.type == "cpu":
+            if spec.dtype in _NUMPY_FLOATS:
+                how = _FINITE
+            elif type(spec) is Categorical and not spec.dtype.is_floating_point:
+                how = _RANGE
+        checks.append(ActionCheck(key, spec, spec.shape, spec.dtype, spec.device, how))
+    return checks
+
+
+def _any_bad(check: ActionCheck, action: torch.Tensor) -> bool | torch.Tensor:
+    """Whether ``action`` holds an invalid value: a bool where NumPy checks it, else a 0-dim bool tensor."""
+    if check.values == _FINITE:
+        return not np.isfinite((action.detach() if action.requires_grad else action).numpy()).all()
+    if check.values == _RANGE and check.spec.mask is None:
+        values = action.numpy()
+        return values.size > 0 and bool(values.min() < 0 or values.max() >= check.spec.n)
+    return _bad_actions(check.spec, action).any()
 
 
 def _domain(spec: TensorSpec) -> str:
@@ -130,29 +158,37 @@ def check_carried(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, 
                           "the envs not reset keep it; drop it or give it the spec's layout")
 
 
-def check_actions(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, TensorSpec]], *, values: bool) -> None:
-    """Raise unless every action of ``leaves`` (key, spec) is in ``tensordict`` with its spec's shape, dtype and
-    device, and (if ``values``) valid values: one host sync for all keys.
+def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, values: bool) -> None:
+    """Raise unless every action of ``checks`` (``action_checks``) is in ``tensordict`` with its spec's shape, dtype
+    and device, and (if ``values``) valid values: one host sync for all keys.
 
     Raises:
         KeyError: an action is missing.
         ValueError: wrong shape, dtype or device; a non-finite (NaN, inf) or an out-of-range discrete value.
     """
-    checked = []
-    for key, spec in leaves:
-        action = tensordict.get(key, None)
+    actions = []
+    for check in checks:
+        action = tensordict.get(check.key, None)
         if action is None:
-            raise KeyError(f"action {key!r} is missing from the TensorDict; env.action_keys = {[k for k, _ in leaves]}")
-        _check_layout(f"action {key!r}", action, spec, f"env.full_action_spec[{key!r}].rand() builds a valid one")
-        if values:
-            checked.append((key, spec, action))
-    if checked:
-        flags = [_any_bad(spec, action) for _, spec, action in checked]
-        lazy = [flag for flag in flags if isinstance(flag, torch.Tensor)]
-        if any(flag is True for flag in flags) or (lazy and bool(torch.stack(lazy).any())):  # one host sync at most
-            key, spec, action = next(c for c, flag in zip(checked, flags) if bool(flag))
-            bad = _bad_actions(spec, action)
-            raise ValueError(
-                f"action {key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
-                f"index {bad.nonzero()[0].tolist()}; expected {_domain(spec)}"
-            )
+            raise KeyError(f"action {check.key!r} is missing from the TensorDict; env.action_keys = "
+                           f"{[c.key for c in checks]}")
+        if action.shape != check.shape or action.dtype != check.dtype or action.device != check.device:
+            _check_layout(f"action {check.key!r}", action, check.spec,
+                          f"env.full_action_spec[{check.key!r}].rand() builds a valid one")
+        actions.append(action)
+    if not values:
+        return
+    flags = [_any_bad(check, action) for check, action in zip(checks, actions)]
+    if any(flag is True for flag in flags):
+        index = next(i for i, flag in enumerate(flags) if flag is True)
+    else:
+        lazy = [flag for flag in flags if flag is not False]
+        if not lazy or not bool(lazy[0] if len(lazy) == 1 else torch.stack(lazy).any()):  # one host sync at most
+            return
+        index = next(i for i, flag in enumerate(flags) if bool(flag))
+    check, action = checks[index], actions[index]
+    bad = _bad_actions(check.spec, action)
+    raise ValueError(
+        f"action {check.key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
+        f"index {bad.nonzero()[0].tolist()}; expected {_domain(check.spec)}"
+    )

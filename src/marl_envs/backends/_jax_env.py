@@ -25,14 +25,16 @@ from tensordict import TensorDict, TensorDictBase
 
 from .._agents import nest_keys
 from .._env import EnvBase
-from .._fast import unchecked_tensordict
 from .._validate import unknown_name
 from ..distributed import jax_device
-from ._brax_compat import enable_compilation_cache
+from ._brax_compat import enable_compilation_cache, inline_cpu_dispatch
 from ._brax_transfer import Transfer
 from ._jax_core import JaxCore, env_keys, quiet_tracing
+from ._jax_outputs import Outputs
 
 __all__ = ["JaxEnvBase", "JaxFunctions", "check_name"]
+
+inline_cpu_dispatch()  # on import of any JAX family, before building one of its envs can start JAX's backends
 
 Entry = tuple[tuple[str, ...], tuple[int, ...], Any]  # (key, batched shape, torch dtype: float32 or bool)
 
@@ -88,9 +90,8 @@ class JaxEnvBase(EnvBase):
     def _init_io(self) -> None:
         self._io = Transfer(self.device)
         self._pending = None
-        self._pending_fills: Sequence = ()
+        self._pending_fill: tuple | None = None  # (plan, buffer, block) of the last step, to fill
         self._last_step: tuple | None = None  # the last step's TensorDict and its leaves without rewards
-        self._count_numpy = self._step_count.numpy() if self._io.cpu else None  # a view: counts as it counts
 
     def _synchronous(self) -> bool:
         """Wait for each step's result before building its TensorDicts (the overlap needs a CPU)."""
@@ -109,10 +110,19 @@ class JaxEnvBase(EnvBase):
         self._step_layout = self._slices([*observations, *rewards, *flags])
         self._out_width = self._step_layout[-1][1].stop
         self._action_keys = [tuple(k) for k in actions]
-        self._group_batch = {g: torch.Size((B, len(m))) for g, m in self.group_map.items()}
-        self._deep = {key[0] for key, *_ in [*observations, *rewards] if len(key) > 2}  # nested dict observations
-        self._reward_keys = {(k,) if isinstance(k, str) else tuple(k) for k in self.reward_keys}
         self._all_true, self._all_false = np.ones(B, dtype=bool), np.zeros(B, dtype=bool)
+        self._reset_outputs = self._outputs(self._reset_layout)
+        self._step_outputs = self._outputs(self._step_layout, step=True)
+
+    def _outputs(self, layout, *, step: bool = False) -> Outputs:
+        """The output plan of ``layout`` (a step's with this env's done levels, ``max_steps`` and keys)."""
+        batches = {g: torch.Size((self.num_envs, len(m))) for g, m in self.group_map.items()}
+        if not step:
+            return Outputs(layout, batch=self.batch_size, device=self.device, batches=batches, done_levels=None)
+        rewards = [(k,) if isinstance(k, str) else tuple(k) for k in self.reward_keys]
+        return Outputs(layout, batch=self.batch_size, device=self.device, batches=batches,
+                       done_levels=self._done_levels, max_steps=self.max_steps, count=self._step_count,
+                       rewards=rewards, actions=self._action_keys)
 
     @staticmethod
     def _slices(layout: Sequence[Entry]):
@@ -126,103 +136,32 @@ class JaxEnvBase(EnvBase):
     # -- output builder (one for reset and step) ------------------------------------------------------
     def _build(self, out: torch.Tensor | np.ndarray, layout, *, step: bool = False) -> TensorDict:
         """The TensorDict of ``out``'s columns laid out by ``layout`` (``out``: a NumPy array on the CPU, see
-        ``_received``; a tensor on a device, or one carrying gradients).
+        ``_received``; a tensor on a device, or one carrying gradients), through its ``Outputs`` plan.
 
-        Bool entries are compared to 0.5 now; for a step (``step=True``) they are left empty, with the done
-        entries of every done level (``done``; a group's ``terminated`` / ``truncated`` where the core gives
-        none; ``max_steps`` truncation), for ``_wait_step`` to fill once the step's values are in ``out``: on
-        the CPU, JAX computes them while the base class goes on. On the CPU the columns are cut as NumPy views
-        and compared with NumPy (~1 us an entry, torch indexing ~5 us here) and the TensorDicts built
-        unchecked: this runs every step, and every entry fits by construction.
+        A reset's bool entries are computed now; a step's (its done entries of every level included) are left
+        empty for ``_wait_step`` to fill once the step's values are in ``out``: on the CPU, JAX computes them
+        while the base class goes on.
         """
-        numpy = out if isinstance(out, np.ndarray) else None
-        xp = torch if numpy is None else np
-        fills: list = []  # (function, arguments, output), run in order
-        leaves: dict[tuple[str, ...], Any] = {}
-        for key, columns, shape, dtype in layout:
-            if numpy is not None:
-                value = numpy[:, columns].reshape(shape)  # splits the last axis: a view, never a copy
-            else:
-                value = out.narrow(1, columns.start, columns.stop - columns.start).view(shape)
-            if dtype is torch.bool:
-                flag = np.empty(shape, dtype=bool) if numpy is not None else torch.empty(
-                    shape, dtype=torch.bool, device=out.device)
-                fills.append((xp.greater, (value if numpy is not None else value.detach(), 0.5), flag))
-                value = flag
-            leaves[key] = value
-        if step:
-            self._done_fills(leaves, fills, xp)
-        if numpy is not None:
-            leaves = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in leaves.items()}
-        if step:
-            self._pending_fills = fills
+        if not step:
+            plan = self._reset_outputs
         else:
-            for fn, args, target in fills:
-                fn(*args, out=target)
-        result = self._nest(leaves)
+            plan = self._step_outputs
+            if plan.max_steps != self.max_steps:  # env.max_steps was changed since the plan was made
+                plan = self._step_outputs = self._outputs(self._step_layout, step=True)
+        leaves, block = plan.leaves(out)
+        result = plan.tree(leaves)
         if step:
-            self._last_step = (result, {key: v for key, v in leaves.items() if key not in self._reward_keys})
+            self._pending_fill = (plan, out, block)
+            self._last_step = (result, leaves)
+        else:
+            plan.fill(out, block)
         return result
-
-    def _done_fills(self, leaves: dict, fills: list, xp) -> None:
-        """Add each done level's ``done`` (and a group's missing ``terminated`` / ``truncated``) to ``leaves``,
-        empty, with the fills computing them as ``EnvBase._complete_done`` does."""
-        B, dev, cpu = self.num_envs, self.device, xp is np
-
-        def new(shape, fill=None):
-            if cpu:
-                return np.empty(shape, dtype=bool) if fill is None else np.zeros(shape, dtype=bool)
-            return torch.empty(shape, dtype=torch.bool, device=dev) if fill is None else torch.zeros(
-                shape, dtype=torch.bool, device=dev)
-
-        def expand(value, shape):  # a view of (B, 1) ``value``: (array for the fills, tensor for the output)
-            lead = value.reshape(B, *([1] * (len(shape) - 1)))
-            if cpu:
-                return np.broadcast_to(lead, shape), torch.from_numpy(lead).expand(shape)
-            return lead.expand(shape), lead.expand(shape)
-
-        limit = None
-        if self.max_steps is not None:
-            limit = new((B, 1))
-            count = self._count_numpy if cpu else self._step_count
-            fills.append((xp.greater_equal, (count, self.max_steps), limit.reshape(B)))
-        for prefix, shape in self._done_levels.items():
-            term, trunc = leaves.get((*prefix, "terminated")), leaves.get((*prefix, "truncated"))
-            if term is None:  # a group without its own ends: the root's, expanded (a view: filled with it)
-                term, leaves[(*prefix, "terminated")] = expand(leaves[("terminated",)], shape)
-            if prefix and trunc is None:  # a group's own truncation is the max_steps limit only
-                if limit is None:
-                    trunc = leaves[(*prefix, "truncated")] = new(shape, fill=False)
-                else:
-                    trunc, leaves[(*prefix, "truncated")] = expand(limit, shape)
-            elif limit is not None:  # the core's truncation, or the limit
-                fills.append((xp.logical_or, (trunc, limit), trunc))
-            done = leaves[(*prefix, "done")] = new(shape)
-            fills.append((xp.logical_or, (term, trunc), done))
-
-    def _nest(self, leaves: dict[tuple[str, ...], torch.Tensor]) -> TensorDict:
-        """Leaves keyed by tuples -> the env's TensorDict (group entries in TensorDicts of batch ``(B, n)``)."""
-        root: dict[str, Any] = {}
-        for key, value in leaves.items():
-            if len(key) == 1:
-                root[key[0]] = value
-            else:
-                root.setdefault(key[0], {})[key[1:] if len(key) > 2 else key[1]] = value
-        for name, members in root.items():
-            if isinstance(members, dict):
-                batch = self._group_batch.get(name, self.batch_size)
-                root[name] = (unchecked_tensordict(members, batch, self.device) if name not in self._deep
-                              else TensorDict(members, batch_size=batch, device=self.device))
-        return unchecked_tensordict(root, self.batch_size, self.device)
 
     def _next_root(self, tensordict: TensorDictBase, out: TensorDictBase) -> TensorDictBase:
         """The step's TensorDict without rewards, plus the actions: built from the same leaves, unchecked."""
         if self._last_step is None or out is not self._last_step[0]:
             return super()._next_root(tensordict, out)
-        leaves = dict(self._last_step[1])
-        for key in self._action_keys:
-            leaves[key] = tensordict.get(key)
-        return self._nest(leaves)
+        return self._step_outputs.next_root(self._last_step[1], [tensordict.get(k) for k in self._action_keys])
 
     def _completes_done(self, out: TensorDictBase) -> bool:
         return self._last_step is not None and out is self._last_step[0]
@@ -283,9 +222,10 @@ class JaxEnvBase(EnvBase):
             result, buffer = self._pending
             self._pending = None
             np.copyto(buffer, np.asarray(result))  # waits for JAX
-        fills, self._pending_fills = self._pending_fills, ()
-        for fn, args, target in fills:
-            fn(*args, out=target)
+        if self._pending_fill is not None:
+            plan, buffer, block = self._pending_fill
+            self._pending_fill = None
+            plan.fill(buffer, block)
 
     def _set_seed(self, seed: int) -> None:
         self._core.seed(seed)
