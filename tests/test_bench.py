@@ -1,5 +1,6 @@
 """The benchmark harness: one interleaving scheme for every backend, through the References protocol."""
 
+import pytest
 from envs import Drift
 
 import marl_envs
@@ -100,3 +101,16 @@ def test_raw_pettingzoo_loop_steps_continuous_actions_as_arrays():
     for loop in loops.values():
         getattr(getattr(loop, "env", None), "close", lambda: None)()
     env.close()
+
+
+def test_brax_bench_prints_only_its_table():
+    """``marl-envs bench`` on a Brax env loaded from its export imports Brax for the reference loops quietly."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("brax")
+    code = ("from marl_envs import cli\n"
+            "cli.main(['bench', 'brax/fast', '--num-envs', '2', '--steps', '2', '--rounds', '1'])\n")
+    for _ in range(2):  # the second run loads the env from the export the first one saved
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert done.stderr == "" and done.stdout.startswith("brax/fast: 2 envs x 2 steps\n"), done

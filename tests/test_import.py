@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 
 def test_import_marl_envs_imports_no_backend():
     code = (
@@ -59,6 +61,22 @@ def test_building_envs_prints_nothing():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert (done.stdout, done.stderr) == ("", "")
+
+
+@pytest.mark.parametrize("setup, inline", [
+    ("", True),  # a JAX family's import sets it while JAX's backends are not up
+    ("import os; os.environ['MARL_ENVS_JAX_CPU_ASYNC'] = '1'\n", False),  # the user's opt-out
+    ("import jax.numpy as jnp; jnp.zeros(1)\n", False),  # JAX already started: its client is left as it is
+])
+def test_jax_cpu_dispatch_runs_inline_unless_jax_started_or_opted_out(setup, inline):
+    code = (
+        f"{setup}"
+        "import jax\n"
+        "import marl_envs.backends.gymnax\n"
+        "print(jax.config.read('jax_cpu_enable_async_dispatch'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(not inline)
 
 
 def test_torchrl_interop_without_torchrl_names_the_extra():

@@ -235,6 +235,14 @@ def test_gymnax_truncation_from_time_limit():
         marl_envs.make("gymnax/Pendulum-v1", env_params={"max_step": 5})
 
 
+def test_max_steps_set_after_construction_truncates_at_the_new_limit():
+    env = marl_envs.make("gymnax/Pendulum-v1", num_envs=2, seed=0, max_steps=50)
+    env.max_steps = 3
+    data = env.rollout(4, break_when_any_done=False)
+    assert data["next", "truncated"][:, 2].all() and not data["next", "truncated"][:, :2].any()
+    assert data["next", "done"][:, 2].all() and not data["next", "terminated"].any()
+
+
 def test_functional_face_scan_matches_torch_env_brax_ant():
     """A lax.scan rollout of brax/ant_4x2 through jax_functions() matches the torch-facing env step for step."""
     pytest.importorskip("brax")

@@ -22,7 +22,7 @@ import torch
 from tensordict import TensorDictBase
 
 from ..bench import Loop, References
-from ._brax_compat import jax_device
+from ._brax_compat import import_brax, jax_device
 from ._brax_core import quiet_tracing
 from ._jax_bench import JaxLoop, ScanLoop, core_timings
 from .brax import BraxEnv
@@ -30,6 +30,7 @@ from .brax import BraxEnv
 
 def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
            ) -> tuple[dict[str, Loop], dict[str, float]]:
+    import_brax()  # quietly, first (an env loaded from its export has not imported Brax)
     from brax.envs.wrappers import training
 
     device = jax_device(env.device)

@@ -89,13 +89,15 @@ class JaxEnvBase(EnvBase):
 
     def _init_io(self) -> None:
         self._io = Transfer(self.device)
+        self._inline = self._io.cpu and inline_cpu_dispatch()
         self._pending = None
         self._pending_fill: tuple | None = None  # (plan, buffer, block) of the last step, to fill
         self._last_step: tuple | None = None  # the last step's TensorDict and its leaves without rewards
 
     def _synchronous(self) -> bool:
-        """Wait for each step's result before building its TensorDicts (the overlap needs a CPU)."""
-        return not self._io.cpu
+        """Wait for each step's result before building its TensorDicts (the overlap needs a CPU whose JAX
+        computations run asynchronously; run inline, they are done when the call returns)."""
+        return not self._io.cpu or self._inline
 
     def _after_step(self) -> None:
         """Called after each synchronous step (Brax: ``cache_clear_frequency``)."""
