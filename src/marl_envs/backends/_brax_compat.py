@@ -129,7 +129,7 @@ def inline_cpu_dispatch() -> bool:
 
     Each step of a JAX-family env reads its results at once, so JAX's asynchronous CPU dispatch buys the torch
     side little overlap, and costs a hand-off to JAX's worker thread and back every call: measured on the
-    2-core machine, ``brax/fast`` at 128 envs took ~180 us a step with it and ~110 us without it. Nothing is
+    2-core machine, ``brax/fast`` at 128 envs took 147-187 us a step with it and 104-116 us without it. Nothing is
     changed once JAX's backends are up (the user's JAX program chose) or with ``MARL_ENVS_JAX_CPU_ASYNC=1``.
     """
     try:

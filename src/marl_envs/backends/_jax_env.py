@@ -2,13 +2,15 @@
 
 ``JaxEnvBase`` is the ``EnvBase`` hook of the Brax, JaxMARL and gymnax envs. A family's env builds its
 ``JaxCore`` adapter, declares its specs and lays out the columns of the core's float buffer (``_set_layout``);
-this class does the rest once: actions in as one flat float32 array, the compiled reset and step, outputs as
-views of one buffer (bool entries such as ``terminated`` or ``action_mask`` stored as 0 / 1 and compared once),
-the done entries of every level computed here (``_completes_done``), and on CPU the step overlapped with torch
-work (``_step`` returns TensorDicts over an empty buffer that ``_wait_step`` fills once JAX is done). The per-step
-torch side is written for a small batch on a CPU, where it is the cost users pay on top of JAX: NumPy views and
-in-place NumPy fills rather than torch indexing, unchecked TensorDicts. ``jax_functions()`` is the functional
-JAX face of the same env.
+this class does the rest once: actions in as one flat float32 array, the compiled reset and step, outputs cut
+from one buffer by an ``Outputs`` plan worked out once per layout (``_jax_outputs``: float entries as views, bool
+entries such as ``terminated`` or ``action_mask`` stored as 0 / 1 and compared at once, the done entries of every
+level computed there, see ``_completes_done``). The per-step torch side is written for a small batch on a CPU,
+where it is the cost users pay on top of JAX: NumPy views and NumPy fills rather than torch indexing, unchecked
+TensorDicts, and JAX's CPU computations run on the calling thread (``inline_cpu_dispatch``, set when this module
+is imported). Where JAX's CPU dispatch stays asynchronous (JAX was started first), ``_step`` returns TensorDicts
+over an empty buffer that ``_wait_step`` fills once JAX is done, so that the base class's work overlaps JAX's.
+``jax_functions()`` is the functional JAX face of the same env.
 """
 
 from __future__ import annotations
