@@ -299,10 +299,14 @@ class BraxWrapper(JaxEnvBase):
     def detach_state(self) -> None:
         """Cut the gradient history carried by the simulator state (truncated backprop through time).
 
-        Only meaningful with ``requires_grad=True``; every reset already cuts it for the envs it resets.
+        Only meaningful with ``requires_grad=True``; every reset already cuts it for the envs it resets. The env
+        also lets go of its own reference to the last step's outputs (kept for ``step_mdp``), so that the graph
+        behind them, with JAX's saved residuals of every step, is freed here once the caller drops its own
+        references, not during the next step.
         """
         if self._flat is not None:
             self._flat = self._flat.detach()
+        self._last_step = None
 
     def _render(self, env_index: int, *, height: int = 240, width: int = 320, camera: str | int | None = None
                 ) -> np.ndarray:
