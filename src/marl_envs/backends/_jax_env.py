@@ -143,8 +143,8 @@ class JaxEnvBase(EnvBase):
         ``_received``; a tensor on a device, or one carrying gradients), through its ``Outputs`` plan.
 
         A reset's bool entries are computed now; a step's (its done entries of every level included) are left
-        empty for ``_wait_step`` to fill once the step's values are in ``out``: on the CPU, JAX computes them
-        while the base class goes on.
+        empty for ``_wait_step`` to fill once the step's values are in ``out`` (where JAX's CPU dispatch is
+        asynchronous, JAX computes them while the base class goes on).
         """
         if not step:
             plan = self._reset_outputs

@@ -116,9 +116,8 @@ class Outputs:
             keys.append(key)
             self.sources.append((2, column, (B, *([1] * (len(shape) - 1))), tuple(shape)))
 
-
         if done_levels is not None:
-            limit = None
+            limit = zeros = None
             if max_steps is not None:
                 limit = columns(1)
                 self.ops.append(("limit", limit))
@@ -129,10 +128,10 @@ class Outputs:
                     term = block[("terminated",)]
                     alias((*prefix, "terminated"), term, shape)
                 if prefix and trunc is None:  # a group's own truncation is the max_steps limit only
-                    if limit is None:
-                        limit = columns(1)
-                        self.ops.append(("zero", limit))
-                    trunc = limit
+                    if limit is None and zeros is None:
+                        zeros = columns(1)
+                        self.ops.append(("zero", zeros))
+                    trunc = zeros if limit is None else limit
                     alias((*prefix, "truncated"), trunc, shape)
                 elif limit is not None:  # the core's truncation, or the limit
                     self.ops.append(("or", trunc, limit, trunc))
@@ -149,7 +148,6 @@ class Outputs:
         self.kept = [i for i, key in enumerate(keys) if key not in skip]
         self.actions = list(actions)
         self.root_tree = Tree([keys[i] for i in self.kept] + self.actions, batch, device, batches)
-        self.root_done = keys.index(("done",)) if ("done",) in keys else None
 
     def leaves(self, buffer: np.ndarray | torch.Tensor) -> tuple[list[torch.Tensor], Any]:
         """The output tensors of ``buffer`` (in ``keys`` order) and the bool block behind the bool ones (empty
