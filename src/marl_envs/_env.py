@@ -12,6 +12,7 @@ from tensordict import TensorDict, TensorDictBase
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 
 from . import _rollout
+from ._fast import set_fitted
 from ._agents import resolve_group_map, specs_by_kind, stack_specs
 from ._validate import ActionCheck, action_checks, check_actions, check_carried, check_env_index
 from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
@@ -405,7 +406,7 @@ class EnvBase:
             if next_root is not None:
                 for key in self._keys["done"]:
                     next_root.set(key, out.get(key))
-        tensordict.set("next", out)  # only now: a failed step leaves the input as it was
+        set_fitted(tensordict, "next", out, self.device)  # only now: a failed step leaves the input as it was
 
     def _completes_done(self, out: TensorDictBase) -> bool:
         """Whether ``out`` (a ``_step`` output) holds every done entry, ``max_steps`` truncation included, once

@@ -235,6 +235,21 @@ def test_gymnax_truncation_from_time_limit():
         marl_envs.make("gymnax/Pendulum-v1", env_params={"max_step": 5})
 
 
+@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "gymnax/CartPole-v1"])
+def test_outputs_of_a_step_are_not_overwritten_by_later_steps(name):
+    """Each step's tensors (floats, bools and done entries, next root data) are its own memory."""
+    env = marl_envs.make(name, num_envs=4, seed=0, max_steps=3)
+    td = env.reset()
+    kept = []
+    for _ in range(5):
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        kept.append((td["next"], td["next"].clone(), root, root.clone()))
+        td = root
+    for out, copy, root, root_copy in kept:  # the next step wrote its actions and "next" into root
+        assert (out == copy).all()
+        assert (root.exclude("next", *env.action_keys) == root_copy.exclude(*env.action_keys)).all()
+
+
 def test_max_steps_set_after_construction_truncates_at_the_new_limit():
     env = marl_envs.make("gymnax/Pendulum-v1", num_envs=2, seed=0, max_steps=50)
     env.max_steps = 3
