@@ -134,6 +134,7 @@ def test_device_path_matches_cpu_path(name):
     cpu, device = (marl_envs.make(name, num_envs=B, seed=2, max_steps=5) for _ in range(2))
     device._io.cpu = False  # private: the only way to run the device path without a device
     device._count_numpy = None
+    device._reset_outputs.cpu = device._step_outputs.cpu = False  # the bool block in torch too
     td_c, td_d = cpu.reset(), device.reset()
     for _ in range(12):
         td_c = cpu.rand_action(td_c)
