@@ -13,8 +13,9 @@ __all__ = ["set_fitted", "unchecked_nested", "unchecked_tensordict"]
 # unchecked twin takes ~1 us. Private in tensordict 0.14 and 0.15: fall back to the checked one if it goes away.
 _new_unsafe = getattr(TensorDict, "_new_unsafe", None)
 # ``TensorDict.set`` validates the value (~5 us for a TensorDict value); its string-key setter can skip that.
-# Private in tensordict 0.14 and 0.15 (same keywords): ``set`` is used if it goes away.
+# Private in tensordict 0.14 and 0.15 (same keywords), as is the dim-names test: ``set`` is used if either goes.
 _set_str = getattr(TensorDict, "_set_str", None)
+_has_names = getattr(TensorDict, "_has_names", None)
 
 
 def unchecked_tensordict(source: Mapping[str, torch.Tensor | TensorDict], batch_size: torch.Size,
@@ -38,9 +39,9 @@ def set_fitted(tensordict: TensorDict, key: str, value: TensorDict, device: torc
     """``tensordict.set(key, value)``, unchecked where that is what ``set`` would do: a plain TensorDict on
     ``device`` without dim names, given a TensorDict ``value`` of the same batch size on ``device`` (validation
     would leave it as it is)."""
-    if (_set_str is not None and type(tensordict) is TensorDict and type(value) is TensorDict
-            and tensordict.device == device and value.device == device and value.batch_size == tensordict.batch_size
-            and not tensordict._has_names()):
+    if (_set_str is not None and _has_names is not None and type(tensordict) is TensorDict
+            and type(value) is TensorDict and tensordict.device == device and value.device == device
+            and value.batch_size == tensordict.batch_size and not _has_names(tensordict)):
         try:
             tensordict._set_str(key, value, inplace=False, validated=True)
             return

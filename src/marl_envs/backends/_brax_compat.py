@@ -15,8 +15,9 @@ Three adjustments, each made only when needed and documented in the Brax backend
   model files (halfcheetah's deprecated ``settotalmass``, printed by MuJoCo's C code on the process's stderr).
 
 Also here, for every JAX family: the persistent compilation cache (``enable_compilation_cache``), JAX's CPU
-dispatch (``inline_cpu_dispatch``), and what is read from Brax itself (the checks of a wrapped env, the keywords
-an env class takes).
+dispatch (``inline_cpu_dispatch``: the one setting applied on import, of ``_jax_env``, since it must come before
+JAX starts its backends), and what is read from Brax itself (the checks of a wrapped env, the keywords an env
+class takes).
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ def inline_cpu_dispatch() -> bool:
         started = xla_bridge.backends_are_initialized()
     except (ImportError, AttributeError):  # JAX moved it: leave JAX's default
         return False
-    wanted = os.environ.get(ASYNC_VAR, "0").strip().lower() in ("0", "false", "off", "no")
-    if not started and wanted:
+    opted_out = os.environ.get(ASYNC_VAR, "0").strip().lower() not in ("0", "false", "off", "no")
+    if not started and not opted_out:
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     return not jax.config.read("jax_cpu_enable_async_dispatch")
 
