@@ -141,13 +141,11 @@ class Outputs:
                 self.sources.append((1, done, tuple(shape)))
         self.width = width
         self.B = B
-        self.device = device
         self.keys = keys
         self.tree = Tree(keys, batch, device, batches)
         skip = set(rewards)
         self.kept = [i for i, key in enumerate(keys) if key not in skip]
-        self.actions = list(actions)
-        self.root_tree = Tree([keys[i] for i in self.kept] + self.actions, batch, device, batches)
+        self.root_tree = Tree([keys[i] for i in self.kept] + list(actions), batch, device, batches)
 
     def leaves(self, buffer: np.ndarray | torch.Tensor) -> tuple[list[torch.Tensor], Any]:
         """The output tensors of ``buffer`` (in ``keys`` order) and the bool block behind the bool ones (empty
