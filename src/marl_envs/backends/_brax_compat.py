@@ -40,8 +40,7 @@ from . import _brax_exports as exports
 
 __all__ = [
     "ASYNC_VAR", "CACHE_DIR_VAR", "checked_env", "enable_compilation_cache", "env_keywords", "import_brax",
-    "inline_cpu_dispatch", "jax_device",
-    "prepare_mujoco_gl",
+    "inline_cpu_dispatch", "jax_device", "prepare_mujoco_gl",
 ]
 
 CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
@@ -138,8 +137,7 @@ def inline_cpu_dispatch() -> bool:
         started = xla_bridge.backends_are_initialized()
     except (ImportError, AttributeError):  # JAX moved it: leave JAX's default
         return False
-    opted_out = os.environ.get(ASYNC_VAR, "0").strip().lower() not in ("0", "false", "off", "no")
-    if not started and not opted_out:
+    if not started and not exports.env_flag(ASYNC_VAR, "0"):
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     return not jax.config.read("jax_cpu_enable_async_dispatch")
 

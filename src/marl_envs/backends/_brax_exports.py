@@ -39,7 +39,7 @@ import jax
 
 from groupings import MarlGroupMapType
 
-__all__ = ["Program", "directory", "env_key", "key", "load", "path", "save"]
+__all__ = ["Program", "directory", "env_flag", "env_key", "key", "load", "path", "save"]
 
 FORMAT = 1
 OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE"
@@ -145,9 +145,14 @@ def directory() -> Path | None:
     return Path(cache) / SUBDIR
 
 
+def env_flag(name: str, default: str) -> bool:
+    """An on/off environment variable: off when set (or defaulting) to 0, false, off or no, else on."""
+    return os.environ.get(name, default).strip().lower() not in ("0", "false", "off", "no")
+
+
 def caching_enabled() -> bool:
     """False if the user opted out (``MARL_ENVS_JAX_CACHE`` set to 0, false, off or no)."""
-    return os.environ.get(OPT_OUT_VAR, "1").strip().lower() not in ("0", "false", "off", "no")
+    return env_flag(OPT_OUT_VAR, "1")
 
 
 def path(name: str) -> Path | None:
