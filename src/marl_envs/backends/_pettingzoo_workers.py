@@ -8,9 +8,9 @@ workers, the second started up to milliseconds late); each worker answers with a
 A worker that has answered polls for its next command for ``SPIN_S`` before it sleeps. A worker runs only
 PettingZoo and NumPy code, never JAX or torch, so forking a process where JAX's (or torch's) threads run is safe
 here: the warnings of JAX and of Python >= 3.12 about forking a multi-threaded process are silenced for our fork
-only. A worker whose instance raises replies with the env index and the
-original traceback and stays usable; a worker that dies is reported with its exit code. ``close()`` (also run
-when the env is garbage collected or the interpreter exits) stops every worker.
+only. A worker whose instance raises replies with the env index and the original traceback and stays usable; a
+worker that dies is reported with its exit code. ``close()`` (also run when the env is garbage collected or the
+interpreter exits) stops every worker.
 """
 
 from __future__ import annotations
