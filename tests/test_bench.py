@@ -85,7 +85,6 @@ def test_raw_pettingzoo_loop_steps_continuous_actions_as_arrays():
     import warnings
 
     import numpy as np
-    import pytest
 
     pytest.importorskip("pettingzoo")
     env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, N=2, continuous_actions=True, seed=0)
