@@ -88,6 +88,8 @@ SOAKS = {
     "vmas": Soak("vmas/balance", 256, {"n_agents": 4}),
     "brax": Soak("brax/ant_4x2", 128, {"backend": "spring"}),
     "pettingzoo": Soak("pettingzoo/mpe/simple_spread_v3", 16, {"N": 3}),
+    "jaxmarl": Soak("jaxmarl/MPE_simple_spread_v3", 256),
+    "gymnax": Soak("gymnax/CartPole-v1", 256),
     "brax-grad": Soak("brax/fast", 128, {"requires_grad": True}, differentiable=True),
 }
 

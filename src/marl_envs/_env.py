@@ -115,7 +115,8 @@ class EnvBase:
         reaching ``max_steps``; None without a limit), in one call to the simulator.
 
         Returns:
-            ``(step output, reset output, reset mask)``: what ``_step`` and ``_reset(mask)`` would return.
+            ``(step output, reset output, reset mask)``: what ``_step`` and ``_reset(mask)`` would return (the
+            reset output in any form the backend's ``_reset_done`` reads; by default a TensorDict).
         """
         raise NotImplementedError
 
@@ -380,8 +381,14 @@ class EnvBase:
         if not self._fused_reset:
             done, fresh = next_root.get("done"), None
         if done.numpy().any() if done.is_cpu else bool(done.any()):  # NumPy: ~1 us, torch ~5 us here
-            next_root = self._reset_masked(next_root, done.reshape(self.num_envs), fresh)
+            next_root = self._reset_done(next_root, done.reshape(self.num_envs), fresh)
         return tensordict, next_root
+
+    def _reset_done(self, next_root: TensorDictBase, mask: torch.Tensor, fresh: Any) -> TensorDictBase:
+        """``step_and_maybe_reset``'s reset of the envs ``mask`` marks into ``next_root`` (``_next_root``'s, of
+        the step just finished); ``fresh``: ``_step_reset``'s reset output, or None. A backend may do it its own
+        faster way (``JaxEnvBase``)."""
+        return self._reset_masked(next_root, mask, fresh)
 
     def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The root data of the next step after ``step(tensordict)``: ``tensordict["next"]`` without rewards,

@@ -69,10 +69,13 @@ def test_jaxmarl_exact(name, kwargs):
         td = td["next"].exclude(*[(g, "reward") for g in env.group_map])
 
 
-@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "gymnax/CartPole-v1"])
-def test_step_and_maybe_reset_in_one_call_matches_step_then_reset(name):
-    """JaxMARL and gymnax step and reset the envs a step ends in one compiled call: the same data and the same
-    key streams as step() followed by reset() of the done envs."""
+@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "gymnax/CartPole-v1", "brax/fast"])
+def test_step_and_maybe_reset_matches_step_then_reset(name):
+    """JaxMARL and gymnax step and reset the envs a step ends in one compiled call, Brax in two; all three merge
+    the reset into the next root data in one pass (the action masks of SMAX's fresh episodes included): the same
+    data and the same key streams as step() followed by reset() of the done envs."""
+    if name.startswith("brax"):
+        pytest.importorskip("brax")
     fused, plain = (marl_envs.make(name, num_envs=B, seed=5, max_steps=4) for _ in range(2))
     td_f, td_p = fused.reset(), plain.reset()
     resets = 0

@@ -94,7 +94,7 @@ class JaxEnvBase(EnvBase):
         self._inline = self._io.cpu and inline_cpu_dispatch()
         self._pending = None
         self._pending_fill: tuple | None = None  # (plan, buffer, block) of the last step, to fill
-        self._last_step: tuple | None = None  # the last step's TensorDict and its leaves without rewards
+        self._last_step: tuple | None = None  # the last step's TensorDict, leaves, plan, buffer and bool block
 
     def _synchronous(self) -> bool:
         """Wait for each step's result before building its TensorDicts (the overlap needs a CPU whose JAX
@@ -156,7 +156,7 @@ class JaxEnvBase(EnvBase):
         result = plan.tree(leaves)
         if step:
             self._pending_fill = (plan, out, block)
-            self._last_step = (result, leaves)
+            self._last_step = (result, leaves, plan, out, block)
         else:
             plan.fill(out, block)
         return result
@@ -215,10 +215,32 @@ class JaxEnvBase(EnvBase):
         both = self._received(self._core.step_reset(self._jax_action(tensordict), ends))
         width = self._out_width
         out = self._build(both[:, :width], self._step_layout, step=True)
-        fresh = self._build(both[:, width:-1], self._reset_layout)
         self._after_step()
         mask = both[:, -1] > 0.5
-        return out, fresh, torch.from_numpy(mask) if self._io.cpu else mask
+        return out, both[:, width:-1], torch.from_numpy(mask) if self._io.cpu else mask  # the reset's buffer
+
+    def _merges_resets(self) -> bool:
+        """Whether ``_reset_done`` merges a reset's buffer into the step's (not where gradients flow: Brax)."""
+        return True
+
+    def _reset_done(self, next_root: TensorDictBase, mask: torch.Tensor, fresh) -> TensorDictBase:
+        """Reset the envs ``mask`` marks after a step: the core's reset buffer (``fresh``, from ``_step_reset``;
+        else one reset call) merged into the step's buffer and bool block at once (``Outputs.reset_root``)
+        rather than entry by entry, and the step counts zeroed there."""
+        if not self._merges_resets() or self._last_step is None:
+            if fresh is not None:
+                fresh = self._build(fresh, self._reset_layout)
+            return super()._reset_done(next_root, mask, fresh)
+        if fresh is None:
+            fresh = self._received(self._core.reset(self._io.to_jax(mask)))
+        _, _, plan, buffer, block = self._last_step
+        if self._count_numpy is not None:
+            flags = mask.numpy()
+            self._count_numpy[flags] = 0
+        else:
+            flags = mask.cpu().numpy() if isinstance(block, np.ndarray) else mask
+            self._step_count.masked_fill_(mask, 0)
+        return plan.reset_root(buffer, block, fresh, flags, [next_root.get(k) for k in self._action_keys])
 
     def _wait_step(self) -> None:
         """Copy the pending step's values in (CPU), then fill its bool and done entries."""

@@ -107,6 +107,8 @@ class Outputs:
             else:
                 self.sources.append((0, cols, tuple(shape)))
         self.compared = len(compared)
+        self.compared_columns = compared  # the buffer column behind each of the block's first rows
+        self._reset_bools: dict[int, tuple[int, Any]] = {}  # reset width -> (its bool rows, their columns)
         start = compared[0] if compared else 0
         self.source = (slice(start, start + len(compared)) if compared == list(range(start, start + len(compared)))
                        else compared)
@@ -155,19 +157,24 @@ class Outputs:
         need autograd views: a NumPy call costs ~1 us here, a torch one ~5 us). The block is stored column by
         column (``(width, B)``): each column the fills read or write is contiguous (a NumPy call on a strided
         column costs ~4x one on a contiguous one here)."""
-        from_numpy, numpy, cpu = torch.from_numpy, isinstance(buffer, np.ndarray), self.cpu
-        if cpu:
+        if self.cpu:
             block = np.empty((self.width, self.B), dtype=bool)
         else:
             block = torch.empty((self.width, self.B), dtype=torch.bool, device=buffer.device)
+        return self._cut(buffer, block, range(len(self.sources))), block
+
+    def _cut(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor, indices) -> list:
+        """The entries ``indices`` of ``buffer`` (floats) and ``block`` (bools), as tensors."""
+        from_numpy, numpy, cpu = torch.from_numpy, isinstance(buffer, np.ndarray), isinstance(block, np.ndarray)
         out = []
-        for kind, columns, shape, *wide in self.sources:
+        for i in indices:
+            kind, columns, shape, *wide = self.sources[i]
             if kind == 0:
                 out.append(from_numpy(buffer[:, columns].reshape(shape)) if numpy else buffer[:, columns].view(shape))
                 continue
             view = from_numpy(block[columns].T.reshape(shape)) if cpu else block[columns].T.view(shape)
             out.append(view if kind == 1 else view.expand(wide[0]))
-        return out, block
+        return out
 
     def fill(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor) -> None:
         """Compute the bool block of ``buffer`` (which must hold its values now)."""
@@ -194,3 +201,32 @@ class Outputs:
     def next_root(self, leaves: Sequence[torch.Tensor], actions: Sequence[torch.Tensor]) -> TensorDict:
         """The next root data: these leaves without rewards, plus the actions taken."""
         return self.root_tree([*(leaves[i] for i in self.kept), *actions])
+
+    def reset_root(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor,
+                   fresh: np.ndarray | torch.Tensor, mask: np.ndarray | torch.Tensor,
+                   actions: Sequence[torch.Tensor]) -> TensorDict:
+        """The next root data of a step (``buffer``, its filled ``block``) whose envs ``mask`` were then reset:
+        ``next_root``'s, except that those envs hold the reset's entries (``fresh``: a reset buffer, whose columns
+        are a step buffer's first ones) and False in every done entry. Two array ops, whatever the layout (the
+        same outcome as ``EnvBase._reset_masked``'s ``torch.where`` per entry)."""
+        width = fresh.shape[1]
+        if width not in self._reset_bools:  # the block's first rows hold the reset's bool entries (action masks)
+            rows = sum(1 for c in self.compared_columns if c < width)
+            self._reset_bools[width] = (rows, self.compared_columns[:rows])
+        rows, columns = self._reset_bools[width]
+        if isinstance(buffer, np.ndarray):
+            merged = buffer.copy()
+            np.copyto(merged[:, :width], fresh, where=mask[:, None])
+        else:
+            merged = buffer.clone()
+            merged[:, :width] = torch.where(mask[:, None], fresh, buffer[:, :width])
+        if isinstance(block, np.ndarray):
+            kept = np.logical_and(block, ~mask)  # every done entry False in the envs reset
+            if rows:
+                values = merged if isinstance(merged, np.ndarray) else merged.detach().numpy()
+                np.greater(values[:, columns].T, 0.5, out=kept[:rows])
+        else:
+            kept = block & ~mask
+            if rows:
+                kept[:rows] = merged.detach()[:, columns].T > 0.5
+        return self.root_tree([*self._cut(merged, kept, self.kept), *actions])

@@ -287,6 +287,9 @@ class BraxWrapper(JaxEnvBase):
     def _synchronous(self) -> bool:
         return super()._synchronous() or self.cache_clear_frequency is not None
 
+    def _merges_resets(self) -> bool:
+        return self._diff is None  # a differentiable reset keeps the kept envs' gradient history (torch.where)
+
     def _after_step(self) -> None:
         """Every ``cache_clear_frequency`` synchronous steps, clear JAX's caches."""
         if self.cache_clear_frequency is not None:
