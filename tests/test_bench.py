@@ -1,5 +1,8 @@
 """The benchmark harness: one interleaving scheme for every backend, through the References protocol."""
 
+import importlib.util
+import re
+
 import pytest
 from envs import Drift
 
@@ -77,6 +80,23 @@ def test_rollout_benchmark_prints_its_table(capsys):
     assert "vmas/balance: 2 envs, up to 3 steps, median of 1 rounds" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("step_and", "rollout"))]
     assert len(rows) == 3 and rows[0][-1] == "1.00" and rows[1][-3] == "3"
+
+
+def test_cold_call_benchmark_prints_a_row_per_gap(capsys):
+    """benchmarks/cold_call.py: a row per gap, a first / later ratio per subject."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import cold_call
+
+    cold_call.main(["--gaps", "0", "1.5", "--windows", "1", "--warm", "0"])
+    header, _, *rows = capsys.readouterr().out.splitlines()
+    subjects = header.count("first / later")
+    assert "torch ops: first / later" in header
+    assert subjects == 1 + (importlib.util.find_spec("jax") is not None) + ("brax/fast" in marl_envs.available_envs())
+    assert [row.split()[0] for row in rows] == ["0", "1.5"]
+    assert all(len(re.findall(r"= \d+\.\d\dx", row)) == subjects for row in rows)
 
 
 def test_raw_pettingzoo_loop_steps_continuous_actions_as_arrays():
