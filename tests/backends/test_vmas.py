@@ -148,7 +148,7 @@ def test_partial_reset_of_many_envs_resets_a_world_of_those_envs(name):
 @pytest.mark.parametrize("name", sorted(NOT_NARROWED))
 def test_a_reset_that_cannot_be_narrowed_leaves_no_trace(name):
     """A narrowed reset that gives up leaves state and random stream as they were: the env goes on exactly as a
-    twin that never tries would. The next partial reset does not try (the back-off: a failed try costs about a reset)."""
+    twin that never tries would. The next partial reset does not try (the back-off: a failed try costs a reset)."""
     num_envs, kwargs = 24, TWIN_KWARGS.get(name, {})
     env, never = (VmasEnv(name, num_envs=num_envs, seed=1, **kwargs) for _ in range(2))
     never._reset_narrowed = lambda mask: None
