@@ -178,9 +178,8 @@ class Outputs:
 
     def fill(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor) -> None:
         """Compute the bool block of ``buffer`` (which must hold its values now)."""
+        self._compare(buffer, block, self.compared, self.source)
         if isinstance(block, np.ndarray):
-            values = buffer if isinstance(buffer, np.ndarray) else buffer.detach().numpy()
-            np.greater(values[:, self.source].T, 0.5, out=block[:self.compared])
             for op in self.ops:
                 if op[0] == "or":
                     np.logical_or(block[op[1]], block[op[2]], out=block[op[3]])
@@ -189,7 +188,6 @@ class Outputs:
                 else:
                     block[op[1]] = False
             return
-        block[:self.compared] = buffer.detach()[:, self.source].T > 0.5
         for op in self.ops:
             if op[0] == "or":
                 block[op[3]] = block[op[1]] | block[op[2]]
@@ -197,6 +195,15 @@ class Outputs:
                 block[op[1]] = self.count >= self.max_steps
             else:
                 block[op[1]] = False
+
+    @staticmethod
+    def _compare(buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor, rows: int, columns) -> None:
+        """The block's first ``rows`` rows: ``buffer``'s ``columns`` (stored as 0 / 1) compared to 0.5."""
+        if isinstance(block, np.ndarray):
+            values = buffer if isinstance(buffer, np.ndarray) else buffer.detach().numpy()
+            np.greater(values[:, columns].T, 0.5, out=block[:rows])
+        else:
+            block[:rows] = buffer.detach()[:, columns].T > 0.5
 
     def next_root(self, leaves: Sequence[torch.Tensor], actions: Sequence[torch.Tensor]) -> TensorDict:
         """The next root data: these leaves without rewards, plus the actions taken."""
@@ -220,13 +227,7 @@ class Outputs:
         else:
             merged = buffer.clone()
             merged[:, :width] = torch.where(mask[:, None], fresh, buffer[:, :width])
-        if isinstance(block, np.ndarray):
-            kept = np.logical_and(block, ~mask)  # every done entry False in the envs reset
-            if rows:
-                values = merged if isinstance(merged, np.ndarray) else merged.detach().numpy()
-                np.greater(values[:, columns].T, 0.5, out=kept[:rows])
-        else:
-            kept = block & ~mask
-            if rows:
-                kept[:rows] = merged.detach()[:, columns].T > 0.5
+        kept = np.logical_and(block, ~mask) if isinstance(block, np.ndarray) else block & ~mask  # done: False there
+        if rows:
+            self._compare(merged, kept, rows, columns)
         return self.root_tree([*self._cut(merged, kept, self.kept), *actions])
