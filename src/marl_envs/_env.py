@@ -12,8 +12,8 @@ from tensordict import TensorDict, TensorDictBase
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 
 from . import _rollout
-from ._fast import set_fitted
 from ._agents import resolve_group_map, specs_by_kind, stack_specs
+from ._fast import set_fitted
 from ._validate import ActionCheck, action_checks, check_actions, check_carried, check_env_index
 from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
 

@@ -93,7 +93,7 @@ class JaxEnvBase(EnvBase):
         self._io = Transfer(self.device)
         self._inline = self._io.cpu and inline_cpu_dispatch()
         self._pending = None
-        self._pending_fill: tuple | None = None  # (plan, buffer, block) of the last step, to fill
+        self._unfilled = False  # the last step's bool block is still to fill (from _last_step)
         self._last_step: tuple | None = None  # the last step's TensorDict, leaves, plan, buffer and bool block
 
     def _synchronous(self) -> bool:
@@ -155,8 +155,8 @@ class JaxEnvBase(EnvBase):
         leaves, block = plan.leaves(out)
         result = plan.tree(leaves)
         if step:
-            self._pending_fill = (plan, out, block)
             self._last_step = (result, leaves, plan, out, block)
+            self._unfilled = True
         else:
             plan.fill(out, block)
         return result
@@ -226,7 +226,7 @@ class JaxEnvBase(EnvBase):
     def _reset_done(self, next_root: TensorDictBase, mask: torch.Tensor, fresh) -> TensorDictBase:
         """Reset the envs ``mask`` marks after a step: the core's reset buffer (``fresh``, from ``_step_reset``;
         else one reset call) merged into the step's buffer and bool block at once (``Outputs.reset_root``)
-        rather than entry by entry, and the step counts zeroed there."""
+        rather than entry by entry, and the step counts zeroed as ``_reset_masked`` does."""
         if not self._merges_resets() or self._last_step is None:
             if fresh is not None:
                 fresh = self._build(fresh, self._reset_layout)
@@ -234,12 +234,8 @@ class JaxEnvBase(EnvBase):
         if fresh is None:
             fresh = self._received(self._core.reset(self._io.to_jax(mask)))
         _, _, plan, buffer, block = self._last_step
-        if self._count_numpy is not None:
-            flags = mask.numpy()
-            self._count_numpy[flags] = 0
-        else:
-            flags = mask.cpu().numpy() if isinstance(block, np.ndarray) else mask
-            self._step_count.masked_fill_(mask, 0)
+        self._step_count.masked_fill_(mask, 0)
+        flags = mask.numpy() if isinstance(block, np.ndarray) else mask
         return plan.reset_root(buffer, block, fresh, flags, [next_root.get(k) for k in self._action_keys])
 
     def _wait_step(self) -> None:
@@ -248,9 +244,9 @@ class JaxEnvBase(EnvBase):
             result, buffer = self._pending
             self._pending = None
             np.copyto(buffer, np.asarray(result))  # waits for JAX
-        if self._pending_fill is not None:
-            plan, buffer, block = self._pending_fill
-            self._pending_fill = None
+        if self._unfilled:
+            self._unfilled = False
+            _, _, plan, buffer, block = self._last_step
             plan.fill(buffer, block)
 
     def _set_seed(self, seed: int) -> None:
