@@ -23,6 +23,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from marl_envs._format import table
+
 WINDOW = 16
 
 
@@ -118,11 +120,7 @@ def main(argv=None) -> None:
             first, later = measure(call, gap, args.windows)
             cells.append(f"{first:,.0f} / {later:,.0f} us = {first / later:.2f}x")
         rows.append(cells)
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    print("  ".join(h.rjust(w) for h, w in zip(headers, widths)))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    print(table(headers, rows))
 
 
 if __name__ == "__main__":
