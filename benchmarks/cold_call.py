@@ -10,7 +10,8 @@ training loop pays on its first env call after its own work (a backward pass, an
 has to bring its code and data back into the caches. ``benchmarks/soak.py``'s differentiable soak runs 16 env
 calls, then a ~4 ms backward pass; this script separates that machine effect from the env's own overhead.
 
-Subjects: a pure-JAX ``jit`` call on small arrays (no marl_envs code but JAX's CPU setting), a few torch ops, and
+Subjects: a NumPy sum over 32 KB (no JAX, no torch, no marl_envs: what the machine does to any small working set),
+a pure-JAX ``jit`` call on small arrays (no marl_envs code but JAX's CPU setting), a few torch ops, and
 ``step_and_maybe_reset`` of ``brax/fast`` at 128 envs (if Brax is installed).
 """
 
@@ -26,6 +27,15 @@ import torch
 from marl_envs._format import table
 
 WINDOW = 16
+
+
+def _numpy_subject() -> Callable[[], None]:
+    data = np.ones(8192, np.float32)  # 32 KB: fits the L1 and L2 caches of any x86-64 core
+
+    def call():
+        data.sum()
+
+    return call
 
 
 def _jax_subject() -> Callable[[], None] | None:
@@ -99,13 +109,17 @@ def measure(call: Callable[[], None], gap_ms: float, windows: int) -> tuple[floa
     return float(np.median(first)) * 1e6, float(np.median(later)) * 1e6
 
 
+def _us(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"  # 3 digits: the NumPy sum takes a few us
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gaps", type=float, nargs="+", default=[0, 0.5, 2, 8], help="ms of other work")
     parser.add_argument("--windows", type=int, default=200, help="windows of 16 calls per gap and subject")
     parser.add_argument("--warm", type=float, default=1.0, help="seconds of calls to each subject before timing")
     args = parser.parse_args(argv)
-    subjects = {"pure JAX jit call": _jax_subject(), "torch ops": _torch_subject(),
+    subjects = {"NumPy sum of 32 KB": _numpy_subject(), "pure JAX jit call": _jax_subject(), "torch ops": _torch_subject(),
                 "brax/fast step_and_maybe_reset": _env_subject()}
     subjects = {name: call for name, call in subjects.items() if call is not None}  # JAX, Brax: if installed
     for call in subjects.values():  # warm: compiled, allocated, the machine at its pace (the first row too)
@@ -118,7 +132,7 @@ def main(argv=None) -> None:
         cells = [f"{gap:g}"]
         for call in subjects.values():
             first, later = measure(call, gap, args.windows)
-            cells.append(f"{first:,.0f} / {later:,.0f} us = {first / later:.2f}x")
+            cells.append(f"{_us(first)} / {_us(later)} us = {first / later:.2f}x")
         rows.append(cells)
     print(table(headers, rows))
 

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 import marl_envs
+from marl_envs._format import table as text_table
 
 try:
     import psutil
@@ -227,17 +228,12 @@ def run_soak(
 def table(results: list[Result]) -> str:
     headers = ("soak", "env", "num_envs", "env-steps", "env-steps/s", "RSS warm MB", "growth MB", "peak-warm MB",
                "p50 us", "p90 us", "p99 us", "max us", "p99/p50", "ok")
-    rows = [
+    return text_table(headers, [
         (r.name, r.env, r.num_envs, f"{r.env_steps:,}", f"{r.env_steps / r.seconds:,.0f}", f"{r.rss_warm_mb:.0f}",
          f"{r.growth_mb:+.1f}", f"{r.rss_peak_mb - r.rss_warm_mb:+.1f}", f"{r.p50_us:,.0f}", f"{r.p90_us:,.0f}",
          f"{r.p99_us:,.0f}", f"{r.max_us:,.0f}", f"{r.p99_us / r.p50_us:.2f}", "yes" if r.passed else "NO")
         for r in results
-    ]
-    cells = [headers, *[tuple(map(str, row)) for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    ])
 
 
 def plot(results: list[Result], path: str) -> None:

@@ -93,8 +93,8 @@ def test_cold_call_benchmark_prints_a_row_per_gap(capsys):
     cold_call.main(["--gaps", "0", "1.5", "--windows", "1", "--warm", "0"])
     header, _, *rows = capsys.readouterr().out.splitlines()
     subjects = header.count("first / later")
-    assert "torch ops: first / later" in header
-    assert subjects == 1 + (importlib.util.find_spec("jax") is not None) + ("brax/fast" in marl_envs.available_envs())
+    assert "torch ops: first / later" in header and "NumPy sum of 32 KB: first / later" in header
+    assert subjects == 2 + (importlib.util.find_spec("jax") is not None) + ("brax/fast" in marl_envs.available_envs())
     assert [row.split()[0] for row in rows] == ["0", "1.5"]
     assert all(len(re.findall(r"= \d+\.\d\dx", row)) == subjects for row in rows)
 
