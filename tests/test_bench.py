@@ -1,13 +1,26 @@
 """The benchmark harness: one interleaving scheme for every backend, through the References protocol."""
 
+import importlib
 import importlib.util
 import re
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 from envs import Drift
 
 import marl_envs
 from marl_envs import bench, registry
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def script(name):
+    """A script of benchmarks/ as a module (the folder is no package)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
 
 
 class _Recorder:
@@ -69,11 +82,7 @@ def test_every_backend_declares_its_references():
 
 def test_rollout_benchmark_prints_its_table(capsys):
     """benchmarks/rollout.py: each loop runs the steps asked, ratios against the step loop."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import rollout
+    rollout = script("rollout")
 
     rollout.main(["vmas/balance", "--num-envs", "2", "--steps", "3", "--rounds", "1"])
     out = capsys.readouterr().out
@@ -84,11 +93,7 @@ def test_rollout_benchmark_prints_its_table(capsys):
 
 def test_cold_call_benchmark_prints_a_row_per_gap(capsys):
     """benchmarks/cold_call.py: a row per gap, a first / later ratio per subject."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import cold_call
+    cold_call = script("cold_call")
 
     cold_call.main(["--gaps", "0", "1.5", "--windows", "1", "--warm", "0"])
     header, _, *rows = capsys.readouterr().out.splitlines()
@@ -125,7 +130,6 @@ def test_raw_pettingzoo_loop_steps_continuous_actions_as_arrays():
 def test_brax_bench_prints_only_its_table():
     """``marl-envs bench`` on a Brax env loaded from its export imports Brax for the reference loops quietly."""
     import subprocess
-    import sys
 
     pytest.importorskip("brax")
     code = ("from marl_envs import cli\n"
@@ -133,3 +137,23 @@ def test_brax_bench_prints_only_its_table():
     for _ in range(2):  # the second run loads the env from the export the first one saved
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         assert done.stderr == "" and done.stdout.startswith("brax/fast: 2 envs x 2 steps\n"), done
+
+
+def test_noise_floor_prints_a_row_per_pattern(capsys):
+    """benchmarks/noise_floor.py: fixed work in each soak's pattern, a p99/p50 and a verdict per row."""
+    noise_floor = script("noise_floor")
+
+    noise_floor.main(["--seconds", "0.05"])
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("fixed work"))
+    rows = lines[header + 2:]
+    assert [row.split("  ")[0] for row in rows] == [p.name for p in noise_floor.PATTERNS]
+    assert all(re.search(r"\d\.\d\d\s+(yes|NO)$", row) for row in rows)
+
+
+def test_noise_floor_calls_take_the_pattern_length():
+    """The calibrated fixed work takes about the pattern's call length (within a factor 2 on a busy machine)."""
+    noise_floor = script("noise_floor")
+
+    lat = noise_floor.measure(noise_floor.Pattern("2 ms", 2.0), seconds=0.2)
+    assert 1000 < float(np.median(lat)) < 4000
