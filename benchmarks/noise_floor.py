@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -71,15 +73,21 @@ PATTERNS = [
 ]
 
 
-def measure(pattern: Pattern, seconds: float) -> np.ndarray:
-    """Latencies (us) of ``pattern``'s calls over ``seconds`` (the first 10% of them left out as warm-up)."""
-    n = calibrate(pattern.call_ms)
+def measure(pattern: Pattern, seconds: float, call: Callable[[], object] | None = None) -> np.ndarray:
+    """Latencies (us) of ``pattern``'s calls over ``seconds`` (the first 10% of them left out as warm-up).
+
+    ``call``: what each call runs (default: ``work`` calibrated to ``pattern.call_ms``, which then only paces the
+    calls of another subject).
+    """
+    if call is None:
+        n = calibrate(pattern.call_ms)
+        call = partial(work, n)
     per_second = 1e3 / (pattern.call_ms + pattern.gap_ms / pattern.window)
     calls = max(2 * pattern.window, int(seconds * per_second))
     latencies = np.empty(calls)
     for i in range(calls):
         t0 = time.perf_counter()
-        work(n)
+        call()
         latencies[i] = time.perf_counter() - t0
         if pattern.gap_ms and (i + 1) % pattern.window == 0:
             spin(pattern.gap_ms)

@@ -3,6 +3,7 @@
     python benchmarks/soak.py                                   # every soak, 1M env-steps each
     python benchmarks/soak.py vmas brax-grad --env-steps 200000 # some of them, shorter
     python benchmarks/soak.py --plot soak.png                   # also draw RSS and latency over the run
+    python benchmarks/soak.py gymnax --floor                    # and the machine's own tail in its pattern
 
 Each soak builds its env, then calls ``step_and_maybe_reset`` (random actions; the differentiable one runs a
 small policy and backpropagates through windows of ``--window`` steps, ``detach_state()`` between them) until
@@ -14,12 +15,20 @@ taken after a garbage collection and glibc's ``malloc_trim(0)`` (memory in use, 
 space), and the latency percentiles over the calls after warm-up.
 
 Acceptance (issue 14): RSS growth < 50 MB after warm-up over 1M env-steps, p99 latency <= 2x the median.
+
+``--floor`` also times, right after each soak, the backend's own raw loop (the reference loop of
+``marl-envs bench`` that the soak names: the raw backend stepping the same env, no marl_envs or torch on its path)
+one step a call in the soak's pattern: the calls paced as the soak's (its median length, ``benchmarks/noise_floor.py``),
+with the soak's untimed time between them (the differentiable soak's all after each window, spun on a clock), for a
+fifth of the soak's time (at most 60 s). Its p99 / p50 is what the machine does to the raw backend in a loop of that
+shape: a soak at or under it adds no tail of its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import platform
@@ -32,6 +41,8 @@ import numpy as np
 import torch
 
 import marl_envs
+import noise_floor
+from marl_envs import bench
 from marl_envs._format import table as text_table
 
 try:
@@ -82,16 +93,19 @@ class Soak:
     num_envs: int
     kwargs: dict = field(default_factory=dict)
     differentiable: bool = False  # a policy trained through the env, backprop every ``window`` calls
+    reference: str = ""  # the raw loop of ``marl_envs.bench`` that ``--floor`` times
 
 
 #: the soaks of ``benchmarks/soak.py``: one representative env per backend, and a differentiable Brax rollout
+_BRAX_LOOP = "pure JAX: jit(vmap(step)) Python loop, Brax auto-reset"
 SOAKS = {
-    "vmas": Soak("vmas/balance", 256, {"n_agents": 4}),
-    "brax": Soak("brax/ant_4x2", 128, {"backend": "spring"}),
-    "pettingzoo": Soak("pettingzoo/mpe/simple_spread_v3", 16, {"N": 3}),
-    "jaxmarl": Soak("jaxmarl/MPE_simple_spread_v3", 256),
-    "gymnax": Soak("gymnax/CartPole-v1", 256),
-    "brax-grad": Soak("brax/fast", 128, {"requires_grad": True}, differentiable=True),
+    "vmas": Soak("vmas/balance", 256, {"n_agents": 4}, reference="raw vmas, no resets"),
+    "brax": Soak("brax/ant_4x2", 128, {"backend": "spring"}, reference=_BRAX_LOOP),
+    "pettingzoo": Soak("pettingzoo/mpe/simple_spread_v3", 16, {"N": 3}, reference="raw PettingZoo loop"),
+    "jaxmarl": Soak("jaxmarl/MPE_simple_spread_v3", 256,
+                    reference="pure JAX: jit(vmap(env.step)) Python loop, JaxMARL auto-reset"),
+    "gymnax": Soak("gymnax/CartPole-v1", 256, reference="pure JAX: jit(vmap(env.step)) Python loop, gymnax auto-reset"),
+    "brax-grad": Soak("brax/fast", 128, {"requires_grad": True}, differentiable=True, reference=_BRAX_LOOP),
 }
 
 
@@ -110,6 +124,8 @@ class Result:
     p90_us: float
     p99_us: float
     max_us: float
+    gap_us: float = 0.0  # untimed time per call after warm-up (actions, policy, backward pass, RSS samples)
+    floor: float | None = None  # p99 / p50 of the backend's raw loop in this soak's pattern (``--floor``)
     rss_samples: list = field(default_factory=list, repr=False)  # (call index, MB)
     latencies_us: list = field(default_factory=list, repr=False)  # every call after warm-up (for plots)
 
@@ -204,36 +220,65 @@ def run_soak(
         if i + 1 == warm:
             rss_warm = settled_rss_mb()
             samples.append((i + 1, rss_warm))
+            timed_from = time.perf_counter()
         elif (i + 1) % every == 0:
             samples.append((i + 1, rss_bytes() / MB))
         if bar is not None and (i + 1) % 16 == 0:
             bar.update(16 * env.num_envs)
-    seconds = time.perf_counter() - start
+    end = time.perf_counter()
+    seconds = end - start
     if bar is not None:
         bar.update(calls * env.num_envs - bar.n)
         bar.close()
     rss_end = settled_rss_mb()
     samples.append((calls, rss_end))
-    after = latencies[warm:] * 1e6 if calls > warm else latencies * 1e6
+    if calls == warm:  # too short for a warm-up: every call counts
+        warm, timed_from = 0, start
+    after = latencies[warm:] * 1e6
     p50, p90, p99 = np.percentile(after, [50, 90, 99])
     return Result(
         name=name, env=str(getattr(env, "name", "")) or type(env).__name__, num_envs=env.num_envs, calls=calls,
         env_steps=calls * env.num_envs, seconds=seconds, rss_warm_mb=rss_warm, rss_end_mb=rss_end,
         rss_peak_mb=max(mb for call, mb in samples if call >= warm), p50_us=p50, p90_us=p90, p99_us=p99,
-        max_us=float(after.max()), rss_samples=samples if keep_series else [],
+        max_us=float(after.max()), gap_us=((end - timed_from) * 1e6 - after.sum()) / len(after),
+        rss_samples=samples if keep_series else [],
         latencies_us=after.tolist() if keep_series else [],
     )
 
 
 def table(results: list[Result]) -> str:
+    floors = any(r.floor is not None for r in results)
     headers = ("soak", "env", "num_envs", "env-steps", "env-steps/s", "RSS warm MB", "growth MB", "peak-warm MB",
-               "p50 us", "p90 us", "p99 us", "max us", "p99/p50", "ok")
+               "p50 us", "p90 us", "p99 us", "max us", "p99/p50", *(("floor p99/p50",) if floors else ()), "ok")
     return text_table(headers, [
         (r.name, r.env, r.num_envs, f"{r.env_steps:,}", f"{r.env_steps / r.seconds:,.0f}", f"{r.rss_warm_mb:.0f}",
          f"{r.growth_mb:+.1f}", f"{r.rss_peak_mb - r.rss_warm_mb:+.1f}", f"{r.p50_us:,.0f}", f"{r.p90_us:,.0f}",
-         f"{r.p99_us:,.0f}", f"{r.max_us:,.0f}", f"{r.p99_us / r.p50_us:.2f}", "yes" if r.passed else "NO")
+         f"{r.p99_us:,.0f}", f"{r.max_us:,.0f}", f"{r.p99_us / r.p50_us:.2f}",
+         *((f"{r.floor:.2f}" if r.floor is not None else "-",) if floors else ()), "yes" if r.passed else "NO")
         for r in results
     ])
+
+
+def reference_floor(env: marl_envs.EnvBase, soak: Soak, result: Result, window: int) -> float:
+    """p99 / p50 of ``soak.reference`` (a raw loop of ``marl_envs.bench`` over ``env``'s backend), one step a call in
+    ``result``'s pattern (see the module's docstring), timed now."""
+    plan = [env.full_action_spec.rand() for _ in range(64)]  # cycled
+    loops, _ = bench.references(soak.env.split("/")[0]).loops(env, plan, [range(t, t + 1) for t in range(len(plan))])
+    for other in loops.values():
+        if isinstance(other, bench.OursLoop):  # PettingZoo's: ours again, in worker processes
+            other.env.close()
+    loop, steps = loops[soak.reference], itertools.cycle(range(len(plan)))
+
+    def call():
+        t = next(steps)
+        loop(range(t, t + 1))
+        loop.sync()
+
+    per = window if soak.differentiable else 1
+    pattern = noise_floor.Pattern(soak.reference, result.p50_us / 1e3, gap_ms=result.gap_us * per / 1e3, window=per)
+    lat = noise_floor.measure(pattern, min(60.0, result.seconds / 5), call=call)
+    p50, p99 = np.percentile(lat, [50, 99])
+    return float(p99 / p50)
 
 
 def plot(results: list[Result], path: str) -> None:
@@ -268,6 +313,8 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=float, default=0.1, help="fraction of the calls that is warm-up")
     parser.add_argument("--every", type=int, default=64, help="calls between RSS samples")
     parser.add_argument("--window", type=int, default=16, help="brax-grad: calls per backpropagation window")
+    parser.add_argument("--floor", action="store_true",
+                        help="after each soak, time the backend's raw loop in its pattern: the p99/p50 without us")
     parser.add_argument("--json", help="also write the results (with the series) to this file")
     parser.add_argument("--plot", help="also draw RSS and latency to this image")
     args = parser.parse_args(argv)
@@ -287,6 +334,8 @@ def main(argv=None) -> None:
         result = run_soak(env, args.env_steps, name=name, differentiable=soak.differentiable, window=args.window,
                           warmup=args.warmup, every=args.every, keep_series=bool(args.json or args.plot))
         result.env = soak.env + "".join(f" {k}={v}" for k, v in soak.kwargs.items())
+        if args.floor:
+            result.floor = reference_floor(env, soak, result, args.window)
         env.close()
         results.append(result)
         print(table([result]), "\n", flush=True)
