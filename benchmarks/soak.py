@@ -125,7 +125,7 @@ class Result:
     p99_us: float
     max_us: float
     gap_us: float = 0.0  # untimed time per call after warm-up (actions, policy, backward pass, RSS samples)
-    floor: float | None = None  # p99 / p50 of the backend's raw loop in this soak's pattern (``--floor``)
+    floor_us: tuple[float, float] | None = None  # p50, p99 of the raw loop in the soak's pattern (``--floor``)
     rss_samples: list = field(default_factory=list, repr=False)  # (call index, MB)
     latencies_us: list = field(default_factory=list, repr=False)  # every call after warm-up (for plots)
 
@@ -247,20 +247,28 @@ def run_soak(
 
 
 def table(results: list[Result]) -> str:
-    floors = any(r.floor is not None for r in results)
+    floors = any(r.floor_us is not None for r in results)
     headers = ("soak", "env", "num_envs", "env-steps", "env-steps/s", "RSS warm MB", "growth MB", "peak-warm MB",
-               "p50 us", "p90 us", "p99 us", "max us", "p99/p50", *(("floor p99/p50",) if floors else ()), "ok")
+               "p50 us", "p90 us", "p99 us", "max us", "p99/p50",
+               *(("raw loop p50 us", "raw loop p99 us", "raw loop p99/p50") if floors else ()), "ok")
     return text_table(headers, [
         (r.name, r.env, r.num_envs, f"{r.env_steps:,}", f"{r.env_steps / r.seconds:,.0f}", f"{r.rss_warm_mb:.0f}",
          f"{r.growth_mb:+.1f}", f"{r.rss_peak_mb - r.rss_warm_mb:+.1f}", f"{r.p50_us:,.0f}", f"{r.p90_us:,.0f}",
          f"{r.p99_us:,.0f}", f"{r.max_us:,.0f}", f"{r.p99_us / r.p50_us:.2f}",
-         *((f"{r.floor:.2f}" if r.floor is not None else "-",) if floors else ()), "yes" if r.passed else "NO")
+         *(_floor_cells(r.floor_us) if floors else ()), "yes" if r.passed else "NO")
         for r in results
     ])
 
 
-def reference_floor(env: marl_envs.EnvBase, soak: Soak, result: Result, window: int) -> float:
-    """p99 / p50 of ``soak.reference`` (a raw loop of ``marl_envs.bench`` over ``env``'s backend), one step a call in
+def _floor_cells(floor_us: tuple[float, float] | None) -> tuple[str, str, str]:
+    if floor_us is None:
+        return "-", "-", "-"
+    p50, p99 = floor_us
+    return f"{p50:,.0f}", f"{p99:,.0f}", f"{p99 / p50:.2f}"
+
+
+def reference_floor(env: marl_envs.EnvBase, soak: Soak, result: Result, window: int) -> tuple[float, float]:
+    """p50 and p99 (us) of ``soak.reference`` (a raw loop of ``marl_envs.bench`` over ``env``'s backend), one step a call in
     ``result``'s pattern (see the module's docstring), timed now."""
     plan = [env.full_action_spec.rand() for _ in range(64)]  # cycled
     loops, _ = bench.references(soak.env.split("/")[0]).loops(env, plan, [range(t, t + 1) for t in range(len(plan))])
@@ -278,7 +286,7 @@ def reference_floor(env: marl_envs.EnvBase, soak: Soak, result: Result, window: 
     pattern = noise_floor.Pattern(soak.reference, result.p50_us / 1e3, gap_ms=result.gap_us * per / 1e3, window=per)
     lat = noise_floor.measure(pattern, min(60.0, result.seconds / 5), call=call)
     p50, p99 = np.percentile(lat, [50, 99])
-    return float(p99 / p50)
+    return float(p50), float(p99)
 
 
 def plot(results: list[Result], path: str) -> None:
@@ -335,7 +343,7 @@ def main(argv=None) -> None:
                           warmup=args.warmup, every=args.every, keep_series=bool(args.json or args.plot))
         result.env = soak.env + "".join(f" {k}={v}" for k, v in soak.kwargs.items())
         if args.floor:
-            result.floor = reference_floor(env, soak, result, args.window)
+            result.floor_us = reference_floor(env, soak, result, args.window)
         env.close()
         results.append(result)
         print(table([result]), "\n", flush=True)

@@ -62,3 +62,16 @@ def test_short_soak_catches_a_leak_of_4kb_per_step():
     result = short_soak(env)
     assert len(env.kept) == WARMUP + CALLS
     assert result.growth_mb > LIMIT_MB, f"a leak of 4 KB per step grew the RSS by only {result.growth_mb:.2f} MB"
+
+
+@pytest.mark.parametrize("case", [name for name in soak.SOAKS if name in CASES])
+def test_floor_times_the_raw_loop_the_soak_names(case):
+    """``--floor``: each soak names a raw loop of ``marl_envs.bench`` that its backend has, timed in the soak's
+    pattern (a renamed loop fails here, not after a long soak)."""
+    env = CASES[case]()
+    spec = soak.SOAKS[case]
+    result = soak.run_soak(env, 40 * env.num_envs, progress=False, differentiable=spec.differentiable)
+    assert result.gap_us > 0  # the untimed work between calls: action sampling (and the backward pass)
+    p50, p99 = soak.reference_floor(env, spec, result, window=16)
+    env.close()
+    assert 0 < p50 <= p99
