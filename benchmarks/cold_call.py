@@ -119,8 +119,8 @@ def main(argv=None) -> None:
     parser.add_argument("--windows", type=int, default=200, help="windows of 16 calls per gap and subject")
     parser.add_argument("--warm", type=float, default=1.0, help="seconds of calls to each subject before timing")
     args = parser.parse_args(argv)
-    subjects = {"NumPy sum of 32 KB": _numpy_subject(), "pure JAX jit call": _jax_subject(), "torch ops": _torch_subject(),
-                "brax/fast step_and_maybe_reset": _env_subject()}
+    subjects = {"NumPy sum of 32 KB": _numpy_subject(), "pure JAX jit call": _jax_subject(),
+                "torch ops": _torch_subject(), "brax/fast step_and_maybe_reset": _env_subject()}
     subjects = {name: call for name, call in subjects.items() if call is not None}  # JAX, Brax: if installed
     for call in subjects.values():  # warm: compiled, allocated, the machine at its pace (the first row too)
         end = time.perf_counter() + args.warm

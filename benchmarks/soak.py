@@ -3,7 +3,7 @@
     python benchmarks/soak.py                                   # every soak, 1M env-steps each
     python benchmarks/soak.py vmas brax-grad --env-steps 200000 # some of them, shorter
     python benchmarks/soak.py --plot soak.png                   # also draw RSS and latency over the run
-    python benchmarks/soak.py gymnax --floor                    # and the machine's own tail in its pattern
+    python benchmarks/soak.py gymnax --floor                    # and its raw loop's tail in the same pattern
 
 Each soak builds its env, then calls ``step_and_maybe_reset`` (random actions; the differentiable one runs a
 small policy and backpropagates through windows of ``--window`` steps, ``detach_state()`` between them) until
@@ -18,9 +18,9 @@ Acceptance (issue 14): RSS growth < 50 MB after warm-up over 1M env-steps, p99 l
 
 ``--floor`` also times, right after each soak, the backend's own raw loop (the reference loop of
 ``marl-envs bench`` that the soak names: the raw backend stepping the same env, no marl_envs or torch on its path)
-one step a call in the soak's pattern: the calls paced as the soak's (its median length, ``benchmarks/noise_floor.py``),
-with the soak's untimed time between them (the differentiable soak's all after each window, spun on a clock), for a
-fifth of the soak's time (at most 60 s). Its p99 / p50 is what the machine does to the raw backend in a loop of that
+one step a call in the soak's pattern (``benchmarks/noise_floor.py``): as many calls as the soak made in a fifth of
+its time (at most 60 s of it), with the soak's untimed time between them (the differentiable soak's all after each
+window), spun on a clock. Its p99 / p50 is what the machine does to the raw backend in a loop of that
 shape: a soak at or under it adds no tail of its own.
 """
 
@@ -268,8 +268,8 @@ def _floor_cells(floor_us: tuple[float, float] | None) -> tuple[str, str, str]:
 
 
 def reference_floor(env: marl_envs.EnvBase, soak: Soak, result: Result, window: int) -> tuple[float, float]:
-    """p50 and p99 (us) of ``soak.reference`` (a raw loop of ``marl_envs.bench`` over ``env``'s backend), one step a call in
-    ``result``'s pattern (see the module's docstring), timed now."""
+    """p50 and p99 (us) of ``soak.reference`` (a raw loop of ``marl_envs.bench`` over ``env``'s backend), one step
+    a call in ``result``'s pattern (see the module's docstring), timed now."""
     plan = [env.full_action_spec.rand() for _ in range(64)]  # cycled
     loops, _ = bench.references(soak.env.split("/")[0]).loops(env, plan, [range(t, t + 1) for t in range(len(plan))])
     for other in loops.values():

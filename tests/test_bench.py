@@ -152,8 +152,9 @@ def test_noise_floor_prints_a_row_per_pattern(capsys):
 
 
 def test_noise_floor_calls_take_the_pattern_length():
-    """The calibrated fixed work takes about the pattern's call length (within a factor 2 on a busy machine)."""
+    """The calibrated fixed work takes about the pattern's call length (within a factor 4: the machine's speed may
+    change between calibration and calls; a unit slip would be a factor 1000)."""
     noise_floor = script("noise_floor")
 
     lat = noise_floor.measure(noise_floor.Pattern("2 ms", 2.0), seconds=0.2)
-    assert 1000 < float(np.median(lat)) < 4000
+    assert 500 < float(np.median(lat)) < 8000
