@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from marl_envs._format import table
+from noise_floor import busy
 
 WINDOW = 16
 
@@ -103,9 +104,7 @@ def measure(call: Callable[[], None], gap_ms: float, windows: int) -> tuple[floa
             dt = time.perf_counter() - t0
             if w >= 10 and i != 1:  # the second call is left out: partly cold still
                 (first if i == 0 else later).append(dt)
-        end = time.perf_counter() + gap_ms / 1e3
-        while time.perf_counter() < end:
-            pass
+        busy(gap_ms / 1e3)
     return float(np.median(first)) * 1e6, float(np.median(later)) * 1e6
 
 
@@ -123,9 +122,7 @@ def main(argv=None) -> None:
                 "torch ops": _torch_subject(), "brax/fast step_and_maybe_reset": _env_subject()}
     subjects = {name: call for name, call in subjects.items() if call is not None}  # JAX, Brax: if installed
     for call in subjects.values():  # warm: compiled, allocated, the machine at its pace (the first row too)
-        end = time.perf_counter() + args.warm
-        while time.perf_counter() < end:
-            call()
+        busy(args.warm, call)
     headers = ["gap ms", *[f"{name}: first / later" for name in subjects]]
     rows = []
     for gap in args.gaps:

@@ -36,9 +36,7 @@ def work(n: int) -> float:
 def calibrate(call_ms: float) -> int:
     """How many iterations of ``work`` take ``call_ms`` here (the median of short runs, after 0.3 s of warm-up)."""
     probe = 2000
-    end = time.perf_counter() + 0.3
-    while time.perf_counter() < end:
-        work(probe)
+    busy(0.3, partial(work, probe))
     times = []
     for _ in range(9):
         t0 = time.perf_counter()
@@ -47,10 +45,12 @@ def calibrate(call_ms: float) -> int:
     return max(1, round(call_ms / 1e3 / (np.median(times) / probe)))
 
 
-def spin(ms: float) -> None:
-    end = time.perf_counter() + ms / 1e3
+def busy(seconds: float, call: Callable[[], object] | None = None) -> None:
+    """Call ``call`` over and over for ``seconds`` (None: spin on the clock, touching no other data)."""
+    end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        pass
+        if call is not None:
+            call()
 
 
 @dataclass
@@ -90,7 +90,7 @@ def measure(pattern: Pattern, seconds: float, call: Callable[[], object] | None 
         call()
         latencies[i] = time.perf_counter() - t0
         if pattern.gap_ms and (i + 1) % pattern.window == 0:
-            spin(pattern.gap_ms)
+            busy(pattern.gap_ms / 1e3)
     return latencies[calls // 10:] * 1e6
 
 
