@@ -18,10 +18,10 @@ Acceptance (issue 14): RSS growth < 50 MB after warm-up over 1M env-steps, p99 l
 
 ``--floor`` also times, right after each soak, the backend's own raw loop (the reference loop of
 ``marl-envs bench`` that the soak names: the raw backend stepping the same env, no marl_envs or torch on its path)
-one step a call in the soak's pattern (``benchmarks/noise_floor.py``): as many calls as the soak made in a fifth of
-its time (at most 60 s of it), with the soak's untimed time between them (the differentiable soak's all after each
-window), spun on a clock. Its p99 / p50 is what the machine does to the raw backend in a loop of that
-shape: a soak at or under it adds no tail of its own.
+one step a call in the soak's pattern: as many calls as the soak made in a fifth of its time (at most 60 s of it),
+with the soak's untimed time between them (the differentiable soak's all after each window), spun on a clock. Its
+p99 / p50 is what the machine does to the raw backend in a loop of that shape: a soak at or under it adds no tail
+of its own.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import numpy as np
 import torch
 
 import marl_envs
-import noise_floor
 from marl_envs import bench
 from marl_envs._format import table as text_table
 
@@ -267,6 +266,24 @@ def _floor_cells(floor_us: tuple[float, float] | None) -> tuple[str, str, str]:
     return f"{p50:,.0f}", f"{p99:,.0f}", f"{p99 / p50:.2f}"
 
 
+def time_in_pattern(call: Callable[[], object], seconds: float, call_us: float, gap_us: float = 0.0,
+                    window: int = 1) -> np.ndarray:
+    """Latencies (us) of ``call``, each call timed alone, with ``gap_us`` spun on a clock (untimed, touching no
+    data) after every ``window`` calls: as many calls as ``seconds`` holds at ``call_us`` a call (at least
+    ``2 * window``), the first 10% of them left out as warm-up."""
+    calls = max(2 * window, int(seconds * 1e6 / (call_us + gap_us / window)))
+    latencies = np.empty(calls)
+    for i in range(calls):
+        t0 = time.perf_counter()
+        call()
+        latencies[i] = time.perf_counter() - t0
+        if gap_us and (i + 1) % window == 0:
+            end = time.perf_counter() + gap_us / 1e6
+            while time.perf_counter() < end:
+                pass
+    return latencies[calls // 10:] * 1e6
+
+
 def reference_floor(env: marl_envs.EnvBase, soak: Soak, result: Result, window: int) -> tuple[float, float]:
     """p50 and p99 (us) of ``soak.reference`` (a raw loop of ``marl_envs.bench`` over ``env``'s backend), one step
     a call in ``result``'s pattern (see the module's docstring), timed now."""
@@ -283,8 +300,7 @@ def reference_floor(env: marl_envs.EnvBase, soak: Soak, result: Result, window: 
         loop.sync()
 
     per = window if soak.differentiable else 1
-    pattern = noise_floor.Pattern(soak.reference, result.p50_us / 1e3, gap_ms=result.gap_us * per / 1e3, window=per)
-    lat = noise_floor.measure(pattern, min(60.0, result.seconds / 5), call=call)
+    lat = time_in_pattern(call, min(60.0, result.seconds / 5), result.p50_us, gap_us=result.gap_us * per, window=per)
     p50, p99 = np.percentile(lat, [50, 99])
     return float(p50), float(p99)
 

@@ -162,9 +162,9 @@ def cheapest_brax_kwargs(name: str) -> dict:
 
     from brax import envs as brax_envs
 
-    from marl_envs.backends._brax_scenes import SCENES
+    from marl_envs.backends.brax import scenes
 
-    robot = SCENES[name].robot if name in SCENES else name
+    robot = scenes.SCENES[name].robot if name in scenes.SCENES else name
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

@@ -1,12 +1,9 @@
 """The benchmark harness: one interleaving scheme for every backend, through the References protocol."""
 
 import importlib
-import importlib.util
-import re
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from envs import Drift
 
@@ -91,19 +88,6 @@ def test_rollout_benchmark_prints_its_table(capsys):
     assert len(rows) == 3 and rows[0][-1] == "1.00" and rows[1][-3] == "3"
 
 
-def test_cold_call_benchmark_prints_a_row_per_gap(capsys):
-    """benchmarks/cold_call.py: a row per gap, a first / later ratio per subject."""
-    cold_call = script("cold_call")
-
-    cold_call.main(["--gaps", "0", "1.5", "--windows", "1", "--warm", "0"])
-    header, _, *rows = capsys.readouterr().out.splitlines()
-    subjects = header.count("first / later")
-    assert "torch ops: first / later" in header and "NumPy sum of 32 KB: first / later" in header
-    assert subjects == 2 + (importlib.util.find_spec("jax") is not None) + ("brax/fast" in marl_envs.available_envs())
-    assert [row.split()[0] for row in rows] == ["0", "1.5"]
-    assert all(len(re.findall(r"= \d+\.\d\dx", row)) == subjects for row in rows)
-
-
 def test_raw_pettingzoo_loop_steps_continuous_actions_as_arrays():
     """The raw reference loop holds continuous actions as float32 arrays, as a user's loop would: a list would
     make gymnasium cast (and warn) on every agent step, slowing the reference."""
@@ -137,24 +121,3 @@ def test_brax_bench_prints_only_its_table():
     for _ in range(2):  # the second run loads the env from the export the first one saved
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         assert done.stderr == "" and done.stdout.startswith("brax/fast: 2 envs x 2 steps\n"), done
-
-
-def test_noise_floor_prints_a_row_per_pattern(capsys):
-    """benchmarks/noise_floor.py: fixed work in each soak's pattern, a p99/p50 and a verdict per row."""
-    noise_floor = script("noise_floor")
-
-    noise_floor.main(["--seconds", "0.05"])
-    lines = capsys.readouterr().out.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("fixed work"))
-    rows = lines[header + 2:]
-    assert [row.split("  ")[0] for row in rows] == [p.name for p in noise_floor.PATTERNS]
-    assert all(re.search(r"\d\.\d\d\s+(yes|NO)$", row) for row in rows)
-
-
-def test_noise_floor_calls_take_the_pattern_length():
-    """The calibrated fixed work takes about the pattern's call length (within a factor 4: the machine's speed may
-    change between calibration and calls; a unit slip would be a factor 1000)."""
-    noise_floor = script("noise_floor")
-
-    lat = noise_floor.measure(noise_floor.Pattern("2 ms", 2.0), seconds=0.2)
-    assert 500 < float(np.median(lat)) < 8000

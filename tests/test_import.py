@@ -63,16 +63,31 @@ def test_building_envs_prints_nothing():
     assert (done.stdout, done.stderr) == ("", "")
 
 
+def test_importing_any_backend_leaves_jax_config_as_it_found_it():
+    code = (
+        "import jax\n"
+        "before = dict(jax.config.values)\n"
+        "import marl_envs.backends.jax, marl_envs.backends.brax, marl_envs.backends.jaxmarl\n"
+        "import marl_envs.backends.gymnax, marl_envs.backends.vmas, marl_envs.backends.pettingzoo\n"
+        "import marl_envs.bench.brax, marl_envs.bench.jaxmarl, marl_envs.bench.gymnax\n"
+        "changed = {k: (v, jax.config.values[k]) for k, v in before.items() if jax.config.values[k] != v}\n"
+        "assert not changed, changed\n"
+        "from jax._src import xla_bridge\n"
+        "assert not xla_bridge.backends_are_initialized()\n"  # nor started JAX
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 @pytest.mark.parametrize("setup, inline", [
-    ("", True),  # a JAX family's import sets it while JAX's backends are not up
+    ("", True),  # building a JAX-family env sets it while JAX's backends are not up
     ("import os; os.environ['MARL_ENVS_JAX_CPU_ASYNC'] = '1'\n", False),  # the user's opt-out
     ("import jax.numpy as jnp; jnp.zeros(1)\n", False),  # JAX already started: its client is left as it is
 ])
 def test_jax_cpu_dispatch_runs_inline_unless_jax_started_or_opted_out(setup, inline):
     code = (
         f"{setup}"
-        "import jax\n"
-        "import marl_envs.backends.gymnax\n"
+        "import jax, marl_envs\n"
+        "marl_envs.make('gymnax/CartPole-v1', num_envs=2)\n"
         "print(jax.config.read('jax_cpu_enable_async_dispatch'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -49,8 +49,9 @@ BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo", "j
 #: The docs page of each backend (relative to ``docs/``).
 BACKEND_PAGES = {"vmas": "backends/vmas.md", "brax": "backends/brax.md", "pettingzoo": "backends/pettingzoo.md",
                  "jaxmarl": "jax_families.md", "gymnax": "jax_families.md"}
-#: Files besides ``<backend>.py`` and ``_<backend>_*.py`` whose code a backend's entries run.
-SHARED_SOURCES = {"brax": "_jax_*.py", "jaxmarl": "_jax_*.py", "gymnax": "_jax_*.py"}
+#: Packages of ``marl_envs.backends`` besides the backend's own (``<backend>.py`` or ``<backend>/``) whose code a
+#: backend's entries run.
+SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -75,9 +76,9 @@ def _source_digest(backend: str) -> str:
     package = SRC / "marl_envs"
     files = sorted(package.glob("*.py")) + sorted((SRC / "groupings").rglob("*.py"))
     backends = package / "backends"
-    files += sorted(backends.glob(f"{backend}.py")) + sorted(backends.glob(f"_{backend}_*.py"))
-    if backend in SHARED_SOURCES:
-        files += sorted(backends.glob(SHARED_SOURCES[backend]))
+    files += sorted(backends.glob(f"{backend}.py"))
+    for folder in (backend, *SHARED_SOURCES.get(backend, ())):
+        files += sorted((backends / folder).glob("*.py"))
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode())

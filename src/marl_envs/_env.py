@@ -13,7 +13,7 @@ from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 
 from . import _rollout
 from ._agents import resolve_group_map, specs_by_kind, stack_specs
-from ._fast import set_fitted
+from ._outputs import Outputs, TensorDictOutputs, TimeLimit, merge_rows, next_root, set_fitted
 from ._validate import ActionCheck, action_checks, check_actions, check_carried, check_env_index
 from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
 
@@ -29,10 +29,12 @@ class EnvBase:
 
     A backend (or a user's custom env) writes only the hook: ``__init__`` declaring ``group_map`` and the
     ``full_*_spec`` Composites (or per-agent specs through ``_group_agents``), ``_reset(mask)``,
-    ``_step(tensordict)``, ``_set_seed(seed)``, optionally ``_render(env_index, **kwargs)`` and ``_wait_step()``.
-    This class writes ``reset``, ``step``, ``step_and_maybe_reset``, ``rollout``, ``render``, the key
-    properties, step counting, done completion (``done = terminated | truncated`` at every level), ``max_steps``
-    truncation and input validation.
+    ``_step(tensordict)``, ``_set_seed(seed)``, optionally ``_render(env_index, **kwargs)`` and
+    ``_step_reset(tensordict, ends)``. This class writes ``reset``, ``step``, ``step_and_maybe_reset``,
+    ``rollout``, ``render``, the key properties, step counting and input validation; its output executor
+    (``self._outputs``, ``marl_envs._outputs``) completes the done entries (``done = terminated | truncated`` at
+    every level), applies ``max_steps`` truncation, builds the next root data and merges resets. A backend with a
+    faster executor of the same rules (the JAX families) sets its own when it is built.
 
     Data layout (``B = num_envs``): per-group entries under the group name with batch ``(B, n_agents)``
     (``td["agents", "observation"]``), shared ``done`` / ``terminated`` / ``truncated`` of shape ``(B, 1)``
@@ -53,15 +55,15 @@ class EnvBase:
     validate_actions: bool = True
     allow_done_after_reset: bool = False
     _fused_reset: bool = False  # the backend implements _step_reset
+    _outputs: Outputs
 
     def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
         self.num_envs = num_envs
         self.batch_size = torch.Size([num_envs])
         self.device = torch.device(device)
+        self._outputs = TensorDictOutputs(self)
         self.max_steps = max_steps
         self._group_map: GroupMap = {}
         self._agent_names: list[str] | None = None
@@ -82,41 +84,46 @@ class EnvBase:
         complete_done_spec(self._specs["done"])
         self._refresh_keys()
 
+    @property
+    def max_steps(self) -> int | None:
+        """Episode length after which an env reports ``truncated=True`` (None: no limit)."""
+        return self._max_steps
+
+    @max_steps.setter
+    def max_steps(self, max_steps: int | None) -> None:
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        self._max_steps = max_steps
+        self._limit = None if max_steps is None else TimeLimit(max_steps)
+        self._outputs.refresh()  # the plans read the limit: made again, not left behind it
+
     # ------------------------------------------------------------------------------------------------
     # The backend hook
     # ------------------------------------------------------------------------------------------------
-    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+    def _reset(self, mask: torch.Tensor | None) -> Any:
         """Reset the envs where ``mask`` (``(num_envs,)`` bool; ``None`` = all) is True.
 
-        Return observations (and per-group done entries, if declared) for all envs; rows where ``mask`` is
-        False are replaced by the caller's data.
+        Return observations (and per-group done entries, if declared) for all envs, as a TensorDict (or what the
+        env's executor reads); rows where ``mask`` is False are replaced by the caller's data.
         """
         raise NotImplementedError
 
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """Step every env with the actions in ``tensordict``; return observations, rewards and ``terminated``."""
+    def _step(self, tensordict: TensorDictBase) -> Any:
+        """Step every env with the actions in ``tensordict``; return observations, rewards and ``terminated`` as a
+        TensorDict (or what the env's executor reads)."""
         raise NotImplementedError
 
     def _set_seed(self, seed: int) -> None:
         """Seed the backend's random state."""
         raise NotImplementedError
 
-    def _wait_step(self) -> None:
-        """Block until the tensors ``_step`` returned hold their values (nothing by default).
-
-        A backend whose ``_step`` returns buffers its simulator is still filling (the Brax env on CPU) finishes
-        them here; the base class builds the next root data in between, so that work overlaps the simulator's.
-        """
-
-    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None
-                    ) -> tuple[TensorDictBase, TensorDictBase, torch.Tensor]:
+    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None) -> tuple[Any, Any, torch.Tensor]:
         """Optional, used by ``step_and_maybe_reset`` when ``_fused_reset`` is True: ``_step``, then ``_reset`` of
         the envs whose root ``terminated`` or ``truncated`` it sets or that ``ends`` ``(num_envs,)`` marks (those
         reaching ``max_steps``; None without a limit), in one call to the simulator.
 
         Returns:
-            ``(step output, reset output, reset mask)``: what ``_step`` and ``_reset(mask)`` would return (the
-            reset output in any form the backend's ``_reset_done`` reads; by default a TensorDict).
+            ``(step output, reset output, reset mask)``: what ``_step`` and ``_reset(mask)`` would return.
         """
         raise NotImplementedError
 
@@ -258,6 +265,7 @@ class EnvBase:
         self._action_checks = action_checks([(key, self._specs["action"][key]) for key in keys["action"]])
         self._reset_leaves = [(key, self._specs[kind][key]) for kind in ("observation", "done") for key in keys[kind]]
         self._keys = keys
+        self._outputs.refresh()
 
     action_keys = property(lambda self: list(self._keys["action"]), doc="Every action key, root first.")
     reward_keys = property(lambda self: list(self._keys["reward"]), doc="Every reward key, root first.")
@@ -325,25 +333,25 @@ class EnvBase:
             return None
         return masks[0] if len(masks) == 1 else torch.stack(masks).any(0)
 
-    def _reset_masked(self, tensordict: TensorDictBase | None, mask: torch.Tensor | None,
-                      result: TensorDictBase | None = None) -> TensorDictBase:
-        """Reset the envs ``mask`` selects (all: None) into ``tensordict``; ``result``: ``_reset(mask)``'s output,
-        when the backend computed it already (``_step_reset``)."""
+    def _reset_masked(self, tensordict: TensorDictBase | None, mask: torch.Tensor | None) -> TensorDictBase:
+        """Reset the envs ``mask`` selects (all: None) into ``tensordict``."""
+        self._zero_counts(mask)
+        result = self._outputs.reset(self._reset(mask))
+        if tensordict is None:
+            return result
+        return merge_rows(tensordict.exclude("next", *self.reset_keys), result, mask)
+
+    def _zero_counts(self, mask: torch.Tensor | None) -> None:
         if mask is None:
             self._step_count.zero_()
         else:
             self._step_count.masked_fill_(mask, 0)
-        result = self._batch_groups(self._reset(mask) if result is None else result)
-        self._complete_done(result, truncate=False)
-        if tensordict is None:
-            return result
-        out = tensordict.exclude("next", *self.reset_keys)
-        present = set(out.keys(True, True))
-        for key, value in result.items(True, True):
-            if mask is not None and key in present:
-                value = torch.where(mask.view(-1, *([1] * (value.ndim - 1))), value, out.get(key))
-            out.set(key, value)
-        return out
+
+    def _count_step(self) -> None:
+        if self._count_numpy is None:
+            self._step_count += 1
+        else:  # a view of the counts: NumPy's add is the cheaper call on the CPU
+            np.add(self._count_numpy, 1, out=self._count_numpy)
 
     # ------------------------------------------------------------------------------------------------
     # Step
@@ -358,7 +366,10 @@ class EnvBase:
         """
         self._check_batch(tensordict, "step")
         check_actions(tensordict, self._action_checks, values=self.validate_actions)
-        self._finish_step(tensordict, self._batch_groups(self._step(tensordict)))
+        step = self._outputs.step(self._step(tensordict))
+        self._count_step()
+        self._outputs.finish(step)
+        set_fitted(tensordict, "next", step.data, self.device)  # only now: a failed step leaves the input as it was
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
@@ -370,83 +381,28 @@ class EnvBase:
         """
         self._check_batch(tensordict, "step")
         check_actions(tensordict, self._action_checks, values=self.validate_actions)
+        outputs, fresh = self._outputs, None
         if self._fused_reset:
-            ends = None if self.max_steps is None else self._step_count >= self.max_steps - 1
-            out, fresh, done = self._step_reset(tensordict, ends)
+            ends = None if self._limit is None else self._limit.reached(self._step_count, ahead=1)
+            raw, fresh, mask = self._step_reset(tensordict, ends)
         else:
-            out = self._step(tensordict)
-        out = self._batch_groups(out)
-        next_root = self._next_root(tensordict, out)  # built while the backend may still be computing
-        self._finish_step(tensordict, out, next_root)
+            raw = self._step(tensordict)
+        step = outputs.step(raw)
+        next_root = outputs.next_root(step, tensordict)  # built while the backend may still be computing
+        self._count_step()
+        outputs.finish(step, next_root)
+        set_fitted(tensordict, "next", step.data, self.device)
         if not self._fused_reset:
-            done, fresh = next_root.get("done"), None
-        if done.numpy().any() if done.is_cpu else bool(done.any()):  # NumPy: ~1 us, torch ~5 us here
-            next_root = self._reset_done(next_root, done.reshape(self.num_envs), fresh)
+            mask = next_root.get("done").reshape(self.num_envs)
+        if mask.numpy().any() if mask.is_cpu else bool(mask.any()):  # NumPy's any is the cheaper call on the CPU
+            self._zero_counts(mask)
+            next_root = outputs.merge_reset(step, next_root, mask, self._reset(mask) if fresh is None else fresh)
         return tensordict, next_root
-
-    def _reset_done(self, next_root: TensorDictBase, mask: torch.Tensor, fresh: Any) -> TensorDictBase:
-        """``step_and_maybe_reset``'s reset of the envs ``mask`` marks into ``next_root`` (``_next_root``'s, of
-        the step just finished); ``fresh``: ``_step_reset``'s reset output, or None. A backend may do it its own
-        faster way (``JaxEnvBase``)."""
-        return self._reset_masked(next_root, mask, fresh)
 
     def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The root data of the next step after ``step(tensordict)``: ``tensordict["next"]`` without rewards,
         plus the actions taken (TorchRL's ``step_mdp`` with its defaults)."""
-        return self._next_root(tensordict, tensordict.get("next"))
-
-    def _next_root(self, tensordict: TensorDictBase, out: TensorDictBase) -> TensorDictBase:
-        next_root = out.exclude(*self._keys["reward"])
-        for key in self._keys["action"]:
-            next_root.set(key, tensordict.get(key))
-        return next_root
-
-    def _finish_step(self, tensordict: TensorDictBase, out: TensorDictBase, next_root: TensorDictBase | None = None):
-        """Count the step, complete ``out``'s done entries (also into ``next_root``), write ``"next"``."""
-        if self._count_numpy is None:
-            self._step_count += 1
-        else:  # a view of the counts: NumPy adds in ~1 us, torch in ~3 us here
-            np.add(self._count_numpy, 1, out=self._count_numpy)
-        self._wait_step()
-        if not self._completes_done(out):
-            self._complete_done(out, truncate=self.max_steps is not None)
-            if next_root is not None:
-                for key in self._keys["done"]:
-                    next_root.set(key, out.get(key))
-        set_fitted(tensordict, "next", out, self.device)  # only now: a failed step leaves the input as it was
-
-    def _completes_done(self, out: TensorDictBase) -> bool:
-        """Whether ``out`` (a ``_step`` output) holds every done entry, ``max_steps`` truncation included, once
-        ``_wait_step`` returns, in the TensorDict ``_next_root`` built too (a backend that computes them itself)."""
-        return False
-
-    def _batch_groups(self, out: TensorDictBase) -> TensorDictBase:
-        """Give ``out``'s group entries their ``(B, n_agents)`` batch (a backend may return them with ``(B,)``)."""
-        for group, shape in self._group_shapes.items():
-            sub = out.get(group, None)
-            if sub is not None and sub.batch_size != shape:
-                sub.batch_size = shape
-        return out
-
-    def _complete_done(self, out: TensorDictBase, truncate: bool) -> None:
-        """Fill terminated / truncated / done at every done level of a step's or a reset's output."""
-        limit = (self._step_count >= self.max_steps).unsqueeze(-1) if truncate else None
-        for prefix, shape in self._done_levels.items():
-            term = out.get(_prefixed(prefix, "terminated"), None)
-            if term is None:
-                if prefix:
-                    term = out.get("terminated").unsqueeze(-1).expand(shape)  # a group without its own ends
-                else:
-                    term = torch.zeros(shape, dtype=torch.bool, device=self.device)
-                out.set(_prefixed(prefix, "terminated"), term)
-            trunc = out.get(_prefixed(prefix, "truncated"), None)
-            if limit is not None:
-                hit = limit if not prefix else limit.view(self.num_envs, *([1] * (len(shape) - 1))).expand(shape)
-                trunc = hit if trunc is None else trunc | hit
-            if trunc is None:
-                trunc = torch.zeros(shape, dtype=torch.bool, device=self.device)
-            out.set(_prefixed(prefix, "truncated"), trunc)
-            out.set(_prefixed(prefix, "done"), term | trunc)
+        return next_root(tensordict.get("next"), tensordict, self._keys["reward"], self._keys["action"])
 
     # ------------------------------------------------------------------------------------------------
     # Validation (construction-time facts are trusted; only the data is checked)

@@ -28,8 +28,8 @@ pytest.importorskip("marl_envs.backends.brax", exc_type=ImportError)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from marl_envs.backends import _brax_exports as brax_exports  # noqa: E402
-from marl_envs.backends import _brax_scenes as scenes  # noqa: E402
+from marl_envs.backends.brax import exports as brax_exports  # noqa: E402
+from marl_envs.backends.brax import scenes  # noqa: E402
 from marl_envs.backends.brax import BraxEnv, BraxWrapper, enable_compilation_cache, env_names  # noqa: E402
 from marl_envs.bench import run as benchmark  # noqa: E402
 
@@ -568,7 +568,7 @@ def test_the_overlapped_step_matches_the_generic_step(built, name, monkeypatch):
     meanwhile); the synchronous path (here forced by ``cache_clear_frequency``) must give the same, truncations
     and resets included."""
     env = built(name)
-    monkeypatch.setattr(env, "_inline", False)  # private: the overlapped path, whatever this process's dispatch
+    monkeypatch.setattr(env, "_synchronous", False)  # private: the overlapped path, whatever this process's dispatch
     twin = marl_envs.make(f"brax/{name}", num_envs=2, max_steps=3, seed=0, cache_clear_frequency=10**9,
                           **cheapest_brax_kwargs(name))
     (steps, roots), (twin_steps, twin_roots) = _rollout(env, 7, roots=True), _rollout(twin, 7, roots=True)

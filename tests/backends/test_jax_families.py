@@ -14,7 +14,7 @@ pytest.importorskip("jaxmarl")
 pytest.importorskip("gymnax")
 
 from marl_envs.backends import jaxmarl as jm  # noqa: E402
-from marl_envs.backends._jax_core import env_keys  # noqa: E402
+from marl_envs.backends.jax import env_keys  # noqa: E402
 
 B = 4
 
@@ -136,8 +136,10 @@ def test_device_path_matches_cpu_path(name):
         pytest.importorskip("brax")
     cpu, device = (marl_envs.make(name, num_envs=B, seed=2, max_steps=5) for _ in range(2))
     device._io.cpu = False  # private: the only way to run the device path without a device
+    device._synchronous = True  # as on a device (this process may have started JAX before: asynchronous CPU)
     device._count_numpy = None
-    device._reset_outputs.cpu = device._step_outputs.cpu = False  # the bool block in torch too
+    plans = device._outputs.reset_plan, device._outputs.step_plan
+    plans[0].block_device = plans[1].block_device = torch.device("cpu")  # the bool block in torch too
     td_c, td_d = cpu.reset(), device.reset()
     for _ in range(12):
         td_c = cpu.rand_action(td_c)

@@ -13,7 +13,7 @@ from marl_envs.specs import Bounded, Categorical, Composite, MultiCategorical, O
 
 vmas = pytest.importorskip("vmas")
 
-from marl_envs.backends._vmas_state import NarrowedWorld, StateSnapshot, _items, _walk  # noqa: E402
+from marl_envs.backends.vmas._state import NarrowedWorld, StateSnapshot, _items, _walk  # noqa: E402
 from marl_envs.backends.vmas import VmasEnv, VmasWrapper, env_names  # noqa: E402
 from marl_envs.bench import run as benchmark  # noqa: E402
 from vmas.simulator.core import Agent, World  # noqa: E402

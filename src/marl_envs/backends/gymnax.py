@@ -15,17 +15,18 @@ episode also terminated on that step. ``params`` are the env's ``default_params`
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 
-from ..specs import Bounded, Categorical, Unbounded
-from ._jax_core import JaxCore, Layout, strong
-from ._jax_env import JaxEnvBase, check_name
+from .._named import NamedRepr
+from .._spaces import space_spec
+from ..specs import Categorical, Unbounded
+from .jax import JaxCore, JaxEnvBase, Layout, check_name, configure_jax, strong
 
 __all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names", "make_env"]
 
@@ -35,6 +36,8 @@ UNAVAILABLE = {"MNISTBandit-bsuite": "downloads MNIST when built (no network at 
 
 @functools.cache
 def import_gymnax():
+    """``gymnax``, imported quietly, after JAX is configured (importing gymnax starts JAX)."""
+    configure_jax()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import gymnax
@@ -82,7 +85,7 @@ class _GymnaxCore(JaxCore):
         return state, out, jnp.stack([terminated, truncated])
 
 
-class GymnaxEnv(JaxEnvBase):
+class GymnaxEnv(NamedRepr, JaxEnvBase):
     """A gymnax env by name (``gymnax.make(name)``), batched by the JAX core.
 
     Args:
@@ -111,27 +114,16 @@ class GymnaxEnv(JaxEnvBase):
                 raise ValueError(f"gymnax {env_name} has no parameter {bad[0]!r}; its parameters are {sorted(fields)}")
             params = params.replace(**env_params)
         self.env_name, self.gymnax_env, self.env_params = env_name, env, params
-        jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         B, dev = self.num_envs, self.device
-        space = env.action_space(params)
         obs_shape = tuple(jax.eval_shape(env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), params)[0].shape)
-        if type(space).__name__ == "Discrete":
-            action = Categorical(int(space.n), (B,), dtype=torch.int64, device=dev)
-            discrete, width = True, 1
-        else:
-            shape = tuple(space.shape)
-            low = np.broadcast_to(np.asarray(space.low, np.float32), shape)
-            high = np.broadcast_to(np.asarray(space.high, np.float32), shape)
-            action = Bounded(torch.as_tensor(np.broadcast_to(low, (B, *shape)).copy()),
-                             torch.as_tensor(np.broadcast_to(high, (B, *shape)).copy()), (B, *shape), device=dev)
-            discrete, width = False, int(np.prod(shape))
+        action = space_spec(env.action_space(params), dev, where=f"gymnax {env_name}'s action")
+        discrete, width = isinstance(action, Categorical), math.prod(action.shape)
+        action = action.expand(B, *action.shape)
         self._core = _GymnaxCore(env, params, name=env_name, discrete=discrete, action_size=width,
-                                 num_envs=num_envs, device=jdevice)
+                                 num_envs=num_envs, device=self.jax_device)
         self._declare_specs({}, observation=Unbounded((B, *obs_shape), device=dev), action=action,
                             reward=Unbounded((B, 1), device=dev))
-        self._set_layout([(("observation",), (B, *obs_shape), torch.float32)],
+        self._set_columns([(("observation",), (B, *obs_shape), torch.float32)],
                          [(("reward",), (B, 1), torch.float32)], [("action",)])
         self.set_seed(seed)
-
-    def __repr__(self) -> str:
-        return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import math
 import os
 import sys
 import warnings
@@ -44,10 +45,10 @@ import torch
 
 from groupings import GroupMap, MarlGroupMapType
 
+from .._named import NamedRepr
+from .._spaces import space_spec
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
-from ._brax_compat import quiet_brax_build
-from ._jax_core import JaxCore, Layout, strong
-from ._jax_env import JaxEnvBase, check_name
+from .jax import JaxCore, JaxEnvBase, Layout, check_name, configure_jax, strong
 
 __all__ = ["JaxMarlEnv", "env_names", "make_env", "UNAVAILABLE"]
 
@@ -86,7 +87,8 @@ def _quiet() -> Iterator[None]:
 
 @functools.cache
 def import_jaxmarl():
-    """``jaxmarl``, imported quietly (see ``_quiet``)."""
+    """``jaxmarl``, imported quietly (see ``_quiet``), after JAX is configured (importing it starts JAX)."""
+    configure_jax()
     with _quiet(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import jaxmarl
@@ -113,22 +115,6 @@ def env_names() -> list[str]:
 
 def make_env(name: str, **kwargs: Any) -> JaxMarlEnv:
     return JaxMarlEnv(name, **kwargs)
-
-
-def _space_specs(space, device) -> tuple[Any, int, int | None]:
-    """``(action spec without batch dims, flat width, number of discrete actions or None)``."""
-    kind = type(space).__name__
-    if kind == "Discrete":
-        return Categorical(int(space.n), (), dtype=torch.int64, device=device), 1, int(space.n)
-    if kind == "MultiDiscrete":
-        nvec = torch.as_tensor(np.asarray(space.num_categories))
-        return MultiCategorical(nvec, device=device), int(nvec.numel()), None
-    if kind == "Box":
-        shape = tuple(space.shape)
-        low = torch.as_tensor(np.broadcast_to(np.asarray(space.low, np.float32), shape).copy())
-        high = torch.as_tensor(np.broadcast_to(np.asarray(space.high, np.float32), shape).copy())
-        return Bounded(low, high, shape, device=device), int(np.prod(shape)), None
-    raise TypeError(f"JaxMARL action space {kind} is not supported (Discrete, MultiDiscrete and Box are)")
 
 
 def _per_agent(value: Any, agents: list, index: int):
@@ -214,7 +200,7 @@ class _JaxMarlCore(JaxCore):
         return state, jnp.concatenate(parts), jnp.stack([done & ~truncated, truncated])
 
 
-class JaxMarlEnv(JaxEnvBase):
+class JaxMarlEnv(NamedRepr, JaxEnvBase):
     """A JaxMARL env by name (``jaxmarl.make(name, **env_kwargs)``), batched by the JAX core.
 
     Args:
@@ -242,10 +228,12 @@ class JaxMarlEnv(JaxEnvBase):
                 env_kwargs["scenario"] = map_name_to_scenario(env_kwargs["scenario"])
             except KeyError:
                 raise ValueError(f"unknown SMAX map {env_kwargs['scenario']!r}") from None
-        with _quiet(), quiet_brax_build():  # MABrax envs build Brax envs
+        from .brax import quiet_brax_build  # MABrax envs build Brax envs
+
+        with _quiet(), quiet_brax_build():
             env = jaxmarl.make(env_name, **env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
-        jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         dev = self.device
         agents = list(env.agents)
         names_ = [str(a) for a in agents]
@@ -258,17 +246,20 @@ class JaxMarlEnv(JaxEnvBase):
         separate = env_name in _SEPARATE_ENDS
         specs, widths, discrete = {}, [], []
         for i, agent in enumerate(agents):
-            action, width, n = _space_specs(env.action_space(agent), dev)
+            action = space_spec(env.action_space(agent), dev, where=f"JaxMARL {env_name} agent {names_[i]!r}'s action")
+            if not isinstance(action, (Categorical, MultiCategorical, Bounded, Unbounded)):
+                raise TypeError(f"JaxMARL {env_name} agent {names_[i]!r} has a {type(env.action_space(agent)).__name__} "
+                                f"action space; Discrete, MultiDiscrete and Box are supported")
             obs_shape = tuple(_per_agent(one_obs[0], agents, i).shape)
             entries = dict(observation=Unbounded(obs_shape, device=dev), action=action,
                            reward=Unbounded((1,), device=dev))
-            if masks and n is not None:
+            if masks and isinstance(action, Categorical):
                 entries["action_mask"] = Binary(tuple(_per_agent(avail, agents, i).shape), device=dev)
             if separate:
                 entries["terminated"] = Binary((1,), device=dev)
             specs[names_[i]] = Composite(entries, device=dev)
-            widths.append(width)
-            discrete.append(n is not None or type(env.action_space(agent)).__name__ == "MultiDiscrete")
+            widths.append(math.prod(action.shape))
+            discrete.append(isinstance(action, (Categorical, MultiCategorical)))
         masks = masks and all("action_mask" in s for s in specs.values())
         if not masks:
             for s in specs.values():
@@ -282,7 +273,7 @@ class JaxMarlEnv(JaxEnvBase):
                                   groups=[list(range(s, s + len(m))) for s, m in zip(
                                       np.cumsum([0] + [len(m) for m in members[:-1]]), members)],
                                   widths=[widths[i] for i in order], discrete=[discrete[i] for i in order],
-                                  masks=masks, separate=separate, num_envs=num_envs, device=jdevice)
+                                  masks=masks, separate=separate, num_envs=num_envs, device=self.jax_device)
         self._declare_specs(groups)
         obs = [((g, "observation"), tuple(s["observation"].shape), torch.float32) for g, s in groups.items()]
         if masks:
@@ -290,8 +281,5 @@ class JaxMarlEnv(JaxEnvBase):
         per_step = [((g, "reward"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
         if separate:
             per_step += [((g, "terminated"), (*s.shape, 1), torch.bool) for g, s in groups.items()]
-        self._set_layout(obs, per_step, [(g, "action") for g in groups])
+        self._set_columns(obs, per_step, [(g, "action") for g in groups])
         self.set_seed(seed)
-
-    def __repr__(self) -> str:
-        return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)

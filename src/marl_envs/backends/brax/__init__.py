@@ -72,16 +72,16 @@ from tensordict import TensorDictBase
 
 from groupings import GroupMap, MarlGroupMapType
 
-from .._validate import check_kwargs, unknown_name
-from ..specs import Bounded, Composite, Unbounded
-from . import _brax_exports as exports
-from . import _brax_scenes as scenes
-from ._brax_compat import (
-    checked_env, enable_compilation_cache, env_keywords, import_brax, jax_device, prepare_mujoco_gl, quiet_brax_build,
+from ..._named import NamedRepr
+from ..._validate import check_kwargs, unknown_name
+from ...specs import Bounded, Composite, Unbounded
+from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
+from . import _exports as exports
+from . import _scenes as scenes
+from ._compat import (
+    checked_env, env_keywords, import_brax, jax_device, prepare_mujoco_gl, quiet_brax_build,
 )
-from ._brax_core import BraxCore, CoreInfo, Differentiable, Split
-from ._brax_transfer import Step
-from ._jax_env import JaxEnvBase
+from ._core import BraxCore, CoreInfo, Differentiable, Split, Step
 
 __all__ = ["BraxEnv", "BraxWrapper", "enable_compilation_cache", "env_names", "make_env"]
 
@@ -170,7 +170,9 @@ class BraxWrapper(JaxEnvBase):
         if action_indices is None and group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
         program = env if isinstance(env, exports.Program) else exports.Program(env, CoreInfo.of(checked_env(env)))
-        jdevice = self._start(num_envs=num_envs, device=device, max_steps=max_steps)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps,
+                         synchronous=cache_clear_frequency not in (None, False))
+        jdevice = self.jax_device
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
         self.cache_clear_frequency = cache_clear_frequency or None
@@ -196,6 +198,10 @@ class BraxWrapper(JaxEnvBase):
                               device=jdevice, differentiable=self.requires_grad, export=program.export,
                               exported=program.exported)
         self._diff = Differentiable(self._core) if self.requires_grad else None
+        if self._diff is not None:  # the hook's differentiable variant, chosen once
+            self._reset, self._step = self._differentiable_reset, self._differentiable_step
+        if self.cache_clear_frequency is not None:
+            self._after_step = self._clear_caches
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
         self._steps_since_clear = 0
         self._renderers: dict = {}
@@ -254,7 +260,8 @@ class BraxWrapper(JaxEnvBase):
                 rewards.append(((group, "reward"), (*spec.shape, 1), torch.float32))
             self._declare_specs(groups, state=Unbounded((B, core.observation_size), device=dev))
         actions = [("action",)] if groups is None else [(g, "action") for g in self.group_map]
-        self._set_layout(layout, rewards, actions)
+        # a differentiable reset keeps the kept envs' gradient history: merged by torch.where, entry by entry
+        self._set_columns(layout, rewards, actions, merges_resets=not self.requires_grad)
 
     def robot_action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The robot's ``(num_envs, action_size)`` action, in the Brax env's own order, that the agents' actions
@@ -262,10 +269,8 @@ class BraxWrapper(JaxEnvBase):
         flat = self._flat_action(tensordict)
         return flat if self.action_indices is None else flat[:, self._action_source]
 
-    # -- the hook: the shared JAX path (JaxEnvBase), or the differentiable one -------------------------
-    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
-        if self._diff is None:
-            return super()._reset(mask)
+    # -- the hook: the shared JAX path (JaxEnvBase), or the differentiable one (set in __init__) -------
+    def _differentiable_reset(self, mask: torch.Tensor | None) -> torch.Tensor:
         io = self._io
         jmask = self._all_true if mask is None else io.to_jax(mask)
         previous = None if self._flat is None or mask is None else io.to_jax(self._flat)
@@ -274,42 +279,31 @@ class BraxWrapper(JaxEnvBase):
         if previous is not None:  # envs not reset keep their state, and its gradient history
             flat = torch.where(mask.view(-1, 1), flat, self._flat)
         self._flat = flat
-        return self._build(out, self._reset_layout)
+        return out
 
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if self._diff is None:
-            return super()._step(tensordict)
+    def _differentiable_step(self, tensordict: TensorDictBase) -> torch.Tensor:
         if self._flat is None:
             raise RuntimeError("step() before reset(): reset the env first")
         self._flat, out, flags = Step.apply(self._diff, self._io, self._flat, self._flat_action(tensordict))
-        return self._build(torch.cat([out, flags.to(out.dtype)], dim=1), self._step_layout, step=True)
+        return torch.cat([out, flags.to(out.dtype)], dim=1)
 
-    def _synchronous(self) -> bool:
-        return super()._synchronous() or self.cache_clear_frequency is not None
-
-    def _merges_resets(self) -> bool:
-        return self._diff is None  # a differentiable reset keeps the kept envs' gradient history (torch.where)
-
-    def _after_step(self) -> None:
-        """Every ``cache_clear_frequency`` synchronous steps, clear JAX's caches."""
-        if self.cache_clear_frequency is not None:
-            self._steps_since_clear += 1
-            if self._steps_since_clear >= self.cache_clear_frequency:
-                self._steps_since_clear = 0
-                jax.clear_caches()
+    def _clear_caches(self) -> None:
+        """Every ``cache_clear_frequency`` steps, clear JAX's caches."""
+        self._steps_since_clear += 1
+        if self._steps_since_clear >= self.cache_clear_frequency:
+            self._steps_since_clear = 0
+            jax.clear_caches()
 
     # -- extras ---------------------------------------------------------------------------------------
     def detach_state(self) -> None:
         """Cut the gradient history carried by the simulator state (truncated backprop through time).
 
         Only meaningful with ``requires_grad=True``; every reset already cuts it for the envs it resets. The env
-        also lets go of its own reference to the last step's outputs (kept for ``step_mdp``), so that the graph
-        behind them, with JAX's saved residuals of every step, is freed here once the caller drops its own
-        references, not during the next step.
+        keeps no reference to a step's outputs, so the graph behind them (with JAX's saved residuals of every
+        step) is freed once the caller drops its own references.
         """
         if self._flat is not None:
             self._flat = self._flat.detach()
-        self._last_step = None
 
     def _render(self, env_index: int, *, height: int = 240, width: int = 320, camera: str | int | None = None
                 ) -> np.ndarray:
@@ -360,7 +354,7 @@ class BraxWrapper(JaxEnvBase):
         self._renderers.clear()
 
 
-class BraxEnv(BraxWrapper):
+class BraxEnv(NamedRepr, BraxWrapper):
     """A Brax env or multi-agent scene by name.
 
     >>> env = BraxEnv("ant_4x2", num_envs=4, backend="spring")  # doctest: +SKIP
@@ -412,7 +406,7 @@ class BraxEnv(BraxWrapper):
         common = dict(num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
                       requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
                       group_map=group_map)
-        enable_compilation_cache()
+        configure_jax()  # before anything below starts JAX
         key = None if requires_grad else exports.env_key(
             env_name, robot, jax_device(torch.device(device)), env_kwargs=env_kwargs, num_envs=num_envs,
             frame_skip=frame_skip, mapping=mapping, group_map=group_map)
@@ -457,6 +451,3 @@ class BraxEnv(BraxWrapper):
         check_kwargs(f"the Brax env {robot!r}", env_keywords(envs._envs[robot]), env_kwargs)
         with quiet_brax_build():
             return envs.get_environment(robot, **env_kwargs)
-
-    def __repr__(self) -> str:
-        return super().__repr__().replace(type(self).__name__ + "(", f"{type(self).__name__}({self.env_name!r}, ", 1)

@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 from tensordict import TensorDictBase
 
-from ..bench import Loop, References
+from ..backends.gymnax import GymnaxEnv
 from ..distributed import jax_device
-from ._jax_bench import compiled_loop, core_timings
-from .gymnax import GymnaxEnv
+from . import Loop, References
+from .jax import compiled_loop, core_timings
 
 
 def _loops(env: GymnaxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]

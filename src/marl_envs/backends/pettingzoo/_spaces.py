@@ -1,10 +1,9 @@
-"""Gymnasium spaces of PettingZoo agents -> ``marl_envs.specs``, and the numpy plumbing of one agent's values.
+"""The numpy plumbing of one PettingZoo agent's values, read from its gymnasium spaces.
 
 An agent's observation becomes a list of :class:`Leaf` (one per array inside a possibly nested ``Dict``
 space), each written into a ``(B, n, *shape)`` numpy buffer of its group; an agent's action space becomes an
 :class:`ActionCodec` turning the group's action tensor into the per-instance, per-agent values PettingZoo takes.
-Each agent's spaces become specs without batch dims (:func:`space_spec`); the core groups and stacks them
-(agents of one group share kinds, shapes and dtypes; Box bounds may differ and are stacked).
+The spaces' specs come from the core's converter (``marl_envs._spaces.space_spec``).
 """
 
 from __future__ import annotations
@@ -16,62 +15,11 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
+from ..._spaces import space_spec, value_dtype
 
-__all__ = ["ActionCodec", "Leaf", "ObsLayout", "obs_layout", "space_spec"]
+__all__ = ["ACTION_MASK", "ActionCodec", "Leaf", "ObsSplit", "obs_split"]
 
 ACTION_MASK = "action_mask"
-_SUPPORTED = "Box, Discrete, MultiDiscrete, MultiBinary or Dict of those"
-
-
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    """Floats become float32 (the contract's dtype); integer and bool spaces keep their dtype."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return torch.float32
-    return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
-
-
-def _numpy_dtype(dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.float32) if np.dtype(dtype).kind == "f" else np.dtype(dtype)
-
-
-def _unsupported(space: spaces.Space, where: str) -> TypeError:
-    return TypeError(f"{where} has a {type(space).__name__} space ({space}); supported spaces: {_SUPPORTED}")
-
-
-def space_spec(space: spaces.Space, device, *, action: bool = False, categorical: bool = True,
-               where: str = "agent") -> TensorSpec | Composite:
-    """The spec (no batch dims) of one agent's ``space``; ``action`` with ``categorical=False`` makes a
-    ``Discrete`` space one-hot.
-
-    Raises:
-        TypeError: a space other than Box, Discrete, MultiDiscrete, MultiBinary or a Dict of those.
-    """
-    if isinstance(space, spaces.Dict):
-        return Composite({key: space_spec(sub, device, action=action, categorical=categorical,
-                                          where=f"{where}[{key!r}]") for key, sub in space.spaces.items()},
-                         device=device)
-    if isinstance(space, spaces.Discrete):
-        n = int(space.n)
-        return OneHot(n, (n,), device=device) if action and not categorical else Categorical(n, (), device=device)
-    if isinstance(space, spaces.MultiDiscrete):
-        nvec = np.asarray(space.nvec)
-        if nvec.ndim != 1:
-            raise TypeError(f"MultiDiscrete spaces with a {nvec.ndim}-d nvec are not supported (got {space})")
-        return MultiCategorical(nvec.tolist(), (nvec.size,), device=device)
-    if isinstance(space, spaces.MultiBinary):
-        return Binary(tuple(np.atleast_1d(space.n).tolist()), dtype=torch.int8, device=device)
-    if isinstance(space, spaces.Box):
-        dtype = _torch_dtype(space.dtype)
-        if dtype == torch.bool:
-            return Binary(space.shape, device=device)
-        low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
-        if dtype.is_floating_point and np.isinf(low).all() and np.isinf(high).all():
-            return Unbounded(space.shape, dtype=dtype, device=device)
-        as_tensor = lambda x: torch.as_tensor(x.astype(_numpy_dtype(space.dtype)), device=device)  # noqa: E731
-        return Bounded(as_tensor(low), as_tensor(high), shape=space.shape, dtype=dtype, device=device)
-    raise _unsupported(space, where)
 
 
 @dataclass(frozen=True)
@@ -101,12 +49,12 @@ def _leaves(space: spaces.Space, path: tuple[str, ...], key: tuple[str, ...]) ->
     if isinstance(space, spaces.MultiBinary):
         return [Leaf(path, key, tuple(np.atleast_1d(space.n).tolist()), np.dtype(np.int8))]
     if isinstance(space, spaces.Box):
-        return [Leaf(path, key, space.shape, _numpy_dtype(space.dtype))]
-    raise _unsupported(space, "observation")
+        return [Leaf(path, key, space.shape, value_dtype(space.dtype))]
+    raise TypeError(f"an observation has a {type(space).__name__} space ({space}), not a gymnasium one")
 
 
 @dataclass(frozen=True)
-class ObsLayout:
+class ObsSplit:
     """How one agent's observation splits into the group entries.
 
     ``space`` is the observation space without the action mask. A ``Dict`` holding only ``observation`` and
@@ -119,8 +67,9 @@ class ObsLayout:
     mask_leaf: Leaf | None  # where the action mask is read from the observation, if it is there
 
 
-def obs_layout(space: spaces.Space) -> ObsLayout:
-    space_spec(space, None, where="observation")  # rejects unsupported spaces with a clear message
+def obs_split(space: spaces.Space, where: str = "the observation") -> ObsSplit:
+    """``space`` split into its group entries (``where``: whose observation it is, for errors)."""
+    space_spec(space, where=where)  # rejects unsupported spaces with a clear message
     mask_leaf = None
     if isinstance(space, spaces.Dict) and ACTION_MASK in space.spaces:
         mask_space = space[ACTION_MASK]
@@ -128,9 +77,9 @@ def obs_layout(space: spaces.Space) -> ObsLayout:
         rest = {k: v for k, v in space.spaces.items() if k != ACTION_MASK}
         if list(rest) == ["observation"]:
             inner = rest["observation"]
-            return ObsLayout(inner, tuple(_leaves(inner, ("observation",), ("observation",))), mask_leaf)
+            return ObsSplit(inner, tuple(_leaves(inner, ("observation",), ("observation",))), mask_leaf)
         space = spaces.Dict(rest)
-    return ObsLayout(space, tuple(_leaves(space, (), ("observation",))), mask_leaf)
+    return ObsSplit(space, tuple(_leaves(space, (), ("observation",))), mask_leaf)
 
 
 class ActionCodec:

@@ -9,8 +9,8 @@ import torch
 import vmas
 from tensordict import TensorDictBase
 
-from ..bench import Loop, References
-from .vmas import VmasEnv
+from ..backends.vmas import VmasEnv
+from . import Loop, References
 
 
 class _RawVmas:

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 from tensordict import TensorDictBase
 
-from ..bench import Loop, OursLoop, References
-from ._pettingzoo_spaces import ACTION_MASK
-from .pettingzoo import PettingZooEnv, make_env
+from ..backends.pettingzoo import ACTION_MASK, PettingZooEnv, make_env
+from . import Loop, OursLoop, References
 
 
 def _raw(action) -> list:

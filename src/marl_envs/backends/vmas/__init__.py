@@ -33,17 +33,17 @@ from typing import Any
 import numpy as np
 import torch
 import vmas
-from gym import spaces
 from tensordict import TensorDict, TensorDictBase
 from vmas.simulator.environment import Environment
 from vmas.simulator.scenario import BaseScenario
 
 from groupings import GroupMap, MarlGroupMapType
 
-from .._env import EnvBase
-from .._validate import check_kwargs, unknown_name
-from ..specs import Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
-from ._vmas_state import NarrowedWorld, RngStreams, StateSnapshot
+from ..._env import EnvBase
+from ..._spaces import space_spec
+from ..._validate import check_kwargs, unknown_name
+from ...specs import Categorical, Composite, OneHot, Unbounded
+from ._state import NarrowedWorld, RngStreams, StateSnapshot
 
 __all__ = ["VmasEnv", "VmasWrapper", "env_names", "make_env"]
 
@@ -65,34 +65,6 @@ def env_names() -> list[str]:
 def make_env(name: str, **kwargs: Any) -> VmasEnv:
     """``VmasEnv(name, **kwargs)``: the factory behind ``marl_envs.make("vmas/<name>", ...)``."""
     return VmasEnv(name, **kwargs)
-
-
-# ----------------------------------------------------------------------------------------------------
-# Spaces -> specs (per agent, without batch dims)
-# ----------------------------------------------------------------------------------------------------
-def _space_to_spec(
-    space: spaces.Space, *, categorical: bool, device: torch.device, what: str
-) -> TensorSpec | Composite:
-    if isinstance(space, spaces.Dict):
-        return Composite(
-            {key: _space_to_spec(sub, categorical=categorical, device=device, what=f"{what}.{key}")
-             for key, sub in space.spaces.items()},
-            device=device,
-        )
-    if isinstance(space, spaces.Box):
-        shape = tuple(space.shape) or (1,)
-        low = torch.as_tensor(np.asarray(space.low, dtype=np.float32)).reshape(shape)
-        high = torch.as_tensor(np.asarray(space.high, dtype=np.float32)).reshape(shape)
-        if bool(torch.isinf(low).all() and torch.isinf(high).all()):
-            return Unbounded(shape, device=device)
-        return Bounded(low, high, shape, device=device)
-    if isinstance(space, spaces.Discrete):
-        n = int(space.n)
-        return Categorical(n, (), device=device) if categorical else OneHot(n, (n,), device=device)
-    if isinstance(space, spaces.MultiDiscrete):
-        return MultiCategorical([int(n) for n in np.asarray(space.nvec).reshape(-1)], device=device)
-    raise NotImplementedError(f"VMAS {what} space {space!r} has no marl_envs spec (expected Box, Discrete, "
-                              f"MultiDiscrete or Dict)")
 
 
 def _as_info_tensor(value: Any, batch: int, device: torch.device) -> torch.Tensor:
@@ -138,7 +110,7 @@ class VmasWrapper(EnvBase):
     to the VMAS agents by name, whatever the group order.
 
     Partial resets (``_reset`` on some envs, and the auto-reset of ``step_and_maybe_reset``) are vectorized: one
-    batched VMAS reset, every other env's state kept bit for bit (see ``marl_envs.backends._vmas_state``). With
+    batched VMAS reset, every other env's state kept bit for bit (see ``marl_envs.backends.vmas._state``). With
     16 envs or more it resets a world narrowed to the envs being reset, costing what a reset of that many envs
     costs, and they start where a batched reset of as many envs would put them; with fewer envs, or for a
     scenario whose state or reset a narrowed world cannot hold (state shared by all envs that the reset
@@ -222,10 +194,9 @@ class VmasWrapper(EnvBase):
         specs = {}
         for i, name in enumerate(self.agent_names):
             spec = Composite(device=device)
-            spec["action"] = _space_to_spec(action_spaces[i], categorical=self.categorical_actions, device=device,
-                                            what=f"action ({name})")
-            spec["observation"] = _space_to_spec(obs_spaces[i], categorical=True, device=device,
-                                                 what=f"observation ({name})")
+            spec["action"] = space_spec(action_spaces[i], device, categorical=self.categorical_actions,
+                                        where=f"VMAS agent {name!r}'s action")
+            spec["observation"] = space_spec(obs_spaces[i], device, where=f"VMAS agent {name!r}'s observation")
             if infos[i]:
                 spec["info"] = Composite(
                     {k: Unbounded(_as_info_tensor(v, self.num_envs, device).shape[1:], device=device)

@@ -9,8 +9,8 @@ A family plugs in through a small adapter: a subclass of ``JaxCore`` giving thre
 - ``observe_one(state) -> out`` (optional): ``reset_one``'s outputs for a state kept by a partial reset,
 
 and the state's structure (``_reference``). This class owns everything else once: the state of ``num_envs``
-envs kept in JAX, packed into one ``(B, n)`` buffer per dtype (``Layout``: dispatch costs ~15 us per buffer
-here, and a state has tens of leaves); one ahead-of-time compiled ``jit(vmap(...))`` step whose outputs and
+envs kept in JAX, packed into one ``(B, n)`` buffer per dtype (``Layout``: every buffer costs a dispatch of its own,
+and a state has tens of leaves); one ahead-of-time compiled ``jit(vmap(...))`` step whose outputs and
 flags come back as ONE float32 ``(B, K)`` buffer (one array to hand to torch); one compiled masked reset drawing
 fresh starts with per-env keys (``fold_in(PRNGKey(seed), i)``, split at every reset and, for families whose
 step is random, at every step) and keeping every other env's state bit for bit; donated state buffers; and the

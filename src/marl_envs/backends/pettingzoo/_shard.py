@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, ObsLayout
+from ._spaces import ACTION_MASK, ActionCodec, ObsSplit
 
 __all__ = ["Buffers", "Frame", "Group", "Layout", "Shard", "dead_message", "root_ends", "state_of"]
 
@@ -23,12 +23,13 @@ Alloc = Callable[[tuple[int, ...], Any], np.ndarray]
 
 @dataclass(frozen=True)
 class Group:
-    """Static facts of one group: its agents (and their positions in ``possible_agents``) and layouts."""
+    """Static facts of one group: its agents (and their positions in ``possible_agents``), how their
+    observations split and how their actions are encoded."""
 
     name: str
     agents: tuple[str, ...]
     index: np.ndarray
-    obs: ObsLayout
+    obs: ObsSplit
     mask_from_info: bool  # the action mask comes from the infos (else from the observation, if any)
     mask_shape: tuple[int, ...] | None
     info: tuple[tuple[str, tuple[int, ...]], ...]  # (key, shape) of the numeric infos

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import check_kwargs, unknown_name
+from ..._validate import check_kwargs, unknown_name
 
 __all__ = ["Task", "quiet_import", "resolve_task", "tasks"]
 

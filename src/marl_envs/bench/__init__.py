@@ -3,7 +3,7 @@
 ``marl-envs bench NAME`` and ``benchmarks/bench.py`` print its table. The harness builds the env by name, draws
 every step's random actions beforehand (not timed), and times our ``step_and_maybe_reset`` loop against the
 loops the backend contributes. A backend contributes them through one declared protocol: its module
-``marl_envs.backends._<backend>_bench`` holds ``BENCH``, a :class:`References`.
+``marl_envs.bench.<backend>`` holds ``BENCH``, a :class:`References`.
 
 **One interleaving scheme.** The steps are cut into ``rounds`` chunks; in each round every loop runs the chunk
 in turn (the order rotating from round to round), so a change in the machine's load hits all loops alike. A
@@ -23,9 +23,9 @@ from typing import Any, Protocol
 import torch
 from tensordict import TensorDictBase
 
-from ._env import EnvBase
-from ._format import table
-from .registry import make
+from .._env import EnvBase
+from .._format import table
+from ..registry import make
 
 __all__ = ["Loop", "OursLoop", "References", "format_bench", "references", "run"]
 
@@ -65,7 +65,7 @@ class References:
 
 def references(backend: str) -> References:
     """The ``References`` of a built-in backend (importing the backend)."""
-    return importlib.import_module(f"marl_envs.backends._{backend}_bench").BENCH
+    return importlib.import_module(f"marl_envs.bench.{backend}").BENCH
 
 
 class OursLoop:

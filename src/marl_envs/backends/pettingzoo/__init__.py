@@ -21,14 +21,15 @@ from tensordict import TensorDictBase
 
 from groupings import GroupMap, MarlGroupMapType
 
-from .._agents import nest_keys
-from .._fast import unchecked_nested, unchecked_tensordict
-from .._env import EnvBase
-from ..specs import Binary, Composite, Unbounded
-from ._pettingzoo_shard import Buffers, Frame, Group, Layout, Shard, dead_message, root_ends, state_of
-from ._pettingzoo_spaces import ACTION_MASK, ActionCodec, obs_layout, space_spec
-from ._pettingzoo_tasks import quiet_import, resolve_task, tasks
-from ._pettingzoo_workers import WorkerPool, shared_zeros
+from ..._agents import nest_keys
+from ..._env import EnvBase
+from ..._outputs import unchecked_nested, unchecked_tensordict
+from ..._spaces import space_spec
+from ...specs import Binary, Composite, Unbounded
+from ._shard import Buffers, Frame, Group, Layout, Shard, dead_message, root_ends, state_of
+from ._spaces import ACTION_MASK, ActionCodec, obs_split
+from ._tasks import quiet_import, resolve_task, tasks
+from ._workers import WorkerPool, shared_zeros
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper", "env_names", "make_env"]
 
@@ -183,18 +184,18 @@ class PettingZooWrapper(EnvBase):
     def _build_groups(self, group_map: GroupMap | MarlGroupMapType | None, infos: dict, env: Any) -> list[Group]:
         """Each agent's specs -> the core's grouping and stacking; then the group facts the hot path reads."""
         device = self.device
-        layouts, masks, info_keys, agent_specs = {}, {}, {}, {}
+        splits, masks, info_keys, agent_specs = {}, {}, {}, {}
         for agent in self._agents:
-            layout = obs_layout(env.observation_space(agent))
+            split = obs_split(env.observation_space(agent), where=f"agent {agent!r}'s observation")
             agent_info = infos.get(agent, {}) or {}
-            mask_shape = layout.mask_leaf.shape if layout.mask_leaf is not None else None
+            mask_shape = split.mask_leaf.shape if split.mask_leaf is not None else None
             if mask_shape is None and ACTION_MASK in agent_info:
                 mask_shape = np.asarray(agent_info[ACTION_MASK]).shape
-            layouts[agent], masks[agent], info_keys[agent] = layout, mask_shape, _numeric_infos(agent_info)
+            splits[agent], masks[agent], info_keys[agent] = split, mask_shape, _numeric_infos(agent_info)
             spec = Composite(device=device)
-            spec["observation"] = space_spec(layout.space, device, where=f"agent {agent!r}'s observation")
-            spec["action"] = space_spec(env.action_space(agent), device, action=True,
-                                        categorical=self.categorical_actions, where=f"agent {agent!r}'s action")
+            spec["observation"] = space_spec(split.space, device, where=f"agent {agent!r}'s observation")
+            spec["action"] = space_spec(env.action_space(agent), device, categorical=self.categorical_actions,
+                                        where=f"agent {agent!r}'s action")
             if mask_shape is not None:
                 spec[ACTION_MASK] = Binary(mask_shape, device=device)
             spec["reward"] = Unbounded((1,), device=device)
@@ -213,7 +214,7 @@ class PettingZooWrapper(EnvBase):
                                          shape=spec.shape, device=device)
             groups.append(Group(
                 name=name, agents=tuple(members), index=np.array([self._position[m] for m in members]),
-                obs=layouts[lead], mask_from_info=layouts[lead].mask_leaf is None and masks[lead] is not None,
+                obs=splits[lead], mask_from_info=splits[lead].mask_leaf is None and masks[lead] is not None,
                 mask_shape=masks[lead], info=info,
                 codec=ActionCodec(env.action_space(lead), self.categorical_actions),
             ))

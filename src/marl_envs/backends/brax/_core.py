@@ -22,10 +22,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
-from ._jax_core import JaxCore, Layout, StateMismatch, export_platform, quiet_tracing, strong, tree_paths
+from ..jax import JaxCore, Layout, StateMismatch, Transfer, export_platform, quiet_tracing, strong, tree_paths
 
-__all__ = ["BraxCore", "CoreInfo", "Differentiable", "Split", "export_platform", "quiet_tracing", "reset_struct",
+__all__ = ["BraxCore", "CoreInfo", "Differentiable", "Split", "Step", "export_platform", "quiet_tracing", "reset_struct",
            "tree_paths"]
 
 _RESET_STRUCTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -310,3 +311,27 @@ class Differentiable:
             raise RuntimeError("the env has no state yet: reset it first")
         return self.core.env_state(index, (flat, *self.aux))
 
+
+class Step(torch.autograd.Function):
+    """One differentiable step: ``(flat state, action) -> (next flat state, float outputs, flags)``."""
+
+    @staticmethod
+    def forward(ctx, diff: Differentiable, io: Transfer, flat: torch.Tensor, action: torch.Tensor):
+        new_flat, out, flags, saved = diff.step(io.to_jax(flat), io.to_jax(action))
+        ctx.diff, ctx.io, ctx.saved = diff, io, saved
+        ctx.save_for_backward(flat, action)  # autograd's version counters catch in-place edits before backward
+        flags = io.to_torch(flags)
+        ctx.mark_non_differentiable(flags)
+        return io.to_torch(new_flat), io.to_torch(out), flags
+
+    @staticmethod
+    def backward(ctx, grad_flat, grad_out, _grad_flags):
+        io, saved = ctx.io, ctx.saved
+        flat, action = ctx.saved_tensors
+        if grad_flat is None:
+            grad_flat = torch.zeros_like(flat)
+        if grad_out is None:
+            grad_out = torch.zeros((flat.shape[0], ctx.diff.out_width), device=flat.device)
+        g_flat, g_action = ctx.diff.vjp(io.to_jax(flat), saved, io.to_jax(action), io.to_jax(grad_flat.contiguous()),
+                                        io.to_jax(grad_out.contiguous()))
+        return None, None, io.to_torch(g_flat), io.to_torch(g_action)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ._pettingzoo_shard import Buffers, Layout, Shard
+from ._shard import Buffers, Layout, Shard
 
 __all__ = ["WorkerError", "WorkerPool", "shared_zeros"]
 

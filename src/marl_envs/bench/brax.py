@@ -21,11 +21,11 @@ import jax
 import torch
 from tensordict import TensorDictBase
 
-from ..bench import Loop, References
-from ._brax_compat import import_brax, jax_device
-from ._brax_core import quiet_tracing
-from ._jax_bench import JaxLoop, ScanLoop, core_timings
-from .brax import BraxEnv
+from ..backends.brax import BraxEnv, import_brax
+from ..backends.jax import quiet_tracing
+from ..distributed import jax_device
+from . import Loop, References
+from .jax import JaxLoop, ScanLoop, core_timings
 
 
 def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]

@@ -1,7 +1,7 @@
 """Brax envs built by name, kept on disk as ``jax.export`` modules: a later process skips Brax altogether.
 
 JAX's persistent compilation cache saves the XLA compilation, but each process still imports Brax (and MuJoCo,
-MJX, trimesh ...), builds the robot from its MJCF file and traces the reset and step, which on a 2-core CPU costs
+MJX, trimesh ...), builds the robot from its MJCF file and traces the reset and step, which on a small CPU costs
 more than the rest of a warm start together. So ``BraxEnv`` saves, next to JAX's cache, what it traced for a
 name: the reset and step as serialized ``jax.export`` modules and the plain data the torch side needs (shapes,
 the agent mapping). A process asking for the same env with the same arguments loads them, compiles them (a
@@ -39,14 +39,14 @@ import jax
 
 from groupings import MarlGroupMapType
 
-__all__ = ["Program", "directory", "env_flag", "env_key", "key", "load", "path", "save"]
+from ..jax import OPT_OUT_VAR, caching_enabled
+
+__all__ = ["Program", "directory", "env_key", "key", "load", "path", "save"]
 
 FORMAT = 1
-OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE"
 SUBDIR = "marl_envs-exported"
 STALE_DAYS = 7  # an env saved by another installation and not loaded for this long is deleted
-_SOURCES = ("brax.py", "_brax_compat.py", "_brax_core.py", "_brax_scenes.py", "_brax_exports.py", "_jax_core.py",
-            "_jax_env.py")
+_PACKAGES_HASHED = ("brax", "jax")  # our packages the compiled functions come from (backends/<name>)
 _PACKAGES = ("jax", "jaxlib", "brax", "mujoco", "numpy")
 _JAX_FLAGS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_default_prng_impl",
               "jax_threefry_partitionable", "jax_numpy_rank_promotion", "jax_numpy_dtype_promotion")
@@ -71,8 +71,9 @@ def _installation() -> str | None:
     import groupings  # the default group map decides the split's column order
 
     digest = hashlib.sha256()
-    here = Path(__file__).parent
-    for file in [here / name for name in _SOURCES] + [Path(groupings.__file__)]:
+    backends = Path(__file__).parent.parent
+    sources = [file for package in _PACKAGES_HASHED for file in sorted((backends / package).glob("*.py"))]
+    for file in [*sources, Path(groupings.__file__)]:
         digest.update(file.read_bytes())
     for package in _PACKAGES:
         try:
@@ -143,16 +144,6 @@ def directory() -> Path | None:
     if not cache or "://" in str(cache) or not caching_enabled():
         return None
     return Path(cache) / SUBDIR
-
-
-def env_flag(name: str, default: str) -> bool:
-    """An on/off environment variable: off when set (or defaulting) to 0, false, off or no, else on."""
-    return os.environ.get(name, default).strip().lower() not in ("0", "false", "off", "no")
-
-
-def caching_enabled() -> bool:
-    """False if the user opted out (``MARL_ENVS_JAX_CACHE`` set to 0, false, off or no)."""
-    return env_flag(OPT_OUT_VAR, "1")
 
 
 def path(name: str) -> Path | None:

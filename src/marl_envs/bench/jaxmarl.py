@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 from tensordict import TensorDictBase
 
-from ..bench import Loop, References
+from ..backends.jaxmarl import JaxMarlEnv
 from ..distributed import jax_device
-from ._jax_bench import compiled_loop, core_timings
-from .jaxmarl import JaxMarlEnv
+from . import Loop, References
+from .jax import compiled_loop, core_timings
 
 
 def _loops(env: JaxMarlEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]

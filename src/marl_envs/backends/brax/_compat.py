@@ -35,16 +35,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ..distributed import jax_device  # torch cuda:k -> the JAX GPU of CUDA id k (public, checked)
-from . import _brax_exports as exports
+from ...distributed import jax_device  # torch cuda:k -> the JAX GPU of CUDA id k (public, checked)
 
 __all__ = [
-    "ASYNC_VAR", "CACHE_DIR_VAR", "checked_env", "enable_compilation_cache", "env_keywords", "import_brax",
-    "inline_cpu_dispatch", "jax_device", "prepare_mujoco_gl",
+    "checked_env", "env_keywords", "import_brax", "jax_device", "prepare_mujoco_gl", "quiet_brax_build",
 ]
-
-CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
-
 
 def prepare_mujoco_gl() -> None:
     """Set ``MUJOCO_GL=egl`` for headless rendering before MuJoCo is first imported (see the module docstring)."""
@@ -118,45 +113,6 @@ def import_brax():
     if not isinstance(brax.fluid.jp, _ClipWithBounds) and "a_min" not in inspect.signature(jnp.clip).parameters:
         brax.fluid.jp = _ClipWithBounds()
     return sys.modules["brax.envs"]
-
-
-ASYNC_VAR = "MARL_ENVS_JAX_CPU_ASYNC"
-
-
-def inline_cpu_dispatch() -> bool:
-    """Have JAX run its CPU computations on the calling thread (``jax_cpu_enable_async_dispatch=False``), if JAX
-    has not started its backends yet; return whether JAX's CPU computations run so.
-
-    Each step of a JAX-family env reads its results at once, so JAX's asynchronous CPU dispatch buys the torch
-    side little overlap, and costs a hand-off to JAX's worker thread and back every call: measured on the
-    2-core machine, ``brax/fast`` at 128 envs took 147-187 us a step with it and 104-116 us without it. Nothing is
-    changed once JAX's backends are up (the user's JAX program chose) or with ``MARL_ENVS_JAX_CPU_ASYNC=1``.
-    """
-    try:
-        from jax._src import xla_bridge
-        started = xla_bridge.backends_are_initialized()
-    except (ImportError, AttributeError):  # JAX moved it: leave JAX's default
-        return False
-    if not started and not exports.env_flag(ASYNC_VAR, "0"):
-        jax.config.update("jax_cpu_enable_async_dispatch", False)
-    return not jax.config.read("jax_cpu_enable_async_dispatch")
-
-
-def enable_compilation_cache() -> str | None:
-    """Switch on JAX's persistent compilation cache; return its directory.
-
-    The directory is ``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``;
-    compilations over 0.2 s are kept). Does nothing (and returns JAX's own directory, or None) if JAX already
-    has one or ``MARL_ENVS_JAX_CACHE=0``.
-    """
-    current = jax.config.jax_compilation_cache_dir
-    if current or not exports.caching_enabled():
-        return current or None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.environ.get(CACHE_DIR_VAR) or os.path.join(base, "marl_envs", "jax")
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    return path
 
 
 def checked_env(env):

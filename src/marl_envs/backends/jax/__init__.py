@@ -1,0 +1,23 @@
+"""The one core of every JAX env family (Brax, JaxMARL, gymnax), and what those families share.
+
+- ``JaxCore``: the per-env adapter protocol and its compiled ``jit(vmap)`` reset and step (``_core``).
+- ``JaxEnvBase``: the ``EnvBase`` hook over a ``JaxCore``, with ``jax_functions()`` (``_env``).
+- The one-buffer executor of the env's output plan (``_outputs``) and the torch <-> JAX hand-off (``_transfer``).
+- JAX settings applied when the first env is built: the compilation cache and the CPU dispatch (``_runtime``).
+
+A family adapter (``marl_envs.backends.gymnax``, ``jaxmarl``, ``brax``) imports from this package only.
+"""
+
+from ._core import JaxCore, Layout, StateMismatch, env_keys, export_platform, quiet_tracing, strong, tree_paths
+from ._env import JaxEnvBase, JaxFunctions, check_name
+from ._runtime import (
+    ASYNC_VAR, CACHE_DIR_VAR, OPT_OUT_VAR, caching_enabled, configure_jax, enable_compilation_cache, env_flag,
+    inline_cpu_dispatch,
+)
+from ._transfer import Transfer
+
+__all__ = [
+    "ASYNC_VAR", "CACHE_DIR_VAR", "OPT_OUT_VAR", "JaxCore", "JaxEnvBase", "JaxFunctions", "Layout", "StateMismatch",
+    "Transfer", "caching_enabled", "check_name", "configure_jax", "enable_compilation_cache", "env_flag", "env_keys",
+    "export_platform", "inline_cpu_dispatch", "quiet_tracing", "strong", "tree_paths",
+]

@@ -1,0 +1,83 @@
+"""Settings of JAX every JAX family shares, applied when the first env that needs them is built, never at import.
+
+- **The persistent compilation cache** (``enable_compilation_cache``): compilations are kept on disk, so a second
+  process building the same env loads them. ``MARL_ENVS_JAX_CACHE=0`` opts out, ``MARL_ENVS_JAX_CACHE_DIR`` moves it;
+  a cache directory the user gave JAX is kept.
+- **JAX's CPU dispatch** (``inline_cpu_dispatch``): ``jax_cpu_enable_async_dispatch=False``, so that JAX runs its CPU
+  computations on the calling thread. JAX reads that flag once, when it starts its CPU backend, so it can only be
+  set before the process's first JAX computation, for the whole process: it is set when the first JAX-family env
+  is built on the CPU, if JAX has not started yet, and ``MARL_ENVS_JAX_CPU_ASYNC=1`` opts out. A program that ran
+  JAX before building an env keeps JAX's default (see the JAX families' page for what each costs).
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+
+__all__ = ["ASYNC_VAR", "CACHE_DIR_VAR", "OPT_OUT_VAR", "caching_enabled", "configure_jax", "enable_compilation_cache",
+           "env_flag", "inline_cpu_dispatch"]
+
+CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
+OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE"
+
+
+def env_flag(name: str, default: str) -> bool:
+    """An on/off environment variable: off when set (or defaulting) to 0, false, off or no, else on."""
+    return os.environ.get(name, default).strip().lower() not in ("0", "false", "off", "no")
+
+
+def caching_enabled() -> bool:
+    """False if the user opted out (``MARL_ENVS_JAX_CACHE`` set to 0, false, off or no)."""
+    return env_flag(OPT_OUT_VAR, "1")
+
+
+ASYNC_VAR = "MARL_ENVS_JAX_CPU_ASYNC"
+
+
+def inline_cpu_dispatch() -> bool:
+    """Have JAX run its CPU computations on the calling thread (``jax_cpu_enable_async_dispatch=False``), if JAX
+    has not started its backends yet; return whether JAX's CPU computations run so.
+
+    Each step of a JAX-family env reads its results at once, so JAX's asynchronous CPU dispatch buys the torch
+    side little overlap, and costs a hand-off to JAX's worker thread and back every call (the figures are in the
+    JAX families' page). Nothing is
+    changed once JAX's backends are up (the user's JAX program chose) or with ``MARL_ENVS_JAX_CPU_ASYNC=1``.
+    """
+    try:
+        from jax._src import xla_bridge
+        started = xla_bridge.backends_are_initialized()
+    except (ImportError, AttributeError):  # JAX moved it: leave JAX's default
+        return False
+    if not started and not env_flag(ASYNC_VAR, "0"):
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    return not jax.config.read("jax_cpu_enable_async_dispatch")
+
+
+def enable_compilation_cache() -> str | None:
+    """Switch on JAX's persistent compilation cache; return its directory.
+
+    The directory is ``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``;
+    compilations over 0.2 s are kept). Does nothing (and returns JAX's own directory, or None) if JAX already
+    has one or ``MARL_ENVS_JAX_CACHE=0``.
+    """
+    current = jax.config.jax_compilation_cache_dir
+    if current or not caching_enabled():
+        return current or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.environ.get(CACHE_DIR_VAR) or os.path.join(base, "marl_envs", "jax")
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    return path
+
+
+
+
+def configure_jax() -> bool:
+    """Apply both settings (``inline_cpu_dispatch``, ``enable_compilation_cache``) before marl_envs first runs
+    JAX: when a JAX-family env is built, or its library first imported by marl_envs. Returns whether JAX's CPU
+    computations run on the calling thread."""
+    inline = inline_cpu_dispatch()
+    enable_compilation_cache()
+    return inline
