@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ._env import EnvBase
 
 __all__ = [
-    "DonePlan", "Outputs", "StepData", "TensorDictOutputs", "TimeLimit", "Tree", "block_device", "cut_rows", "merge_rows", "new_block",
+    "DonePlan", "Outputs", "StepData", "TensorDictOutputs", "TimeLimit", "Tree", "block_device", "cut_rows", "done_of", "merge_rows", "new_block",
     "next_root", "set_fitted", "unchecked_nested", "unchecked_tensordict",
 ]
 
@@ -117,6 +117,14 @@ class Tree:
 # ------------------------------------------------------------------------------------------------------
 # The rules
 # ------------------------------------------------------------------------------------------------------
+def done_of(terminated: Any, truncated: Any, out: np.ndarray | None = None) -> Any:
+    """The done rule, ``done = terminated | truncated``, of NumPy, torch or JAX bool arrays (NumPy: into ``out``
+    if given). Also where a backend decides inside its simulator which envs a fused step resets."""
+    if out is not None:
+        return np.logical_or(terminated, truncated, out=out)
+    return terminated | truncated
+
+
 class TimeLimit:
     """``max_steps`` truncation: an env is truncated once its step count reaches ``max_steps``."""
 
@@ -172,7 +180,7 @@ class DonePlan:
     def __init__(self, levels: Mapping[Key, Sequence[int]], given: Mapping[Key, slice], width: int,
                  limit: TimeLimit | None):
         self.limit = limit
-        self.ops: list[tuple] = []  # ("limit", rows) | ("zero", rows) | ("or", a, b, out)
+        self.ops: list[tuple] = []  # ("limit", rows) | ("zero", rows) | ("or" | "done", a, b, out)
         self.entries: list[tuple[Key, slice, tuple[int, ...]]] = []
         shared: dict[str, slice] = {}
 
@@ -199,7 +207,7 @@ class DonePlan:
             elif limit is not None:
                 self.ops.append(("or", truncated, one("limit"), truncated))
             done = rows(int(np.prod(shape[1:])))
-            self.ops.append(("or", terminated, truncated, done))  # done = terminated | truncated
+            self.ops.append(("done", terminated, truncated, done))
             if not prefix:
                 root_terminated = terminated
             self.entries += [(key, source, tuple(shape)) for key, source in zip(keys, (terminated, truncated, done))]
@@ -210,7 +218,12 @@ class DonePlan:
         NumPy for a NumPy block)."""
         numpy = isinstance(block, np.ndarray)
         for op in self.ops:
-            if op[0] == "or":
+            if op[0] == "done":
+                if numpy:
+                    done_of(block[op[1]], block[op[2]], out=block[op[3]])
+                else:
+                    block[op[3]] = done_of(block[op[1]], block[op[2]])
+            elif op[0] == "or":  # a level's own truncation or the time limit
                 if numpy:
                     np.logical_or(block[op[1]], block[op[2]], out=block[op[3]])
                 else:

@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._outputs import done_of
+
 __all__ = ["JaxCore", "Layout", "StateMismatch", "env_keys", "export_platform", "quiet_tracing", "strong",
            "tree_paths"]
 
@@ -225,7 +227,7 @@ class JaxCore:
         reset only runs when some env ended). Returns the step's float buffer, the reset's (zero rows for envs
         not reset) and the reset mask as 0 / 1, side by side in one array."""
         buffers, keys, out = self._step_packed(buffers, keys, action)
-        mask = (out[:, -2] > 0.5) | (out[:, -1] > 0.5) | ends
+        mask = done_of(out[:, -2] > 0.5, out[:, -1] > 0.5) | ends
         fresh = jax.eval_shape(self._reset, buffers, keys, mask)[2]
         buffers, keys, reset_out = jax.lax.cond(
             mask.any(), lambda b, k: self._reset(b, k, mask),
