@@ -60,3 +60,81 @@ def test_allow_done_after_reset_opt_out():
     env = DoneAfterReset(num_envs=2)
     env.allow_done_after_reset = True
     check_env_specs(env)
+
+
+class FusedDrift(Drift):
+    """Drift with its own fused step and reset, as the JAX backends have (``_fused_reset``)."""
+
+    _fused_reset = True
+
+    def _step_reset(self, td, ends):
+        out = self._step(td)
+        mask = out["terminated"].reshape(-1) if ends is None else out["terminated"].reshape(-1) | ends
+        # no reset when none ends: _reset draws from the env's generator, and step_and_maybe_reset does not call it
+        return out, self._reset(mask) if bool(mask.any()) else None, mask
+
+
+class FusedResetDiffers(FusedDrift):
+    def _step_reset(self, td, ends):
+        out, fresh, mask = super()._step_reset(td, ends)
+        if fresh is not None:
+            fresh["agents", "observation"] = fresh["agents", "observation"] + 1  # not what _reset gives
+        return out, fresh, mask
+
+
+class FusedIgnoresEnds(FusedDrift):
+    def _step_reset(self, td, ends):
+        return super()._step_reset(td, None)  # envs reaching max_steps are not reset
+
+
+class UnseededEpisodes(FusedDrift):
+    def _reset(self, mask):
+        if mask is None:
+            return super()._reset(mask)
+        self.pos = torch.where(mask.view(-1, 1, 1), torch.rand(self.pos.shape) - 0.5, self.pos)  # not its generator
+        return self._observe()
+
+
+class ResetsInPlace(FusedDrift):
+    def _observe(self, reward=None):
+        data = super()._observe(reward)
+        data["agents", "observation"] = self.pos  # its state itself, not a copy: the reset below writes into it
+        return data
+
+    def _reset(self, mask):
+        if mask is None:
+            return super()._reset(mask)
+        self.pos[mask] = torch.rand(self.pos[mask].shape, generator=self.rng) - 0.5
+        return self._observe()
+
+
+def test_fused_step_reset_passes():
+    env = FusedDrift(num_envs=4, max_steps=2)
+    check_env_specs(env, seed=0)
+    assert env.rollout(5, break_when_any_done=False).batch_size == (4, 5)  # still usable
+
+
+@pytest.mark.parametrize(
+    "env_cls, match",
+    [
+        # max_steps=5 with steps=3: the comparison runs 6 steps by default, the truncation reset is at step 4
+        (FusedResetDiffers, r"\('agents', 'observation'\): value of the step_and_maybe_reset next root at step 4, "
+                            r"envs \[0, 1, 2, 3\], against step\(\) then reset\(\) of the done envs after "
+                            r"set_seed\(0\): expected tensor"),
+        (FusedIgnoresEnds, r"\('agents', 'observation'\): value of the step_and_maybe_reset next root at step 4"),
+        (ResetsInPlace, r"\('agents', 'observation'\): value of the step's next data at step 4, envs \[0, 1, 2, 3\], "
+                        r"after reset\(step_mdp\(td\)\) of the done envs, which must leave it as it was"),
+        # not a fused-path fault: two replays of step then reset differ, and the message says so
+        (UnseededEpisodes, r"\('agents', 'observation'\): value of the step\(\) then reset\(\) of the done envs, next "
+                           r"root at step 4, envs \[0, 1, 2, 3\], in two replays of the same actions after "
+                           r"set_seed\(0\): the env is not deterministic"),
+    ],
+)
+def test_wrong_fused_step_reset_fails(env_cls, match):
+    with pytest.raises(AssertionError, match=match):
+        check_env_specs(env_cls(num_envs=4, max_steps=5), seed=0)
+
+
+def test_reset_steps_must_be_positive():
+    with pytest.raises(ValueError, match=r"reset_steps must be a positive int or None, got 0"):
+        check_env_specs(FusedDrift(num_envs=2), seed=0, reset_steps=0)

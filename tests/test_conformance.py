@@ -7,11 +7,13 @@ import importlib.util
 import pkgutil
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
 import marl_envs
+from marl_envs.registry import backend_module
 from envs import SMALL_KWARGS, cheapest_brax_kwargs  # small configurations; defaults run under --all
 
 NAMES = marl_envs.available_envs()  # every installed backend's envs (user envs are registered per test)
@@ -41,11 +43,21 @@ def _kwargs(name: str) -> dict:
     return dict(SMALL_KWARGS.get(name, {}))
 
 
+# Envs whose episodes after the first do not follow from the seed (upstream), so that check_env_specs cannot
+# compare two runs of the same actions (its determinism and step_and_maybe_reset checks); documented in the
+# PettingZoo page's known limits.
+NOT_DETERMINISTIC = {
+    "pettingzoo/butterfly/knights_archers_zombies_v11": "the zombie spawn timer is made when the env is built and "
+                                                        "never reset, so spawns depend on the steps run before",
+    "pettingzoo/classic/hanabi_v5": "an unseeded reset loads OpenSpiel's game with a fresh random seed",
+}
+
+
 def _conforms(name: str, **kwargs) -> None:
     """check_env_specs, then an auto-resetting rollout past ``max_steps``: data in the specs, ``done`` =
     ``terminated | truncated``, every episode truncated when it reaches ``max_steps``."""
     env = marl_envs.make(name, num_envs=2, seed=0, max_steps=MAX_STEPS, **kwargs)
-    marl_envs.check_env_specs(env, seed=0)
+    marl_envs.check_env_specs(env, seed=None if name in NOT_DETERMINISTIC else 0)
     td, length = env.reset(), torch.zeros(2, dtype=torch.int64)
     for _ in range(2 * MAX_STEPS):
         td, td_next = env.step_and_maybe_reset(env.rand_action(td))
@@ -120,13 +132,28 @@ def test_pettingzoo_names_are_its_env_modules():
     assert modules - ours == {m for m in modules if m.startswith("atari/")}
 
 
-def test_jax_family_names_are_their_registries():
-    """JaxMARL's and gymnax's registries, less the envs each backend lists with the reason it cannot build them."""
-    jaxmarl = pytest.importorskip("jaxmarl")
-    gymnax = pytest.importorskip("gymnax")
-    from marl_envs.backends import gymnax as gx
-    from marl_envs.backends import jaxmarl as jm
+def _registry(backend: str, module: str) -> tuple[ModuleType, set[str]]:
+    """Our backend's module and the names in the library's registry ``module`` (its ``registered_envs``), read
+    there after our backend has configured JAX and imported the library quietly, not through ``env_names()``."""
+    if not marl_envs.backend_installed(backend):
+        pytest.skip(f"{backend} is not installed")
+    ours = backend_module(backend)
+    ours.env_names()
+    return ours, set(importlib.import_module(module).registered_envs)
 
-    assert _ours("jaxmarl") == set(jaxmarl.registered_envs) - set(jm.unavailable())
-    assert _ours("gymnax") == set(gymnax.registered_envs) - set(gx.UNAVAILABLE) == set(gymnax.registered_envs) - {
-        "MNISTBandit-bsuite"}
+
+def test_jaxmarl_names_are_its_registry():
+    """JaxMARL's registry less the envs ``unavailable()`` lists with the reason: JaxRobotarium's (their package is
+    not on PyPI) and the four pinned here, so that no env leaves the list unnoticed."""
+    jm, registry = _registry("jaxmarl", "jaxmarl.registration")
+    robotarium = {name for name in registry if name.startswith("JaxRobotarium_")}
+    unbuildable = robotarium | {"LearnedPolicyEnemySMAX", "storm", "storm_2p", "storm_np"}
+    assert registry and set(jm.unavailable()) == unbuildable
+    assert _ours("jaxmarl") == registry - unbuildable
+
+
+def test_gymnax_names_are_its_registry():
+    """gymnax's registry less MNISTBandit (it downloads MNIST when built), pinned here."""
+    gx, registry = _registry("gymnax", "gymnax.registration")
+    assert registry and set(gx.UNAVAILABLE) == {"MNISTBandit-bsuite"}
+    assert _ours("gymnax") == registry - {"MNISTBandit-bsuite"}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -245,8 +245,10 @@ def next_root(data: TensorDictBase, tensordict: TensorDictBase, rewards: Sequenc
 
 
 def merge_rows(tensordict: TensorDictBase, result: TensorDictBase, mask: torch.Tensor | None) -> TensorDictBase:
-    """``tensordict`` with ``result``'s entries where ``mask`` ``(B,)`` is set (all of them: None); entries only in
-    ``result`` are added whole."""
+    """A TensorDict of ``tensordict``'s entries, with ``result``'s where ``mask`` ``(B,)`` is set (all of them:
+    None); entries only in ``result`` are added whole. ``tensordict``'s containers are not written to: an
+    ``exclude`` (the next root of a step) shares the step's sub-TensorDicts, whose terminal data must stay."""
+    tensordict = tensordict.clone(recurse=False)
     present = set(tensordict.keys(True, True))
     for key, value in result.items(True, True):
         if mask is not None and key in present:
@@ -260,17 +262,15 @@ def merge_rows(tensordict: TensorDictBase, result: TensorDictBase, mask: torch.T
 # ------------------------------------------------------------------------------------------------------
 @dataclass
 class StepData:
-    """One step's outputs as an executor holds them between ``step`` and ``finish``.
+    """One step's outputs as an executor holds them between ``step`` and ``finish`` (an executor may add fields).
 
     Attributes:
         data: the TensorDict written to ``"next"`` (its done entries set by ``finish``).
-        block: the bool block behind the done entries (None until ``finish`` for ``TensorDictOutputs``).
-        extra: what the executor keeps besides (the JAX buffer, its leaves, a computation still running).
+        block: the bool block behind its bool entries, for an executor that keeps one from ``step`` on.
     """
 
     data: TensorDictBase
     block: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Outputs:

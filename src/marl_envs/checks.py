@@ -10,6 +10,8 @@ from .specs import Composite, NestedKey
 
 __all__ = ["check_env_specs"]
 
+_CROSSING_STEPS = 32  # the longest default step_and_maybe_reset comparison run to reach a max_steps truncation
+
 
 def _fail(key: NestedKey, what: str, expected: object, observed: object) -> AssertionError:
     return AssertionError(f"{key!r}: {what}: expected {expected}, observed {observed}")
@@ -53,19 +55,39 @@ def _check_no_extra(td: TensorDictBase, allowed: set, where: str) -> None:
         raise _fail(extra[0], f"entry in the {where} data that no spec declares", "declared in a full_*_spec", "present")
 
 
-def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3) -> None:
+def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, reset_steps: int | None = None) -> None:
     """Check that ``env`` keeps every promise of the contract; raise ``AssertionError`` naming the key if not.
 
     Checks: reset and rollout data carry exactly the spec'd keys with their shapes, dtypes, devices and
     domains; done flags are False after a full reset; ``done == terminated | truncated`` at every level; a
-    partial root ``_reset`` leaves the other envs' data untouched; with ``seed``, two rollouts with the same
-    actions are identical.
+    partial root ``_reset`` leaves the other envs' data untouched. With ``seed``, also: two rollouts with the
+    same actions are identical; and ``step_and_maybe_reset`` (the backend's fused ``_step_reset`` when it has
+    one) gives, at every step, exactly (``torch.equal``, same keys: both paths run the same computation, so no
+    tolerance) the ``"next"`` data and next root of ``step`` followed by ``reset(step_mdp(td))`` with
+    ``"_reset"`` set from the root ``done``, which must leave ``td["next"]`` as it was. The actions are drawn
+    once, honouring action masks, and replayed after the same ``set_seed(seed)``; when the comparison fails, a
+    second replay tells a fused path that differs from an env that is not deterministic, and the message says
+    which.
+
+    The env is left usable (``reset`` it to start afresh).
 
     Args:
         env: the environment to check.
-        seed: if given, also check determinism under ``env.set_seed(seed)``.
+        seed: if given, also check determinism and ``step_and_maybe_reset`` under ``env.set_seed(seed)``.
         steps: rollout length.
+        reset_steps: steps of the ``step_and_maybe_reset`` comparison. None: ``steps``, or ``max_steps + 1``
+            when that is more and at most 32, so that a truncation and the first step after its reset are
+            compared.
+
+    Raises:
+        AssertionError: a broken promise; the message names the key, the expected and the observed value.
+        ValueError: ``reset_steps`` is not a positive int.
     """
+    if reset_steps is None:
+        limit = env.max_steps
+        reset_steps = steps if limit is None or limit + 1 > _CROSSING_STEPS else max(steps, limit + 1)
+    elif isinstance(reset_steps, bool) or not isinstance(reset_steps, int) or reset_steps < 1:
+        raise ValueError(f"reset_steps must be a positive int or None, got {reset_steps!r}")
     if seed is not None:
         env.set_seed(seed)
     obs_spec, done_spec = env.full_observation_spec, env.full_done_spec
@@ -107,6 +129,7 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3) -> No
 
     if seed is not None:
         _check_determinism(env, seed, steps)
+        _check_step_and_maybe_reset(env, seed, reset_steps)
 
 
 def _check_partial_reset(env: EnvBase) -> None:
@@ -145,3 +168,74 @@ def _check_determinism(env: EnvBase, seed: int, steps: int) -> None:
             raise _fail(key, f"value in two rollouts after set_seed({seed}) with the same actions",
                         first.get(key), second.get(key))
 
+
+def _check_step_and_maybe_reset(env: EnvBase, seed: int, steps: int) -> None:
+    """``step_and_maybe_reset`` against ``step`` then ``reset`` of the done envs, replaying the first pass's actions.
+
+    The actions are drawn once, in the first pass, from the data the env returned (so action masks are honoured)
+    and replayed as recorded: the comparison depends on no randomness but the seeded env's. On a mismatch the
+    replay is run again: if the two replays differ, the env is not deterministic, and that is what is reported.
+    """
+    env.set_seed(seed)
+    td, actions, fused = env.reset(), [], []
+    for _ in range(steps):
+        td = env.rand_action(td)
+        actions.append(td.select(*env.action_keys).clone())
+        td, root = env.step_and_maybe_reset(td)
+        fused.append((td.get("next").clone(), root.clone()))  # clones: an executor may reuse its buffers
+        td = root
+
+    replayed = _replay(env, seed, actions)
+    against = f"against step() then reset() of the done envs after set_seed({seed})"
+    try:
+        _check_same_steps(replayed, fused, "step_and_maybe_reset {}", against)
+    except AssertionError:
+        _check_same_steps(replayed, _replay(env, seed, actions), "step() then reset() of the done envs, {}",
+                          f"in two replays of the same actions after set_seed({seed}): the env is not deterministic")
+        raise
+
+
+def _replay(env: EnvBase, seed: int, actions: list[TensorDictBase]) -> list[tuple[TensorDictBase, TensorDictBase]]:
+    """``(td["next"], next root)`` of each step of ``step`` then ``reset`` of the done envs on ``actions``.
+
+    Nothing is reset when no env is done, as ``step_and_maybe_reset`` does not reset then either. ``td["next"]`` is
+    read before the reset, and the reset must leave it as it was (the terminal data of the done envs).
+    """
+    env.set_seed(seed)
+    td, out = env.reset(), []
+    for t, action in enumerate(actions):
+        td = env.step(td.update(action))
+        stepped = td.get("next").clone()
+        root = env.step_mdp(td)
+        done = root.get("done")
+        if bool(done.any()):
+            root.set("_reset", done.clone())
+            root = env.reset(root)
+            _check_same(stepped, td.get("next"), f"step's next data at step {t}",
+                        "after reset(step_mdp(td)) of the done envs, which must leave it as it was")
+        out.append((stepped, root.clone()))
+        td = root
+    return out
+
+
+def _check_same_steps(expected: list, observed: list, what: str, against: str) -> None:
+    """Per step, ``observed``'s ``next`` data and next root have ``expected``'s keys and equal values."""
+    for t, (pair, other) in enumerate(zip(expected, observed)):
+        for part, old_td, new_td in zip(("next data", "next root"), pair, other):
+            _check_same(old_td, new_td, f"{what.format(part)} at step {t}", against)
+
+
+def _check_same(expected: TensorDictBase, observed: TensorDictBase, where: str, against: str) -> None:
+    """``observed`` has ``expected``'s keys and, per entry, equal values (``torch.equal``: the same computation)."""
+    old_keys, new_keys = set(expected.keys(True, True)), set(observed.keys(True, True))
+    for key in sorted(old_keys ^ new_keys, key=str):
+        raise _fail(key, f"entry of the {where} {against}",
+                    "present" if key in old_keys else "absent", "present" if key in new_keys else "absent")
+    for key in sorted(old_keys, key=str):
+        old, new = expected.get(key), observed.get(key)
+        if old.shape != new.shape or old.dtype != new.dtype:
+            raise _fail(key, f"shape and dtype of the {where} {against}", (tuple(old.shape), old.dtype),
+                        (tuple(new.shape), new.dtype))
+        if not torch.equal(old, new):
+            rows = (old != new).reshape(old.shape[0], -1).any(-1).nonzero().flatten().tolist()
+            raise _fail(key, f"value of the {where}, envs {rows}, {against}", old[rows], new[rows])
