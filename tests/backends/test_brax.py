@@ -130,7 +130,7 @@ def test_scene_observation_layout_matches_the_simulator(built):
         state = env._core.env_state(0).pipeline_state
         robot = scenes.SCENES[name].robot
         model = scenes.RobotModel.from_mj_model(env.brax_env.sys.mj_model)
-        where = scenes._obs_index(model, scenes._OBS_LAYOUTS[robot], td["state"].shape[-1], robot)
+        where = scenes._obs_index(model, scenes._ROBOT_OBS[robot], td["state"].shape[-1], robot)
         obs = td["state"][0].numpy()
         root = model.root_body
         for j, body in enumerate(model.joint_body):
@@ -159,7 +159,7 @@ def models():
 def test_default_mapping_each_agent_observes_the_joints_it_drives(models, name):
     robot, model, obs_size = models[name]
     mapping = scenes.model_mapping(name, model, obs_size)
-    where = scenes._obs_index(model, scenes._OBS_LAYOUTS[scenes.SCENES[name].robot], obs_size, robot)
+    where = scenes._obs_index(model, scenes._ROBOT_OBS[scenes.SCENES[name].robot], obs_size, robot)
     assert mapping.action_indices == scenes.jaxmarl_mapping(name).action_indices  # JaxMARL's action partition
     scenes.validate_mapping(mapping.action_indices, mapping.observation_indices, robot.action_size, obs_size)
     for agent, dims in mapping.action_indices.items():

@@ -157,6 +157,16 @@ def test_aec_applies_only_the_acting_agents_action():
     assert not td["next", "done"].any()
 
 
+def test_env_class_builds_what_make_builds():
+    """``PettingZooEnv(name)`` applies ``make``'s defaults: a turn-based game runs its AEC API with masks."""
+    by_class = PettingZooEnv("classic/tictactoe_v3", num_envs=2)
+    by_make = marl_envs.make("pettingzoo/classic/tictactoe_v3", num_envs=2)
+    assert (by_class.parallel, by_class.use_mask) == (by_make.parallel, by_make.use_mask) == (False, True)
+    assert by_class.group_map == by_make.group_map
+    for kind in ("observation", "action", "reward", "done"):
+        assert getattr(by_class, f"full_{kind}_spec") == getattr(by_make, f"full_{kind}_spec"), kind
+
+
 # ------------------------------------------------------------------------------------------------------
 # Dead agents
 # ------------------------------------------------------------------------------------------------------
@@ -307,9 +317,9 @@ def test_continuous_actions_and_seeding():
 # ------------------------------------------------------------------------------------------------------
 def test_errors_name_the_problem_and_the_fix():
     with pytest.raises(ValueError, match="turn-based and has no parallel API.*parallel=False, use_mask=True"):
-        PettingZooEnv("classic/tictactoe_v3")
+        PettingZooEnv("classic/tictactoe_v3", parallel=True)
     with pytest.raises(ValueError, match="need use_mask=True"):
-        PettingZooEnv("classic/tictactoe_v3", parallel=False)
+        PettingZooEnv("classic/tictactoe_v3", parallel=False, use_mask=False)
     with pytest.raises(ValueError, match="did you mean 'mpe/simple_spread_v3'"):
         PettingZooEnv("mpe/simple_sprad_v3")
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'M'; it accepts \['N', "):

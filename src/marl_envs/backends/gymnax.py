@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from typing import Any
 
 import jax
@@ -24,9 +23,10 @@ import jax.numpy as jnp
 import torch
 
 from .._named import NamedRepr
+from .._quiet import EVERY_WARNING, ignored_warnings, quiet_import
 from .._spaces import space_spec
 from ..specs import Categorical, Unbounded
-from .jax import JaxCore, JaxEnvBase, Layout, check_name, configure_jax, strong
+from .jax import JaxCore, JaxEnvBase, StatePacking, check_name, configure_jax, strong
 
 __all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names", "make_env"]
 
@@ -38,10 +38,7 @@ UNAVAILABLE = {"MNISTBandit-bsuite": "downloads MNIST when built (no network at 
 def import_gymnax():
     """``gymnax``, imported quietly, after JAX is configured (importing gymnax starts JAX)."""
     configure_jax()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import gymnax
-    return gymnax
+    return quiet_import("gymnax", EVERY_WARNING)
 
 
 def env_names() -> list[str]:
@@ -62,8 +59,8 @@ class _GymnaxCore(JaxCore):
         self.env, self.params, self.label, self._discrete = env, params, f"gymnax {name}", discrete
         self.action_size = action_size
         self._action_shape = tuple(env.action_space(params).shape)
-        layout = Layout(self._reference)
-        self.widths, self.dtypes = tuple(layout.widths), tuple(str(d) for d in layout.dtypes)
+        packing = StatePacking(self._reference)
+        self.widths, self.dtypes = tuple(packing.widths), tuple(str(d) for d in packing.dtypes)
         self._setup(num_envs=num_envs, device=device)
 
     @functools.cached_property
@@ -104,8 +101,7 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
                  max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None):
         gymnax = import_gymnax()
         check_name("gymnax", env_name, env_names(), UNAVAILABLE)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with ignored_warnings(EVERY_WARNING):
             env, params = gymnax.make(env_name)
         if env_params:
             fields = set(getattr(params, "__dataclass_fields__", {}))

@@ -28,14 +28,8 @@ terminal observation stays in ``next``; the envs that are done are reset by the 
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import math
-import os
-import sys
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -46,9 +40,10 @@ import torch
 from groupings import GroupMap, MarlGroupMapType
 
 from .._named import NamedRepr
+from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, quiet_import
 from .._spaces import space_spec
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
-from .jax import JaxCore, JaxEnvBase, Layout, check_name, configure_jax, strong
+from .jax import JaxCore, JaxEnvBase, StatePacking, check_name, configure_jax, strong
 
 __all__ = ["JaxMarlEnv", "env_names", "make_env", "UNAVAILABLE"]
 
@@ -66,33 +61,12 @@ _TIME_LIMITED = ("coin_game", "storm", "storm_2p", "storm_np")  # episodes end b
 _SEPARATE_ENDS = ("SMAX", "HeuristicEnemySMAX", "jaxnav")  # agents end on their own (units die, robots arrive)
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence prints, also at the file-descriptor level, and restore ``sys.stdout`` / ``sys.stderr`` after: JaxMARL
-    prints about its optional submodules and its MABrax module resets both to ``sys.__stdout__`` /
-    ``sys.__stderr__`` (which would break any capture in place, pytest's included)."""
-    saved = sys.stdout, sys.stderr
-    sys.stdout.flush()
-    fd = os.dup(1)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            with contextlib.redirect_stdout(io.StringIO()):
-                yield
-    finally:
-        os.dup2(fd, 1)
-        os.close(fd)
-        sys.stdout, sys.stderr = saved
-
-
+# JaxMARL prints about its optional submodules when imported and when some envs are built: nothing to act on
 @functools.cache
 def import_jaxmarl():
-    """``jaxmarl``, imported quietly (see ``_quiet``), after JAX is configured (importing it starts JAX)."""
+    """``jaxmarl``, imported quietly, after JAX is configured (importing it starts JAX)."""
     configure_jax()
-    with _quiet(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import jaxmarl
-    return jaxmarl
+    return quiet_import("jaxmarl", EVERY_WARNING, drop=EVERYTHING)
 
 
 def unavailable() -> dict[str, str]:
@@ -117,7 +91,7 @@ def make_env(name: str, **kwargs: Any) -> JaxMarlEnv:
     return JaxMarlEnv(name, **kwargs)
 
 
-def _per_agent(value: Any, agents: list, index: int):
+def _agent_entry(value: Any, agents: list, index: int):
     """Agent ``index``'s entry of a JaxMARL per-agent output (a dict keyed by agent, a tuple, or an array)."""
     if isinstance(value, dict):
         return value[agents[index]]
@@ -147,8 +121,8 @@ class _JaxMarlCore(JaxCore):
         self.action_size = int(self._offsets[-1])
         limit = getattr(env, "max_steps", None)
         self._max_steps = limit if isinstance(limit, (int, np.integer)) else None
-        layout = Layout(self._reference)
-        self.widths, self.dtypes = tuple(layout.widths), tuple(str(d) for d in layout.dtypes)
+        packing = StatePacking(self._reference)
+        self.widths, self.dtypes = tuple(packing.widths), tuple(str(d) for d in packing.dtypes)
         self._setup(num_envs=num_envs, device=device)
 
     @functools.cached_property
@@ -166,11 +140,11 @@ class _JaxMarlCore(JaxCore):
     def _observations(self, obs: Any, state: Any) -> list[jax.Array]:
         parts = []
         for members in self.groups:
-            parts += [_per_agent(obs, self.agents, i).reshape(-1).astype(jnp.float32) for i in members]
+            parts += [_agent_entry(obs, self.agents, i).reshape(-1).astype(jnp.float32) for i in members]
         if self._masks:
             avail = self.env.get_avail_actions(state)
             for members in self.groups:
-                parts += [jnp.asarray(_per_agent(avail, self.agents, i)).reshape(-1).astype(jnp.float32)
+                parts += [jnp.asarray(_agent_entry(avail, self.agents, i)).reshape(-1).astype(jnp.float32)
                           for i in members]
         return parts
 
@@ -192,10 +166,10 @@ class _JaxMarlCore(JaxCore):
             truncated = jnp.zeros((), bool)
         parts = self._observations(obs, state)
         for members in self.groups:
-            parts += [jnp.asarray(_per_agent(reward, self.agents, i), jnp.float32).reshape(1) for i in members]
+            parts += [jnp.asarray(_agent_entry(reward, self.agents, i), jnp.float32).reshape(1) for i in members]
         if self._separate:
             for members in self.groups:
-                parts += [(jnp.asarray(_per_agent(dones, self.agents, i)).reshape(1) & ~truncated).astype(
+                parts += [(jnp.asarray(_agent_entry(dones, self.agents, i)).reshape(1) & ~truncated).astype(
                     jnp.float32) for i in members]
         return state, jnp.concatenate(parts), jnp.stack([done & ~truncated, truncated])
 
@@ -230,7 +204,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
                 raise ValueError(f"unknown SMAX map {env_kwargs['scenario']!r}") from None
         from .brax import quiet_brax_build  # MABrax envs build Brax envs
 
-        with _quiet(), quiet_brax_build():
+        with filtered_output("stdout", EVERYTHING), quiet_brax_build():
             env = jaxmarl.make(env_name, **env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
@@ -246,15 +220,16 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         separate = env_name in _SEPARATE_ENDS
         specs, widths, discrete = {}, [], []
         for i, agent in enumerate(agents):
-            action = space_spec(env.action_space(agent), dev, where=f"JaxMARL {env_name} agent {names_[i]!r}'s action")
+            space, where = env.action_space(agent), f"JaxMARL {env_name} agent {names_[i]!r}'s action"
+            action = space_spec(space, dev, where=where)
             if not isinstance(action, (Categorical, MultiCategorical, Bounded, Unbounded)):
-                raise TypeError(f"JaxMARL {env_name} agent {names_[i]!r} has a {type(env.action_space(agent)).__name__} "
-                                f"action space; Discrete, MultiDiscrete and Box are supported")
-            obs_shape = tuple(_per_agent(one_obs[0], agents, i).shape)
+                raise TypeError(f"{where} space is a {type(space).__name__}; Discrete, MultiDiscrete and Box are "
+                                f"supported")
+            obs_shape = tuple(_agent_entry(one_obs[0], agents, i).shape)
             entries = dict(observation=Unbounded(obs_shape, device=dev), action=action,
                            reward=Unbounded((1,), device=dev))
             if masks and isinstance(action, Categorical):
-                entries["action_mask"] = Binary(tuple(_per_agent(avail, agents, i).shape), device=dev)
+                entries["action_mask"] = Binary(tuple(_agent_entry(avail, agents, i).shape), device=dev)
             if separate:
                 entries["terminated"] = Binary((1,), device=dev)
             specs[names_[i]] = Composite(entries, device=dev)

@@ -24,17 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import io
 import os
 import re
 import sys
-import tempfile
-import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from ..._quiet import Filter, filtered_output, ignored_warnings, quiet_import
 from ...distributed import jax_device  # torch cuda:k -> the JAX GPU of CUDA id k (public, checked)
 
 __all__ = [
@@ -59,38 +57,19 @@ class _ClipWithBounds:
 
 
 _OPTIONAL_GPU_NOTICES = re.compile(r"^Failed to import (mujoco_)?warp: .*\n?", re.M)
+_JAXOPT_UNMAINTAINED: Filter = ("JAXopt is no longer maintained", DeprecationWarning)  # brax imports jaxopt
 # Brax's warning, on building any of its envs, that it is not maintained (we pin the version we test)
-_UNMAINTAINED = r"Brax System, piplines and environments are not actively being maintained"
+_UNMAINTAINED: Filter = (r"Brax System, piplines and environments are not actively being maintained", UserWarning)
 # MuJoCo's C compiler warns (on the process's stderr, bypassing Python) about attributes of Brax's own model
 # files, e.g. halfcheetah's ``settotalmass``: nothing a user can act on
 _MODEL_FILE_NOTICES = re.compile(r"^WARNING: compiler attribute '\w+' is deprecated.*\n*", re.M)
 
 
 @contextlib.contextmanager
-def dropped_model_file_notices():
-    """Run the block with the process's stderr (file descriptor 2) captured, then write back what it printed
-    less MuJoCo's notices about Brax's model files (also when the block raises)."""
-    sys.stderr.flush()
-    saved, captured = os.dup(2), tempfile.TemporaryFile()
-    os.dup2(captured.fileno(), 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        captured.seek(0)
-        printed = captured.read().decode(errors="replace")
-        captured.close()
-        sys.stderr.write(_MODEL_FILE_NOTICES.sub("", printed))
-
-
-@contextlib.contextmanager
 def quiet_brax_build():
     """Building Brax envs (ours, JaxMARL's MABrax): Brax's warning that it is unmaintained is off and MuJoCo's
-    notices about Brax's model files are dropped (``dropped_model_file_notices``)."""
-    with warnings.catch_warnings(), dropped_model_file_notices():
-        warnings.filterwarnings("ignore", message=_UNMAINTAINED, category=UserWarning)
+    notices about Brax's model files are dropped from the process's stderr."""
+    with ignored_warnings(_UNMAINTAINED), filtered_output("stderr", _MODEL_FILE_NOTICES):
         yield
 
 
@@ -102,12 +81,7 @@ def import_brax():
     """
     if "brax.envs" not in sys.modules:
         prepare_mujoco_gl()
-        printed = io.StringIO()
-        with warnings.catch_warnings(), contextlib.redirect_stdout(printed):
-            # brax imports jaxopt, which warns that it is unmaintained
-            warnings.filterwarnings("ignore", message="JAXopt is no longer maintained", category=DeprecationWarning)
-            import brax.envs
-        sys.stdout.write(_OPTIONAL_GPU_NOTICES.sub("", printed.getvalue()))
+        quiet_import("brax.envs", _JAXOPT_UNMAINTAINED, drop=_OPTIONAL_GPU_NOTICES)
     import brax.fluid
 
     if not isinstance(brax.fluid.jp, _ClipWithBounds) and "a_min" not in inspect.signature(jnp.clip).parameters:

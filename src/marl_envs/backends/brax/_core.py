@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ..jax import JaxCore, Layout, StateMismatch, Transfer, export_platform, quiet_tracing, strong, tree_paths
+from ..jax import JaxCore, StateMismatch, StatePacking, Transfer, export_platform, quiet_tracing, strong, tree_paths
 
 __all__ = ["BraxCore", "CoreInfo", "Differentiable", "Split", "Step", "export_platform", "quiet_tracing", "reset_struct",
            "tree_paths"]
@@ -83,7 +83,7 @@ class CoreInfo:
         action_size: the robot's action size.
         obs_leaves: ``(key path, shape)`` of each observation leaf (one leaf, the empty path, for a flat vector).
         has_truncation: the state's ``info`` has a ``truncation`` entry (an ``EpisodeWrapper``).
-        widths, dtypes: the packed state's buffers (``Layout``): their widths and dtype names, float32 first.
+        widths, dtypes: the packed state's buffers (``StatePacking``): their widths and dtype names, float32 first.
     """
 
     action_size: int
@@ -96,13 +96,13 @@ class CoreInfo:
     def of(cls, env) -> CoreInfo:
         """Trace ``env.reset`` for shapes (see ``reset_struct``)."""
         one = reset_struct(env)
-        layout = Layout(strong(one))
+        packing = StatePacking(strong(one))
         return cls(
             action_size=int(env.action_size),
             obs_leaves=tuple((path, tuple(leaf.shape)) for path, leaf in tree_paths(one.obs)),
             has_truncation="truncation" in one.info,
-            widths=tuple(layout.widths),
-            dtypes=tuple(str(d) for d in layout.dtypes),
+            widths=tuple(packing.widths),
+            dtypes=tuple(str(d) for d in packing.dtypes),
         )
 
     @property

@@ -12,7 +12,7 @@ The default mapping of a scene is derived from the robot's MuJoCo model, never t
   joints next to them (two joints are neighbours when they touch a common body; a joint touches the body it
   moves and that body's parent), plus the per-body and per-dof features of its own bodies and dofs where the
   robot's observation has them (humanoid). Which observation entry holds which joint comes from
-  ``_OBS_LAYOUTS``, a short description of each robot's ``_get_obs`` that is checked against the observation
+  ``_ROBOT_OBS``, a short description of each robot's ``_get_obs`` that is checked against the observation
   size at construction and against the simulator's values in the tests.
 """
 
@@ -66,7 +66,7 @@ SCENES: dict[str, Scene] = {
 
 
 @dataclass(frozen=True)
-class _ObsLayout:
+class _RobotObs:
     """A robot's observation: ``q[q_skip:]``, then ``qd``, then per-body feature blocks, then per-dof blocks."""
 
     q_skip: int
@@ -77,12 +77,12 @@ class _ObsLayout:
 # What each robot's ``_get_obs`` returns (brax/envs/<robot>.py), with exclude_current_positions_from_observation
 # (the default) dropping the first q_skip positions. Humanoid appends per-body com inertia (10) and com velocity
 # (6) for every body but the world, then the actuator force on every dof.
-_OBS_LAYOUTS: dict[str, _ObsLayout] = {
-    "ant": _ObsLayout(q_skip=2),
-    "halfcheetah": _ObsLayout(q_skip=1),
-    "hopper": _ObsLayout(q_skip=1),
-    "walker2d": _ObsLayout(q_skip=1),
-    "humanoid": _ObsLayout(q_skip=2, body_features=(10, 6), dof_features=1),
+_ROBOT_OBS: dict[str, _RobotObs] = {
+    "ant": _RobotObs(q_skip=2),
+    "halfcheetah": _RobotObs(q_skip=1),
+    "hopper": _RobotObs(q_skip=1),
+    "walker2d": _RobotObs(q_skip=1),
+    "humanoid": _RobotObs(q_skip=2, body_features=(10, 6), dof_features=1),
 }
 
 _FREE, _BALL = 0, 1  # mujoco.mjtJoint values
@@ -148,26 +148,27 @@ class RobotModel:
         return {body, self.body_parent[body]}
 
 
-def _obs_index(model: RobotModel, layout: _ObsLayout, obs_size: int, robot: str) -> dict[str, dict]:
+def _obs_index(model: RobotModel, robot_obs: _RobotObs, obs_size: int, robot: str) -> dict[str, dict]:
     """Where each joint's positions / velocities, each body's and each dof's features sit in the observation."""
-    n_pos = model.nq - layout.q_skip
+    n_pos = model.nq - robot_obs.q_skip
     n_body = len(model.body_names) - 1
-    expected = n_pos + model.nv + n_body * sum(layout.body_features) + model.nv * layout.dof_features
+    expected = n_pos + model.nv + n_body * sum(robot_obs.body_features) + model.nv * robot_obs.dof_features
     if expected != obs_size:
         raise ValueError(
-            f"the {robot!r} observation has {obs_size} entries but its layout (q[{layout.q_skip}:], qd, "
-            f"{layout.body_features} per body, {layout.dof_features} per dof) gives {expected}; a changed Brax "
+            f"the {robot!r} observation has {obs_size} entries but its layout (q[{robot_obs.q_skip}:], qd, "
+            f"{robot_obs.body_features} per body, {robot_obs.dof_features} per dof) gives {expected}; a changed Brax "
             f"observation or an env keyword (e.g. exclude_current_positions_from_observation) breaks the "
             f"model-derived mapping: pass mapping='jaxmarl' or explicit indices instead"
         )
-    pos = {j: tuple(i - layout.q_skip for i in q if i >= layout.q_skip) for j, q in enumerate(model.joint_qpos)}
+    pos = {j: tuple(i - robot_obs.q_skip for i in q if i >= robot_obs.q_skip) for j, q in enumerate(model.joint_qpos)}
     vel = {j: tuple(n_pos + i for i in v) for j, v in enumerate(model.joint_qvel)}
     body, offset = {b: [] for b in range(1, n_body + 1)}, n_pos + model.nv
-    for size in layout.body_features:
+    for size in robot_obs.body_features:
         for b in range(1, n_body + 1):
             body[b].extend(range(offset + (b - 1) * size, offset + b * size))
         offset += n_body * size
-    dof = {k: tuple(offset + k * layout.dof_features + f for f in range(layout.dof_features)) for k in range(model.nv)}
+    per_dof = robot_obs.dof_features
+    dof = {k: tuple(offset + k * per_dof + f for f in range(per_dof)) for k in range(model.nv)}
     return {"pos": pos, "vel": vel, "body": body, "dof": dof}
 
 
@@ -207,10 +208,10 @@ def _partition(model: RobotModel, split) -> list[set[int]]:
 def model_mapping(scene: str, model: RobotModel, obs_size: int, exclude_current_positions: bool = True) -> AgentMapping:
     """The default split of ``scene`` derived from the robot model (see the module docstring)."""
     spec = SCENES[scene]
-    layout = _OBS_LAYOUTS[spec.robot]
+    robot_obs = _ROBOT_OBS[spec.robot]
     if not exclude_current_positions:
-        layout = _ObsLayout(0, layout.body_features, layout.dof_features)
-    where = _obs_index(model, layout, obs_size, spec.robot)
+        robot_obs = _RobotObs(0, robot_obs.body_features, robot_obs.dof_features)
+    where = _obs_index(model, robot_obs, obs_size, spec.robot)
     root = model.root_body
     root_joints = [j for j, b in enumerate(model.joint_body) if b == root]
     root_obs = [i for j in root_joints for i in (*where["pos"][j], *where["vel"][j])]

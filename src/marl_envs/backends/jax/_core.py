@@ -9,8 +9,8 @@ A family plugs in through a small adapter: a subclass of ``JaxCore`` giving thre
 - ``observe_one(state) -> out`` (optional): ``reset_one``'s outputs for a state kept by a partial reset,
 
 and the state's structure (``_reference``). This class owns everything else once: the state of ``num_envs``
-envs kept in JAX, packed into one ``(B, n)`` buffer per dtype (``Layout``: every buffer costs a dispatch of its own,
-and a state has tens of leaves); one ahead-of-time compiled ``jit(vmap(...))`` step whose outputs and
+envs kept in JAX, packed into one ``(B, n)`` buffer per dtype (``StatePacking``: every buffer costs a dispatch of
+its own, and a state has tens of leaves); one ahead-of-time compiled ``jit(vmap(...))`` step whose outputs and
 flags come back as ONE float32 ``(B, K)`` buffer (one array to hand to torch); one compiled masked reset drawing
 fresh starts with per-env keys (``fold_in(PRNGKey(seed), i)``, split at every reset and, for families whose
 step is random, at every step) and keeping every other env's state bit for bit; donated state buffers; and the
@@ -35,7 +35,7 @@ import numpy as np
 
 from ..._outputs import done_of
 
-__all__ = ["JaxCore", "Layout", "StateMismatch", "env_keys", "export_platform", "quiet_tracing", "strong",
+__all__ = ["JaxCore", "StateMismatch", "StatePacking", "env_keys", "export_platform", "quiet_tracing", "strong",
            "tree_paths"]
 
 
@@ -66,7 +66,7 @@ class StateMismatch(ValueError):
     """An env's ``step`` returned a state whose structure or shapes differ from ``reset``'s."""
 
 
-class Layout:
+class StatePacking:
     """Packs a batched state pytree into one ``(B, n)`` buffer per dtype, float32 first, and back.
 
     Args:
@@ -174,8 +174,8 @@ class JaxCore:
         return self.reset_one, self.step_one
 
     @functools.cached_property
-    def layout(self) -> Layout:
-        layout = Layout(self._reference)
+    def layout(self) -> StatePacking:
+        layout = StatePacking(self._reference)
         if tuple(layout.widths) != tuple(self.widths):
             raise RuntimeError(f"the {self.label}'s state packs into {layout.widths}, the compiled functions take "
                                f"{self.widths}: a stale export? (delete it, or set MARL_ENVS_JAX_CACHE=0)")

@@ -24,11 +24,12 @@ from groupings import GroupMap, MarlGroupMapType
 from ..._agents import nest_keys
 from ..._env import EnvBase
 from ..._outputs import unchecked_nested, unchecked_tensordict
+from ..._quiet import quiet_import
 from ..._spaces import space_spec
 from ...specs import Binary, Composite, Unbounded
-from ._shard import Buffers, Frame, Group, Layout, Shard, dead_message, root_ends, state_of
+from ._shard import BatchPlan, Buffers, Frame, Group, Shard, dead_message, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
-from ._tasks import quiet_import, resolve_task, tasks
+from ._tasks import SWIG_WARNINGS, resolve_task, tasks
 from ._workers import WorkerPool, shared_zeros
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper", "env_names", "make_env"]
@@ -42,13 +43,8 @@ def env_names() -> list[str]:
 
 
 def make_env(name: str, **kwargs: Any) -> PettingZooEnv:
-    """``PettingZooEnv(name, **kwargs)``; turn-based games default to ``parallel=False, use_mask=True``."""
-    task = resolve_task(name)
-    if task.parallel is None:
-        kwargs.setdefault("parallel", False)
-    if not kwargs.get("parallel", True):
-        kwargs.setdefault("use_mask", True)
-    return PettingZooEnv(task.name, **kwargs)
+    """``PettingZooEnv(name, **kwargs)``: the factory behind ``marl_envs.make("pettingzoo/<name>", ...)``."""
+    return PettingZooEnv(name, **kwargs)
 
 
 def _numeric_infos(info: dict) -> dict[str, tuple[int, ...]]:
@@ -115,7 +111,7 @@ class PettingZooWrapper(EnvBase):
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 0 <= num_workers <= num_envs:
             raise ValueError(f"num_workers must be an int in [0, num_envs={num_envs}], got {num_workers!r}")
-        pettingzoo = quiet_import("pettingzoo")
+        pettingzoo = quiet_import("pettingzoo", SWIG_WARNINGS)
         kinds = (pettingzoo.AECEnv, pettingzoo.ParallelEnv)
         if num_workers and isinstance(env, kinds):
             raise ValueError("num_workers > 0 needs a zero-argument factory of the env (each worker builds its own "
@@ -143,14 +139,14 @@ class PettingZooWrapper(EnvBase):
             state = state_of(first)
             self._state_shape, self._state_dtype = state.shape, (np.float32 if state.dtype.kind == "f" else state.dtype)
         self._groups = self._build_groups(group_map, infos, first)
-        layout = Layout(tuple(self._agents), tuple(self._groups), self.parallel, self.use_mask, self._state_shape,
-                        self._state_dtype, self.done_on_any)
-        self._buffers = Buffers(layout, num_envs, shared_zeros if num_workers else np.zeros)
+        plan = BatchPlan(tuple(self._agents), tuple(self._groups), self.parallel, self.use_mask, self._state_shape,
+                         self._state_dtype, self.done_on_any)
+        self._buffers = Buffers(plan, num_envs, shared_zeros if num_workers else np.zeros)
         if num_workers:
             first.close()  # a probe: the workers build the instances
-            self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, layout, self._buffers)
+            self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, plan, self._buffers)
         else:
-            self._runner = Shard(instances, 0, layout, self._buffers)
+            self._runner = Shard(instances, 0, plan, self._buffers)
         if seed is not None:
             self.set_seed(seed)
 
@@ -372,8 +368,10 @@ class PettingZooEnv(PettingZooWrapper):
     Args:
         task: ``"<family>/<name>"`` as ``env_names()`` lists it (``"mpe/simple_spread_v3"``,
             ``"classic/tictactoe_v3"``), or the bare module name.
-        parallel: use the task's parallel API; turn-based games have none: pass ``parallel=False,
-            use_mask=True`` (``marl_envs.make`` does).
+        parallel: use the task's parallel API (True) or its turn-based one (False); None: the parallel API if
+            the task has one (turn-based games have none).
+        use_mask: as :class:`PettingZooWrapper`'s; None: True for the turn-based API (which requires it), else
+            False.
         **task_kwargs: the task's own keywords (``N``, ``max_cycles``, ``continuous_actions``, ``render_mode``...).
 
     The other arguments are :class:`PettingZooWrapper`'s.
@@ -383,16 +381,20 @@ class PettingZooEnv(PettingZooWrapper):
         TypeError: a keyword the task does not take.
     """
 
-    def __init__(self, task: str, *, num_envs: int = 1, parallel: bool = True, return_state: bool = False,
-                 group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool = False,
+    def __init__(self, task: str, *, num_envs: int = 1, parallel: bool | None = None, return_state: bool = False,
+                 group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool | None = None,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
                  seed: int | None = None, device: torch.device | str = "cpu", num_workers: int = 0,
                  **task_kwargs: Any):
         spec = resolve_task(task)
+        if parallel is None:
+            parallel = spec.parallel is not None
+        if use_mask is None:
+            use_mask = not parallel
         if parallel and spec.parallel is None:
             raise ValueError(
                 f"pettingzoo task {spec.name!r} is turn-based and has no parallel API; build it with "
-                f"parallel=False, use_mask=True (marl_envs.make('pettingzoo/{spec.name}') does)"
+                f"parallel=False, use_mask=True (its defaults: leave both out)"
             )
         spec.check_kwargs(task_kwargs)
         self.task = spec.name

@@ -16,7 +16,7 @@ import numpy as np
 
 from ._spaces import ACTION_MASK, ActionCodec, ObsSplit
 
-__all__ = ["Buffers", "Frame", "Group", "Layout", "Shard", "dead_message", "root_ends", "state_of"]
+__all__ = ["BatchPlan", "Buffers", "Frame", "Group", "Shard", "dead_message", "root_ends", "state_of"]
 
 Alloc = Callable[[tuple[int, ...], Any], np.ndarray]
 
@@ -37,7 +37,7 @@ class Group:
 
 
 @dataclass(frozen=True)
-class Layout:
+class BatchPlan:
     """What a shard needs to know about the batch: the agents, their groups, and the wrapper's options."""
 
     agents: tuple[str, ...]
@@ -59,16 +59,16 @@ class Frame:
     """The arrays one reset or one step writes (``obs``, ``infos``, ``action_mask``, ``reward``, ``acting``,
     ``state``, and the agents' ``term`` / ``trunc`` flags as they stood after it), all with the batch first."""
 
-    def __init__(self, layout: Layout, num_envs: int, alloc: Alloc):
-        B, N = num_envs, len(layout.agents)
+    def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc):
+        B, N = num_envs, len(plan.agents)
         self.obs = [[alloc((B, len(g.agents), *leaf.shape), leaf.dtype) for leaf in g.obs.leaves]
-                    for g in layout.groups]
-        self.infos = [[alloc((B, len(g.agents), *shape), np.float32) for _, shape in g.info] for g in layout.groups]
+                    for g in plan.groups]
+        self.infos = [[alloc((B, len(g.agents), *shape), np.float32) for _, shape in g.info] for g in plan.groups]
         self.action_mask = [None if g.mask_shape is None else alloc((B, len(g.agents), *g.mask_shape), bool)
-                            for g in layout.groups]
+                            for g in plan.groups]
         self.reward = alloc((B, N), np.float32)
         self.acting = alloc((B, N), bool)
-        self.state = None if layout.state_shape is None else alloc((B, *layout.state_shape), layout.state_dtype)
+        self.state = None if plan.state_shape is None else alloc((B, *plan.state_shape), plan.state_dtype)
         self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
 
     def clear(self, lo: int, hi: int) -> None:
@@ -93,12 +93,12 @@ class Buffers:
     this episode; ``live``: it is in the instance's ``agents`` now).
     """
 
-    def __init__(self, layout: Layout, num_envs: int, alloc: Alloc = np.zeros):
-        B, N = num_envs, len(layout.agents)
+    def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc = np.zeros):
+        B, N = num_envs, len(plan.agents)
         self.actions = [None if g.codec.wire_shape is None else
-                        alloc((B, len(g.agents), *g.codec.wire_shape), g.codec.wire_dtype) for g in layout.groups]
+                        alloc((B, len(g.agents), *g.codec.wire_shape), g.codec.wire_dtype) for g in plan.groups]
         self.ends = alloc((B,), bool)
-        self.step, self.reset = Frame(layout, B, alloc), Frame(layout, B, alloc)
+        self.step, self.reset = Frame(plan, B, alloc), Frame(plan, B, alloc)
         self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
         self.seen = alloc((B, N), bool)
         self.live = alloc((B, N), bool)
@@ -129,11 +129,11 @@ def state_of(env: Any) -> np.ndarray:
 class Shard:
     """The instances of rows ``[lo, lo + len(instances))``, written into ``buffers``."""
 
-    def __init__(self, instances: Sequence[Any], lo: int, layout: Layout, buffers: Buffers):
+    def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
         self.instances, self.lo, self.hi = list(instances), lo, lo + len(instances)
-        self.layout, self.buffers = layout, buffers
-        self.position = {agent: k for k, agent in enumerate(layout.agents)}
-        self.slot = dict(zip(layout.agents, layout.slots))
+        self.plan, self.buffers = plan, buffers
+        self.position = {agent: k for k, agent in enumerate(plan.agents)}
+        self.slot = dict(zip(plan.agents, plan.slots))
         self.current = lo
 
     def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
@@ -150,7 +150,7 @@ class Shard:
         without a wire array) into the step frame."""
         b, lo, hi = self.buffers, self.lo, self.hi
         actions = [g.codec.unwire(wire[lo:hi].copy()) if wire is not None else decoded[gi]  # the env owns a copy
-                   for gi, (g, wire) in enumerate(zip(self.layout.groups, b.actions))]
+                   for gi, (g, wire) in enumerate(zip(self.plan.groups, b.actions))]
         frame = b.step
         frame.clear(lo, hi)
         for i in range(lo, hi):
@@ -160,12 +160,12 @@ class Shard:
 
     def step_reset(self, decoded: Sequence[Sequence | None] | None = None,
                    seeds: Sequence[int | None] | None = None) -> None:
-        """``step``, then ``reset`` the rows it ended (by the root done rule: ``layout.done_on_any``) and those
+        """``step``, then ``reset`` the rows it ended (by the root done rule: ``plan.done_on_any``) and those
         ``buffers.ends`` marks, writing them to ``buffers.reset_rows``; ``seeds[i - lo]``: the seed of row ``i``'s
         reset (``seeds`` None: every reset unseeded)."""
         self.step(decoded)
         b, lo, hi = self.buffers, self.lo, self.hi
-        term, trunc = root_ends(b.step.term[lo:hi], b.step.trunc[lo:hi], self.layout.done_on_any)
+        term, trunc = root_ends(b.step.term[lo:hi], b.step.trunc[lo:hi], self.plan.done_on_any)
         rows = term | trunc | b.ends[lo:hi]
         b.reset_rows[lo:hi] = rows
         ended = np.flatnonzero(rows).tolist()
@@ -184,7 +184,7 @@ class Shard:
 
     # -- one instance: PettingZoo's dicts ------------------------------------------------------------
     def _record(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> tuple:
-        acting = env.agents if self.layout.parallel else ([env.agent_selection] if env.agents else [])
+        acting = env.agents if self.plan.parallel else ([env.agent_selection] if env.agents else [])
         return obs, rewards, terms, truncs, infos, acting, env
 
     def _aec_record(self, env: Any) -> tuple:
@@ -192,7 +192,7 @@ class Shard:
         return self._record(env, obs, env.rewards, env.terminations, env.truncations, env.infos)
 
     def _reset_instance(self, env: Any, seed: int | None) -> tuple:
-        if self.layout.parallel:
+        if self.plan.parallel:
             obs, infos = env.reset(seed=seed)
             return self._record(env, obs, {}, {}, {}, infos)
         env.reset(seed=seed)
@@ -200,7 +200,7 @@ class Shard:
 
     def _step_instance(self, env: Any, actions: Sequence[Sequence]) -> tuple:
         slot = self.slot
-        if self.layout.parallel:
+        if self.plan.parallel:
             step = {agent: actions[gi][j] for agent in env.agents for gi, j in (slot[agent],)}
             return self._record(env, *env.step(step))
         agent = env.agent_selection
@@ -210,7 +210,7 @@ class Shard:
 
     def _write(self, f: Frame, i: int, record: tuple) -> None:
         """Row ``i`` of frame ``f`` (and of the episode flags) from one instance's record."""
-        layout, b, position = self.layout, self.buffers, self.position
+        plan, b, position = self.plan, self.buffers, self.position
         agent_obs, rewards, terms, truncs, agent_infos, acting, env = record
         live, term, trunc, seen = b.live[i], b.term[i], b.trunc[i], b.seen[i]  # row views
         live[:] = False
@@ -220,16 +220,16 @@ class Shard:
         for agent in acting:
             acts[position[agent]] = True
         reward = f.reward[i]
-        for k, agent in enumerate(layout.agents):
+        for k, agent in enumerate(plan.agents):
             value = agent_obs.get(agent)
             if value is None:  # not (or no longer) in the episode
-                if not layout.use_mask:
+                if not plan.use_mask:
                     raise ValueError(dead_message(i, [agent]))
                 if seen[k] and not (term[k] or trunc[k]):
                     term[k] = True  # left without saying why
                 continue
-            gi, j = layout.slots[k]
-            g = layout.groups[gi]
+            gi, j = plan.slots[k]
+            g = plan.groups[gi]
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
                 buf[i, j] = leaf.read(value)
             seen[k] = True

@@ -10,14 +10,14 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..._quiet import EVERY_WARNING, Filter, ignored_warnings, quiet_import
 from ..._validate import check_kwargs, unknown_name
 
-__all__ = ["Task", "quiet_import", "resolve_task", "tasks"]
+__all__ = ["SWIG_WARNINGS", "Task", "resolve_task", "tasks"]
 
 
 @dataclass(frozen=True)
@@ -36,30 +36,23 @@ class Task:
             check_kwargs(f"pettingzoo task {self.name!r}", raw_env, kwargs)
 
 
-def quiet_import(module: str):
-    """Import ``module``, silencing the SWIG warnings Box2D emits at import.
-
-    Under ``-W error`` (or pytest's ``filterwarnings = error``) those warnings, raised inside Box2D's extension
-    module initialisation, crash the interpreter with a segmentation fault rather than an exception.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"builtin type .* has no __module__ attribute",
-                                category=DeprecationWarning)
-        return importlib.import_module(module)
+SWIG_WARNINGS: Filter = (r"builtin type .* has no __module__ attribute", DeprecationWarning)
+"""The warnings Box2D's SWIG bindings emit at import, ignored when importing PettingZoo modules: under ``-W error``
+(or pytest's ``filterwarnings = error``), raised inside Box2D's extension module initialisation, they crash the
+interpreter with a segmentation fault rather than an exception."""
 
 
 def _entry_point(entry_point: str | Callable[..., Any]) -> tuple[Callable[..., Any], str]:
     if callable(entry_point):
         return entry_point, entry_point.__module__
     module, _, attr = entry_point.partition(":")
-    return getattr(quiet_import(module), attr), module
+    return getattr(quiet_import(module, SWIG_WARNINGS), attr), module
 
 
 def _builds(creator: Callable[..., Any]) -> bool:
     """True if an instance builds (the module may import lazily what it needs, e.g. Hanabi's open_spiel)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a probe, not the user's env: third-party chatter is not theirs
+        with ignored_warnings(EVERY_WARNING):  # a probe, not the user's env: third-party chatter is not theirs
             creator().close()
     except ImportError:
         return False
@@ -76,14 +69,14 @@ def tasks() -> dict[str, Task]:
     """Every task that builds here, by name."""
     found: dict[str, Task] = {}
     try:
-        mpe = quiet_import("mpe2.all_modules")
+        mpe = quiet_import("mpe2.all_modules", SWIG_WARNINGS)
     except ImportError:
         mpe = None
     if mpe is not None:
         for name, module in mpe.mpe_environments.items():
             found[_normalise(name)] = Task(_normalise(name), module.env, getattr(module, "parallel_env", None),
                                            module.__name__)
-    pettingzoo = quiet_import("pettingzoo")
+    pettingzoo = quiet_import("pettingzoo", SWIG_WARNINGS)
     for env_id, spec in pettingzoo.aec_registry.items():
         try:
             aec, module = _entry_point(spec.entry_point)

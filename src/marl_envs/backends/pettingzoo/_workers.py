@@ -21,7 +21,6 @@ import os
 import select
 import time
 import traceback
-import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -30,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ._shard import Buffers, Layout, Shard
+from ..._quiet import Filter, ignored_warnings
+from ._shard import BatchPlan, Buffers, Shard
 
 __all__ = ["WorkerError", "WorkerPool", "shared_zeros"]
 
@@ -39,6 +39,11 @@ __all__ = ["WorkerError", "WorkerPool", "shared_zeros"]
 #: goes to other processes meanwhile
 SPIN_S = 0.002
 
+# the warnings about forking a multi-threaded process (JAX's, Python >= 3.12's): see the module docstring
+_FORK_WARNINGS: tuple[Filter, ...] = (
+    (r"os\.fork\(\) was called", RuntimeWarning),
+    (r"This process .* is multi-threaded, use of fork", DeprecationWarning),
+)
 _PICKLED = {command: bytes(ForkingPickler.dumps((command, ()))) for command in ("step", "step_reset")}
 
 
@@ -54,11 +59,11 @@ def shared_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 def _serve(conn: Connection, go: int, alive: int, parents_end: int, make: Callable[[], Any], lo: int, hi: int,
-           layout: Layout, buffers: Buffers) -> None:
+           plan: BatchPlan, buffers: Buffers) -> None:
     """A worker's loop: build the instances of rows ``[lo, hi)``, then run the commands that come in."""
     os.close(parents_end)  # ``alive`` reads EOF once the parent, the last holder of this end, is gone
     try:
-        shard = Shard([make() for _ in range(hi - lo)], lo, layout, buffers)
+        shard = Shard([make() for _ in range(hi - lo)], lo, plan, buffers)
     except Exception:
         conn.send(("error", (lo, traceback.format_exc())))
         return
@@ -116,7 +121,7 @@ class WorkerPool:
         WorkerError: a worker could not build its instances.
     """
 
-    def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, layout: Layout, buffers: Buffers):
+    def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, plan: BatchPlan, buffers: Buffers):
         if "fork" not in mp.get_all_start_methods():
             raise ValueError("num_workers > 0 needs the 'fork' start method (Linux); use num_workers=0 here")
         bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
@@ -127,13 +132,10 @@ class WorkerPool:
         for lo, hi in self.slices:
             parent, child = context.Pipe()
             go = os.eventfd(0, os.EFD_NONBLOCK)
-            args = (child, go, alive, self._alive, make, lo, hi, layout, buffers)
+            args = (child, go, alive, self._alive, make, lo, hi, plan, buffers)
             process = context.Process(target=_serve, args=args, daemon=True, name=f"marl_envs-pettingzoo-{lo}-{hi}")
             self.gos.append(go)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-                warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded, use of fork",
-                                        category=DeprecationWarning)
+            with ignored_warnings(*_FORK_WARNINGS):
                 process.start()
             child.close()
             self.conns.append(parent)

@@ -22,17 +22,11 @@ The scenario's own ``done`` is ``terminated``; ``max_steps`` is ``truncated`` (V
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import re
-import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import vmas
 from tensordict import TensorDict, TensorDictBase
 from vmas.simulator.environment import Environment
 from vmas.simulator.scenario import BaseScenario
@@ -41,25 +35,16 @@ from groupings import GroupMap, MarlGroupMapType
 
 from ..._env import EnvBase
 from ..._spaces import space_spec
-from ..._validate import check_kwargs, unknown_name
 from ...specs import Categorical, Composite, OneHot, Unbounded
-from ._state import NarrowedWorld, RngStreams, StateSnapshot
+from ._rng import RngStreams
+from ._scenarios import check_scenario_kwargs, env_names, load_scenario, make_vmas_env, scenario_label
+from ._state import NarrowedWorld, StateSnapshot
 
 __all__ = ["VmasEnv", "VmasWrapper", "env_names", "make_env"]
 
-# vmas.make_env options that are not scenario keywords; VmasEnv takes the ones it supports explicitly.
-_MAKE_ENV_OPTIONS = (
-    "wrapper", "wrapper_kwargs", "dict_spaces", "clamp_actions", "grad_enabled", "terminated_truncated",
-)
-_UNUSED_KWARGS_WARNING = "passed but not used by the scenario"
 # From this many envs up, a partial reset resets a world narrowed to the envs being reset. Below it a full reset
 # costs little, and the batch size can equal a fixed dim of the state (positions are 2-d) and be taken for it.
 _NARROW_MIN_ENVS = 16
-
-
-def env_names() -> list[str]:
-    """Every scenario VMAS ships (``vmas.scenarios + vmas.mpe_scenarios + vmas.debug_scenarios``)."""
-    return sorted({*vmas.scenarios, *vmas.mpe_scenarios, *vmas.debug_scenarios})
 
 
 def make_env(name: str, **kwargs: Any) -> VmasEnv:
@@ -77,7 +62,7 @@ def _as_info_tensor(value: Any, batch: int, device: torch.device) -> torch.Tenso
     return value.to(torch.float32)
 
 
-def _per_agent(values: Sequence | Mapping, names: list[str]) -> list:
+def _in_agent_order(values: Sequence | Mapping, names: list[str]) -> list:
     """VMAS outputs (a list, or a dict by agent name when ``dict_spaces=True``) as a list in agent order."""
     return [values[name] for name in names] if isinstance(values, Mapping) else list(values)
 
@@ -164,7 +149,7 @@ class VmasWrapper(EnvBase):
         self._rng = RngStreams(env.device)
         self.categorical_actions = categorical_actions
         self.agent_names = [agent.name for agent in env.agents]
-        self.scenario_name = _scenario_label(env.scenario)
+        self.scenario_name = scenario_label(env.scenario)
 
         agent_specs = self._agent_specs()
         # The state at construction: every full reset starts from it, so that what a reset gives depends on
@@ -188,9 +173,9 @@ class VmasWrapper(EnvBase):
         with self._rng.scratch():
             infos = env.get_from_scenario(get_observations=False, get_rewards=False, get_infos=True, get_dones=False)
         snapshot.merge(torch.zeros(self.num_envs, dtype=torch.bool, device=device))  # put everything back
-        infos = _per_agent(infos[0], self.agent_names) if infos else [{} for _ in self.agent_names]
-        action_spaces = _per_agent(env.action_space.spaces, self.agent_names)
-        obs_spaces = _per_agent(env.observation_space.spaces, self.agent_names)
+        infos = _in_agent_order(infos[0], self.agent_names) if infos else [{} for _ in self.agent_names]
+        action_spaces = _in_agent_order(env.action_space.spaces, self.agent_names)
+        obs_spaces = _in_agent_order(env.observation_space.spaces, self.agent_names)
         specs = {}
         for i, name in enumerate(self.agent_names):
             spec = Composite(device=device)
@@ -322,9 +307,9 @@ class VmasWrapper(EnvBase):
         Missing ``infos`` (at reset), or an info key a scenario leaves out on some step, read as zeros.
         """
         names = self.agent_names
-        obs = _per_agent(obs, names)
-        infos = _per_agent(infos, names) if infos is not None else [{} for _ in names]
-        rewards = _per_agent(rewards, names) if rewards is not None else None
+        obs = _in_agent_order(obs, names)
+        infos = _in_agent_order(infos, names) if infos is not None else [{} for _ in names]
+        rewards = _in_agent_order(rewards, names) if rewards is not None else None
         B = self.num_envs
         data: dict[str, Any] = {}
         for group, indices in self._groups.items():
@@ -419,74 +404,19 @@ class VmasEnv(VmasWrapper):
         seed: int | None = None,
         **scenario_kwargs: Any,
     ):
-        reserved = [k for k in scenario_kwargs if k in _MAKE_ENV_OPTIONS]
-        if reserved:
-            raise TypeError(
-                f"VmasEnv does not take the vmas.make_env option {reserved[0]!r}; build the env yourself with "
-                f"vmas.make_env(..., {reserved[0]}=...) and wrap it: VmasWrapper(env)"
-            )
+        check_scenario_kwargs(scenario_kwargs)
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         if multidiscrete_actions and continuous_actions:
             raise ValueError("multidiscrete_actions=True needs continuous_actions=False")
-        scenario = _load_scenario(scenario)
+        scenario = load_scenario(scenario)
         if seed is not None:
             seed %= 2**32
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            env = vmas.make_env(
-                scenario, num_envs=num_envs, device=device, continuous_actions=continuous_actions,
-                multidiscrete_actions=multidiscrete_actions, seed=seed, **scenario_kwargs,
-            )
-        unused: list[str] = []
-        for record in caught:
-            message = str(record.message)
-            if _UNUSED_KWARGS_WARNING in message:
-                unused = [k for k in scenario_kwargs if f"{k!r}:" in message] or [message]
-            else:
-                warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
-        if unused:
-            _check_unused_kwargs(_scenario_label(scenario), scenario, unused)
+        env = make_vmas_env(scenario, scenario_kwargs, num_envs=num_envs, device=device, seed=seed,
+                            continuous_actions=continuous_actions, multidiscrete_actions=multidiscrete_actions)
         super().__init__(env, group_map=group_map, categorical_actions=categorical_actions, max_steps=max_steps)
         #: what ``vmas.make_env`` was given besides the scenario, ``num_envs``, ``device`` and ``seed``
         self.vmas_kwargs = dict(continuous_actions=continuous_actions, multidiscrete_actions=multidiscrete_actions,
                                 **scenario_kwargs)
         if seed is not None:
             self.set_seed(seed)
-
-
-def _scenario_label(scenario: BaseScenario) -> str:
-    """``balance`` for VMAS's own scenarios (all classes named ``Scenario``), else the class name."""
-    cls = type(scenario)
-    if cls.__name__ != "Scenario":
-        return cls.__name__
-    code = getattr(cls.make_world, "__code__", None)
-    return cls.__module__.rpartition(".")[2] or (Path(code.co_filename).stem if code else cls.__name__)
-
-
-def _load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> BaseScenario:
-    """A fresh scenario instance (``vmas.scenarios`` is the list of names, not the package)."""
-    if isinstance(scenario, str):
-        names = env_names()
-        name = scenario.removesuffix(".py")
-        if name not in names:
-            raise unknown_name("VMAS scenario", scenario, names)
-        return importlib.import_module("vmas.scenarios").load(f"{name}.py").Scenario()
-    if isinstance(scenario, type) and issubclass(scenario, BaseScenario):
-        scenario = scenario()
-    if not isinstance(scenario, BaseScenario):
-        raise TypeError(
-            f"scenario must be a VMAS scenario name (see env_names()) or a vmas BaseScenario, got {scenario!r}"
-        )
-    return scenario
-
-
-def _check_unused_kwargs(label: str, scenario: BaseScenario, unused: list[str]) -> None:
-    """The keyword error for the keywords VMAS warned the scenario does not use (VMAS scenarios read
-    ``**kwargs`` as they please, so the keywords they read are found in ``make_world``'s source)."""
-    try:
-        source = inspect.getsource(type(scenario).make_world)
-        known = sorted(set(re.findall(r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']", source)))
-    except (OSError, TypeError):
-        known = []
-    check_kwargs(f"VMAS scenario {label!r}", [k for k in known if k not in unused], dict.fromkeys(unused))

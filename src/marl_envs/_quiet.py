@@ -1,0 +1,80 @@
+"""Importing, building and running third-party code quietly: dropping the warnings and printed lines it emits
+that are nothing a user can act on.
+
+The machinery is here, once; what to drop stays with the backend that knows the library (Box2D's SWIG warnings
+in the PettingZoo backend, MuJoCo's notices in the Brax one, ...). Only the named warnings and the lines
+matching the given pattern are dropped, and only while the block runs: everything else is passed on, and the
+warning filters are back as they were afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import re
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Literal
+
+__all__ = ["EVERYTHING", "EVERY_WARNING", "Filter", "filtered_output", "ignored_warnings", "quiet_import"]
+
+Filter = tuple[str, type[Warning]]
+"""A warning to ignore: ``(message regex, category)``, as ``warnings.filterwarnings`` takes them."""
+EVERY_WARNING: Filter = ("", Warning)
+EVERYTHING = re.compile(r".*", re.S)
+"""A ``drop`` pattern matching whatever was printed."""
+
+
+@contextlib.contextmanager
+def ignored_warnings(*ignore: Filter) -> Iterator[None]:
+    """Run the block with the warnings ``ignore`` names ignored (the filters are restored afterwards)."""
+    with warnings.catch_warnings():
+        for message, category in ignore:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        yield
+
+
+@contextlib.contextmanager
+def filtered_output(stream: Literal["stdout", "stderr"], drop: re.Pattern[str]) -> Iterator[None]:
+    """Run the block with what it prints on ``stream`` captured, then write back what is left once ``drop``
+    is removed from it (also when the block raises).
+
+    Capture is at the file-descriptor level as well as Python's, so lines C code prints are caught too.
+    ``sys.stdout`` and ``sys.stderr`` are put back afterwards: some libraries reset them on import (JaxMARL's
+    MABrax, to ``sys.__stdout__`` / ``sys.__stderr__``), which would break any capture in place (pytest's too).
+    """
+    fd = 1 if stream == "stdout" else 2
+    streams, original = (sys.stdout, sys.stderr), getattr(sys, stream)
+    original.flush()
+    saved, captured, printed = os.dup(fd), tempfile.TemporaryFile(), io.StringIO()
+    os.dup2(captured.fileno(), fd)
+    redirect = contextlib.redirect_stdout if stream == "stdout" else contextlib.redirect_stderr
+    try:
+        with redirect(printed):
+            yield
+    finally:
+        for buffered in (original, getattr(sys, f"__{stream}__")):  # what they hold back goes to the capture too
+            if buffered is not None:
+                buffered.flush()
+        os.dup2(saved, fd)
+        os.close(saved)
+        sys.stdout, sys.stderr = streams
+        captured.seek(0)
+        text = captured.read().decode(errors="replace") + printed.getvalue()
+        captured.close()
+        text = drop.sub("", text)
+        if text:
+            original.write(text)
+
+
+def quiet_import(module: str, *ignore: Filter, drop: re.Pattern[str] | None = None) -> ModuleType:
+    """``importlib.import_module(module)`` with the warnings ``ignore`` names ignored and the lines it prints on
+    stdout matching ``drop`` dropped (``filtered_output``)."""
+    printed = contextlib.nullcontext() if drop is None else filtered_output("stdout", drop)
+    with ignored_warnings(*ignore), printed:
+        return importlib.import_module(module)
