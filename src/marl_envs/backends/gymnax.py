@@ -26,7 +26,7 @@ from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, ignored_warnings, quiet_import
 from .._spaces import space_spec
 from ..specs import Categorical, Unbounded
-from .jax import JaxCore, JaxEnvBase, StatePacking, check_name, configure_jax, strong
+from .jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
 __all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names", "make_env"]
 
@@ -59,9 +59,7 @@ class _GymnaxCore(JaxCore):
         self.env, self.params, self.label, self._discrete = env, params, f"gymnax {name}", discrete
         self.action_size = action_size
         self._action_shape = tuple(env.action_space(params).shape)
-        packing = StatePacking(self._reference)
-        self.widths, self.dtypes = tuple(packing.widths), tuple(str(d) for d in packing.dtypes)
-        self._setup(num_envs=num_envs, device=device)
+        self._setup_packed(num_envs=num_envs, device=device)
 
     @functools.cached_property
     def _reference(self) -> Any:

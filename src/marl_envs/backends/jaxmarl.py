@@ -43,7 +43,7 @@ from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, quiet_import
 from .._spaces import space_spec
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
-from .jax import JaxCore, JaxEnvBase, StatePacking, check_name, configure_jax, strong
+from .jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
 __all__ = ["JaxMarlEnv", "env_names", "make_env", "UNAVAILABLE"]
 
@@ -121,9 +121,7 @@ class _JaxMarlCore(JaxCore):
         self.action_size = int(self._offsets[-1])
         limit = getattr(env, "max_steps", None)
         self._max_steps = limit if isinstance(limit, (int, np.integer)) else None
-        packing = StatePacking(self._reference)
-        self.widths, self.dtypes = tuple(packing.widths), tuple(str(d) for d in packing.dtypes)
-        self._setup(num_envs=num_envs, device=device)
+        self._setup_packed(num_envs=num_envs, device=device)
 
     @functools.cached_property
     def _reference(self) -> Any:

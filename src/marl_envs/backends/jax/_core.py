@@ -129,9 +129,9 @@ def export_platform(device) -> str:
 class JaxCore:
     """Compiled reset / step of ``num_envs`` copies of one functional JAX env; the batched state lives here.
 
-    Subclasses (the family adapters) set ``widths`` / ``dtypes`` (the packed state's buffers), ``action_size``,
-    ``step_uses_key`` and ``_reference`` and define ``reset_one``, ``step_one`` (and ``observe_one``); then
-    call ``_setup``.
+    Subclasses (the family adapters) set ``action_size``, ``step_uses_key`` and ``_reference`` and define
+    ``reset_one``, ``step_one`` (and ``observe_one``); then call ``_setup_packed`` (or set ``widths`` / ``dtypes``,
+    the packed state's buffers, themselves and call ``_setup``: an env loaded from its export).
     """
 
     step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
@@ -154,6 +154,13 @@ class JaxCore:
         self._state: tuple[jax.Array, ...] | None = None  # the batched state, packed by self.layout
         self._keys: jax.Array | None = None
         self.seed(0)
+
+    def _setup_packed(self, *, num_envs: int, device) -> None:
+        """``_setup``, the packed state's ``widths`` and ``dtypes`` read from ``_reference`` (an adapter whose state
+        structure is known once it is built)."""
+        packing = StatePacking(self._reference)
+        self.widths, self.dtypes = tuple(packing.widths), tuple(str(d) for d in packing.dtypes)
+        self._setup(num_envs=num_envs, device=device)
 
     # -- the protocol ---------------------------------------------------------------------------------
     @property
