@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from ._env import EnvBase
 
 __all__ = [
-    "DonePlan", "Outputs", "StepData", "TensorDictOutputs", "TimeLimit", "Tree", "block_device", "cut_rows", "done_of", "merge_rows", "new_block",
-    "next_root", "set_fitted", "unchecked_nested", "unchecked_tensordict",
+    "DonePlan", "Outputs", "RowView", "StepData", "TensorDictOutputs", "TimeLimit", "Tree", "block_device", "cut_rows",
+    "done_of", "merge_rows", "new_block", "next_root", "row_view", "set_fitted", "unchecked_nested",
+    "unchecked_tensordict",
 ]
 
 Key = tuple[str, ...]
@@ -131,8 +132,12 @@ class TimeLimit:
     def __init__(self, max_steps: int):
         self.max_steps = max_steps
 
-    def reached(self, count: np.ndarray | torch.Tensor, *, ahead: int = 0) -> np.ndarray | torch.Tensor:
-        """Whether envs with step counts ``count`` are at the limit ``ahead`` steps from now."""
+    def reached(self, count: np.ndarray | torch.Tensor, *, ahead: int = 0, out: np.ndarray | None = None
+                ) -> np.ndarray | torch.Tensor:
+        """Whether envs with step counts ``count`` are at the limit ``ahead`` steps from now (NumPy: into ``out``
+        if given)."""
+        if out is not None:
+            return np.greater_equal(count, self.max_steps - ahead, out=out)
         return count >= self.max_steps - ahead
 
 
@@ -150,15 +155,23 @@ def new_block(rows: int, batch: int, device: torch.device | None) -> Block:
     return torch.empty((rows, batch), dtype=torch.bool, device=device)
 
 
-def cut_rows(block: Block, rows: slice, shape: Sequence[int]) -> torch.Tensor:
-    """The entry of ``shape`` ``(B, ...)`` held by ``rows`` of ``block``, as a tensor view; a single row read by a
-    wider entry (a group reading the root's ``terminated``) is broadcast to it."""
-    B = shape[0]
-    wide = rows.stop - rows.start != int(np.prod(shape[1:]))
-    view_shape = (B, *([1] * (len(shape) - 1))) if wide else tuple(shape)
-    view = torch.from_numpy(block[rows].T.reshape(view_shape)) if isinstance(block, np.ndarray) \
-        else block[rows].T.reshape(view_shape)
-    return view.expand(tuple(shape)) if wide else view
+RowView = tuple[slice, tuple[int, ...], "tuple[int, ...] | None"]  # (rows, their view's shape, broadcast shape)
+
+
+def row_view(rows: slice, shape: Sequence[int]) -> RowView:
+    """How ``cut_rows`` reads the entry of ``shape`` ``(B, ...)`` held by ``rows`` of a block, worked out once: a
+    single row read by a wider entry (a group reading the root's ``terminated``) is broadcast to it."""
+    if rows.stop - rows.start == int(np.prod(shape[1:])):
+        return rows, tuple(shape), None
+    return rows, (shape[0], *([1] * (len(shape) - 1))), tuple(shape)
+
+
+def cut_rows(block: Block, view: RowView) -> torch.Tensor:
+    """The entry ``view`` (``row_view``) of ``block``, as a tensor view of it."""
+    rows, shape, broadcast = view
+    out = torch.from_numpy(block[rows].T.reshape(shape)) if isinstance(block, np.ndarray) \
+        else block[rows].T.reshape(shape)
+    return out if broadcast is None else out.expand(broadcast)
 
 
 class DonePlan:
@@ -173,7 +186,7 @@ class DonePlan:
         limit: the time limit of a step, or None.
 
     Attributes:
-        entries: ``(key, rows, shape)`` of every done entry (``terminated``, ``truncated``, ``done`` of each level).
+        entries: ``(key, row_view)`` of every done entry (``terminated``, ``truncated``, ``done`` of each level).
         width: the block's rows in all.
     """
 
@@ -181,7 +194,7 @@ class DonePlan:
                  limit: TimeLimit | None):
         self.limit = limit
         self.ops: list[tuple] = []  # ("limit", rows) | ("zero", rows) | ("or" | "done", a, b, out)
-        self.entries: list[tuple[Key, slice, tuple[int, ...]]] = []
+        self.entries: list[tuple[Key, RowView]] = []
         shared: dict[str, slice] = {}
 
         def rows(n: int) -> slice:
@@ -210,7 +223,7 @@ class DonePlan:
             self.ops.append(("done", terminated, truncated, done))
             if not prefix:
                 root_terminated = terminated
-            self.entries += [(key, source, tuple(shape)) for key, source in zip(keys, (terminated, truncated, done))]
+            self.entries += [(key, row_view(source, shape)) for key, source in zip(keys, (terminated, truncated, done))]
         self.width = width
 
     def fill(self, block: Block, count: np.ndarray | torch.Tensor | None) -> None:
@@ -229,7 +242,10 @@ class DonePlan:
                 else:
                     block[op[3]] = block[op[1]] | block[op[2]]
             elif op[0] == "limit":
-                block[op[1]] = self.limit.reached(count)
+                if numpy:
+                    self.limit.reached(count, out=block[op[1]])
+                else:
+                    block[op[1]] = self.limit.reached(count)
             else:
                 block[op[1]] = False
 
@@ -308,10 +324,11 @@ class Outputs:
         return merge_rows(next_root, self.reset(raw), mask)
 
     def _count(self, block: Block) -> np.ndarray | torch.Tensor:
-        """The env's step counts in ``block``'s kind (a NumPy view of them for a NumPy block)."""
+        """The env's step counts in ``block``'s kind (a ``(1, B)`` NumPy view of them for a NumPy block)."""
         env = self.env
-        return env._count_numpy if isinstance(block, np.ndarray) and env._count_numpy is not None \
-            else env._step_count
+        if isinstance(block, np.ndarray) and env._count_numpy is not None:
+            return env._count_numpy[None]
+        return env._step_count
 
 
 class TensorDictOutputs(Outputs):
@@ -354,8 +371,8 @@ class TensorDictOutputs(Outputs):
             value = data.get(key).reshape(env.num_envs, -1).T
             block[rows] = value.numpy() if numpy else value
         plan.fill(block, self._count(block))
-        for key, rows, shape in plan.entries:
-            value = cut_rows(block, rows, shape)
+        for key, view in plan.entries:
+            value = cut_rows(block, view)
             data.set(key, value)
             if next_root is not None:
                 next_root.set(key, value)

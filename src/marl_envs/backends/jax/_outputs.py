@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ..._outputs import DonePlan, Outputs, StepData, TimeLimit, Tree, block_device, cut_rows, new_block
+from ..._outputs import DonePlan, Outputs, StepData, TimeLimit, Tree, block_device, cut_rows, new_block, row_view
 
 if TYPE_CHECKING:
     from ..._env import EnvBase
@@ -72,7 +72,7 @@ class BufferPlan:
                  rewards: Sequence[Key] = (), actions: Sequence[Key] = ()):
         self.B, self.block_device = batch[0], block_device(device)
         keys: list[Key] = []
-        self.sources: list[tuple[bool, slice, tuple[int, ...]]] = []  # (bool?, buffer columns | block rows, shape)
+        self.sources: list[tuple[bool, Any]] = []  # (False, (buffer columns, shape)) | (True, the block's row_view)
         given: dict[Key, slice] = {}
         compared: list[int] = []
         for key, cols, shape, dtype in columns:
@@ -80,14 +80,14 @@ class BufferPlan:
             if dtype is torch.bool:
                 rows = given[key] = slice(len(compared), len(compared) + cols.stop - cols.start)
                 compared.extend(range(cols.start, cols.stop))
-                self.sources.append((True, rows, tuple(shape)))
+                self.sources.append((True, row_view(rows, shape)))
             else:
-                self.sources.append((False, cols, tuple(shape)))
+                self.sources.append((False, (cols, tuple(shape))))
         self.done = DonePlan(levels, given, len(compared), limit)
-        for key, rows, shape in self.done.entries:
+        for key, view in self.done.entries:
             if key not in given:
                 keys.append(key)
-                self.sources.append((True, rows, shape))
+                self.sources.append((True, view))
         self.compared_columns = compared  # the buffer column behind each of the block's first rows
         start = compared[0] if compared else 0
         self.source = (slice(start, start + len(compared)) if compared == list(range(start, start + len(compared)))
@@ -111,11 +111,12 @@ class BufferPlan:
         numpy = isinstance(buffer, np.ndarray)
         out = []
         for i in indices:
-            is_bool, where, shape = self.sources[i]
+            is_bool, where = self.sources[i]
             if is_bool:
-                out.append(cut_rows(block, where, shape))
+                out.append(cut_rows(block, where))
             else:
-                out.append(torch.from_numpy(buffer[:, where].reshape(shape)) if numpy else buffer[:, where].view(shape))
+                cols, shape = where
+                out.append(torch.from_numpy(buffer[:, cols].reshape(shape)) if numpy else buffer[:, cols].view(shape))
         return out
 
     def fill(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor, count: Any) -> None:
