@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._outputs import done_of
 from ._spaces import ACTION_MASK, ActionCodec, ObsSplit
 
 __all__ = ["BatchPlan", "Buffers", "Frame", "Group", "Shard", "dead_message", "root_ends", "state_of"]
@@ -112,7 +113,7 @@ def root_ends(term: np.ndarray, trunc: np.ndarray, done_on_any: bool) -> tuple[n
     if done_on_any:
         return term.any(1), trunc.any(1)
     root_term = term.all(1)
-    return root_term, (term | trunc).all(1) & ~root_term
+    return root_term, done_of(term, trunc).all(1) & ~root_term
 
 
 def state_of(env: Any) -> np.ndarray:
@@ -166,7 +167,7 @@ class Shard:
         self.step(decoded)
         b, lo, hi = self.buffers, self.lo, self.hi
         term, trunc = root_ends(b.step.term[lo:hi], b.step.trunc[lo:hi], self.plan.done_on_any)
-        rows = term | trunc | b.ends[lo:hi]
+        rows = done_of(term, trunc) | b.ends[lo:hi]
         b.reset_rows[lo:hi] = rows
         ended = np.flatnonzero(rows).tolist()
         self.reset([lo + i for i in ended], [None] * len(ended) if seeds is None else [seeds[i] for i in ended])
