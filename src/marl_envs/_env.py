@@ -393,8 +393,9 @@ class EnvBase:
         outputs.finish(step, next_root)
         set_fitted(tensordict, "next", step.data, self.device)
         if not self._fused_reset:
-            mask = next_root.get("done").reshape(self.num_envs)
+            mask = next_root.get("done")
         if mask.numpy().any() if mask.is_cpu else bool(mask.any()):  # NumPy's any is the cheaper call on the CPU
+            mask = mask.reshape(self.num_envs)
             self._zero_counts(mask)
             next_root = outputs.merge_reset(step, next_root, mask, self._reset(mask) if fresh is None else fresh)
         return tensordict, next_root
