@@ -35,7 +35,7 @@ from ._shard import BatchPlan, Buffers, Shard
 __all__ = ["WorkerError", "WorkerPool", "shared_zeros"]
 
 #: how long a worker that has replied polls for its next command (yielding its core to any other runnable
-#: thread) before it sleeps: a sleeping worker takes ~0.1 ms to wake on this machine's cores, and its idle core
+#: thread) before it sleeps: waking a sleeping worker costs a good part of a short step, and its idle core
 #: goes to other processes meanwhile
 SPIN_S = 0.002
 
