@@ -37,8 +37,8 @@ each ``frame_skip`` Brax steps) is ``truncated``.
 ``jit(vmap(...))`` call (agent scatter/gather, ``frame_skip`` via ``lax.scan``) and each reset one more, which
 draws fresh random starts for exactly the envs being reset (Brax's ``AutoResetWrapper`` replays one cached
 start). The state buffers are donated. On CPU actions go in as NumPy views and outputs come back as one copied
-buffer (``_brax_transfer``), and the output TensorDicts are built while JAX computes the step (``_step`` returns
-them over buffers that ``_wait_step`` fills); on GPU both ways are zero-copy DLPack. JAX caches are never cleared
+buffer (``backends.jax``'s ``Transfer``), cut into TensorDicts by the env's executor (``BufferOutputs``: NumPy views
+and one bool block); on GPU both ways are zero-copy DLPack. JAX caches are never cleared
 on the hot path. ``marl-envs bench brax/<name>`` compares with pure JAX.
 
 **Compile once.** JAX's persistent compilation cache is switched on when the first env is built, in
@@ -47,13 +47,13 @@ are kept), unless JAX already has a cache directory (``JAX_COMPILATION_CACHE_DIR
 opts out. An env built by name (``BraxEnv``, ``make("brax/...")``) also saves its traced reset and step as
 ``jax.export`` modules in that directory's ``marl_envs-exported/`` folder; a later process building it with the
 same arguments loads them and finds their compiled code in JAX's cache, so it neither imports Brax nor traces
-(``benchmarks/compile_once.py`` measures it; ``_brax_exports`` says what the saved files are keyed on).
+(``benchmarks/compile_once.py`` measures it; ``_exports`` says what the saved files are keyed on).
 
 **Rendering** uses MuJoCo's renderer; on a Linux machine without a display, ``MUJOCO_GL=egl`` is set before
 MuJoCo is first imported by this backend (unless MUJOCO_GL is set or MuJoCo was already imported). EGL needs the
 Debian packages ``libegl1 libegl-mesa0 libgl1-mesa-dri`` (software rendering, no GPU needed);
 ``MUJOCO_GL=osmesa`` needs ``libosmesa6``. That and the ``jnp.clip`` shim for ``swimmer`` are applied when the
-first Brax env is built, never at import (``_brax_compat``).
+first Brax env is built, never at import (``_compat``).
 
 Brax's ``brax/envs`` is no longer maintained upstream; the construction-time ``UserWarning`` Brax emits about
 it is silenced here (only that one).
@@ -208,7 +208,7 @@ class BraxWrapper(JaxEnvBase):
         self._build_specs(groups)
         self.set_seed(seed)
 
-    export_file = None  # BraxEnv: the file of its exported reset and step (see _brax_exports)
+    export_file = None  # BraxEnv: the file of its exported reset and step (see _exports)
     from_export = False  # BraxEnv: built from that file (no Brax import, no tracing)
 
     @property

@@ -14,10 +14,8 @@ Three adjustments, each made only when needed and documented in the Brax backend
   (``quiet_brax_build``) drops Brax's warning that it is unmaintained and MuJoCo's notices about Brax's own
   model files (halfcheetah's deprecated ``settotalmass``, printed by MuJoCo's C code on the process's stderr).
 
-Also here, for every JAX family: the persistent compilation cache (``enable_compilation_cache``), JAX's CPU
-dispatch (``inline_cpu_dispatch``: the one setting applied on import, of ``_jax_env``, since it must come before
-JAX starts its backends), and what is read from Brax itself (the checks of a wrapped env, the keywords an env
-class takes).
+Also here: what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes). The JAX
+settings every JAX family shares (the compilation cache, JAX's CPU dispatch) are ``marl_envs.backends.jax``'s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Brax adapter of the JAX core (``_jax_core``): a Brax env's reset and step as the core's per-env functions.
+"""The Brax adapter of the JAX core (``backends.jax``): a Brax env's reset and step as the core's per-env functions.
 
 Per env step (inside the core's one compiled ``jit(vmap(...))`` call): the agent actions are scattered into the
 robot's action, the env is stepped ``frame_skip`` times with ``lax.scan`` (rewards summed, an env that ends
@@ -128,7 +128,7 @@ class CoreInfo:
 
 
 class BraxCore(JaxCore):
-    """The core over ``num_envs`` copies of a Brax env (see ``_jax_core.JaxCore``).
+    """The core over ``num_envs`` copies of a Brax env (see ``backends.jax.JaxCore``).
 
     The reset and step are traced from the env (``env`` a ``brax.envs.Env``), or come ready as ``jax.export``
     modules (``exported``, with ``env`` a zero-argument callable that builds the env, called only if something

@@ -3,7 +3,7 @@
 A :class:`Shard` owns the instances of rows ``[lo, hi)``: it resets and steps them with PettingZoo's own API and
 writes what they return into :class:`Buffers` (per group and leaf, ``(B, n, ...)`` numpy arrays). The wrapper
 runs one shard over every row in its own process (``num_workers=0``), or one per worker process over shared
-memory (``_pettingzoo_workers``): the same code either way, so the results are identical.
+memory (``_workers``): the same code either way, so the results are identical.
 """
 
 from __future__ import annotations
