@@ -119,5 +119,5 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
         self._declare_specs({}, observation=Unbounded((B, *obs_shape), device=dev), action=action,
                             reward=Unbounded((B, 1), device=dev))
         self._set_columns([(("observation",), (B, *obs_shape), torch.float32)],
-                         [(("reward",), (B, 1), torch.float32)], [("action",)])
+                          [(("reward",), (B, 1), torch.float32)], [("action",)])
         self.set_seed(seed)
