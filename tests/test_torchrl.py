@@ -352,7 +352,7 @@ def test_clip_ppo_loss_and_gae_with_keys_from_the_env(source):
     loss.make_value_estimator(ValueEstimators.GAE, gamma=0.99, lmbda=0.9)
     with torch.no_grad():
         data = (adapted if source == "adapted" else env).rollout(10, actor, break_when_any_done=False)
-        shape = data["next", *reward_key].shape
+        shape = data[("next", *reward_key)].shape
         for name in ("done", "terminated"):  # the root flags, per agent, as the group's
             data["next", group, name] = data["next", name].unsqueeze(-1).expand(shape)
         loss.value_estimator(data, params=loss.critic_network_params, target_params=loss.target_critic_network_params)

@@ -14,7 +14,7 @@ from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 from . import _rollout
 from ._agents import resolve_group_map, specs_by_kind, stack_specs
 from ._outputs import Outputs, TensorDictOutputs, TimeLimit, merge_rows, next_root, set_fitted
-from ._validate import ActionCheck, action_checks, check_actions, check_carried, check_env_index
+from ._validate import ActionCheck, action_checks, check_actions, check_carried, check_device, check_env_index
 from .specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
 
 __all__ = ["EnvBase"]
@@ -62,7 +62,7 @@ class EnvBase:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         self.num_envs = num_envs
         self.batch_size = torch.Size([num_envs])
-        self.device = torch.device(device)
+        self.device = check_device(device)
         self._outputs = TensorDictOutputs(self)
         self.max_steps = max_steps
         self._group_map: GroupMap = {}
@@ -475,13 +475,15 @@ class EnvBase:
         )
 
     def render(self, env_index: int = 0, **kwargs: Any) -> Any:
-        """An image of env ``env_index`` (an ``(H, W, 3)`` uint8 array for the built-in backends).
+        """An image of env ``env_index``: an ``(H, W, 3)`` uint8 array for VMAS, Brax and PettingZoo envs (these
+        built with ``render_mode="rgb_array"``), never None.
 
         Keywords are the backend's (e.g. Brax's ``height``, ``width``, ``camera``).
 
         Raises:
             IndexError: ``env_index`` is not an int in ``[0, num_envs)``.
-            NotImplementedError: the env does not render.
+            ValueError: a PettingZoo env built without ``render_mode="rgb_array"``.
+            NotImplementedError: the env does not draw (JaxMARL, gymnax).
         """
         return self._render(check_env_index(env_index, self.num_envs), **kwargs)
 

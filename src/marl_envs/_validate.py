@@ -6,8 +6,12 @@ or a PettingZoo task is misspelled.
 
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
 import inspect
+import sys
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -17,8 +21,9 @@ from tensordict import TensorDictBase
 
 from .specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
-__all__ = ["ActionCheck", "accepted_keywords", "action_checks", "check_actions", "check_carried", "check_env_index",
-           "check_kwargs", "did_you_mean", "unknown_name"]
+__all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devices", "check_actions", "check_carried",
+           "check_device", "check_env_index", "check_kwargs", "checked_keywords", "did_you_mean", "env_keywords",
+           "init_keywords", "keyword_error", "keyword_use", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
@@ -47,8 +52,91 @@ def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
     return [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def check_kwargs(owner: str, accepted: Sequence[str] | Callable[..., Any] | None, kwargs: Mapping[str, Any]) -> None:
-    """Raise ``TypeError`` for the first keyword of ``kwargs`` not in ``accepted``, with a close match.
+def init_keywords(cls: type) -> list[str] | None:
+    """The keywords a library's class takes, None where they cannot be told.
+
+    Its ``__init__``'s, and where that takes ``**kwargs``: the keys it reads from them, and the keywords of what
+    it passes them to (``super().__init__``, a class of its module by name); None once they go anywhere else.
+    """
+    accepted: list[str] = []
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]
+        accepted += [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return list(dict.fromkeys(accepted))
+        use = keyword_use(init)
+        if use is None:
+            return None
+        accepted += use.reads
+        onward = False
+        for func in use.forwards:
+            target = vars(sys.modules[klass.__module__]).get(func.id) if isinstance(func, ast.Name) else None
+            if _is_super_init(func):
+                onward = True
+            elif isinstance(target, type) and (inner := init_keywords(target)) is not None:
+                accepted += inner
+            else:
+                return None
+        if not onward:
+            return list(dict.fromkeys(accepted))
+    return None
+
+
+def _is_super_init(func: ast.expr) -> bool:
+    """``func`` is ``super().__init__``."""
+    return (isinstance(func, ast.Attribute) and func.attr == "__init__" and isinstance(func.value, ast.Call)
+            and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")
+
+
+class KeywordUse(NamedTuple):
+    """What a function does with its ``**kwargs`` dict (``keyword_use``)."""
+
+    reads: list[str]  # the keys it reads: ``kwargs["x"]``, ``kwargs.get("x")``, ``kwargs.pop("x")``, ``"x" in kwargs``
+    forwards: list[ast.expr]  # the callees it passes ``**kwargs`` to (``super().__init__``, a class by name, ...)
+
+
+def keyword_use(function: Callable[..., Any]) -> KeywordUse | None:
+    """How ``function`` uses its ``**kwargs`` dict, read from its source (None without source or ``**kwargs``):
+    for libraries that take ``**kwargs`` and read the keys they know, ignoring the others (VMAS scenarios,
+    JaxMARL's MPE)."""
+    try:
+        params = inspect.signature(function).parameters.values()
+        var = next(p.name for p in params if p.kind is p.VAR_KEYWORD)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, ValueError, SyntaxError, StopIteration):
+        return None
+    is_var = lambda node: isinstance(node, ast.Name) and node.id == var  # noqa: E731
+    key = lambda node: node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None  # noqa: E731
+    reads, forwards = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and is_var(node.value):
+            reads.append(key(node.slice))
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) \
+                and is_var(node.comparators[0]):
+            reads.append(key(node.left))
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and is_var(func.value) and func.attr in ("get", "pop") and node.args:
+                reads.append(key(node.args[0]))
+            if any(k.arg is None and is_var(k.value) for k in node.keywords):
+                forwards.append(func)
+    return KeywordUse([k for k in dict.fromkeys(reads) if k is not None], forwards)
+
+
+def env_keywords(cls: type) -> list[str]:
+    """The keywords an env class's ``__init__`` names (``num_envs``, ``device``, ``max_steps``, ...): its env-level
+    keywords, the ones that are not the backend's own."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    return [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+
+
+def check_kwargs(owner: str, accepted: Sequence[str] | Callable[..., Any] | None, kwargs: Mapping[str, Any], *,
+                 env: Sequence[str] = (), kind: str = "") -> None:
+    """Raise ``TypeError`` for the first keyword of ``kwargs`` not in ``accepted``, with a close match among
+    ``accepted`` and ``env``.
 
     Args:
         owner: what takes the keywords, as the message names it (``"'vmas/balance'"``, ``"VMAS scenario
@@ -56,6 +144,9 @@ def check_kwargs(owner: str, accepted: Sequence[str] | Callable[..., Any] | None
         accepted: the keywords it takes, or a callable whose signature says (no check if it has ``**kwargs``),
             or None (no check).
         kwargs: the keywords given.
+        env: the env-level keywords taken beside them (``num_envs``, ``max_steps``, ...): a typo of one of those
+            lands among the backend's keywords, so the close match is looked for in both, and both are listed.
+        kind: what ``accepted`` are, for the message (``"the scenario's"``); with ``env`` given.
     """
     if callable(accepted):
         accepted = accepted_keywords(accepted)
@@ -63,10 +154,75 @@ def check_kwargs(owner: str, accepted: Sequence[str] | Callable[..., Any] | None
         return
     for key in kwargs:
         if key not in accepted:
-            raise TypeError(
-                f"{owner} got an unexpected keyword argument {key!r}{did_you_mean(key, accepted, n=1) or ';'} "
-                f"it accepts {list(accepted)}"
-            )
+            raise keyword_error(owner, key, list(accepted), env=env, kind=kind)
+
+
+def keyword_error(owner: str, key: str, accepted: Sequence[str], *, env: Sequence[str] = (),
+                  kind: str = "") -> TypeError:
+    """The ``TypeError`` of a keyword ``owner`` does not take: the close match among ``env`` and ``accepted``,
+    then both lists."""
+    hint = did_you_mean(key, [*env, *accepted], n=1) or ";"
+    if not env:
+        return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts {list(accepted)}")
+    return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts the env keywords "
+                     f"{list(env)} and {kind or 'its own'} keywords {list(accepted)}")
+
+
+def checked_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """Decorate an env class's ``__init__``: a keyword it does not take (also one misspelled so that a required
+    keyword is missing, ``num_env=4``) raises the ``keyword_error`` naming the close match, and ``device`` is
+    checked by ``check_device`` before the backend allocates on it. Keywords that ``**kwargs`` collects are the
+    backend's to check (with ``env=env_keywords(cls)``)."""
+    signature = inspect.signature(init)
+    params = list(signature.parameters.values())[1:]
+    named = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            signature.bind(self, *args, **kwargs)
+        except TypeError as err:
+            unknown = [key for key in kwargs if key not in named]
+            if unknown:
+                raise keyword_error(type(self).__name__, unknown[0], named) from None
+            raise TypeError(f"{type(self).__name__}: {err}") from None
+        if "device" in kwargs:
+            check_device(kwargs["device"])
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+def check_device(device: Any) -> torch.device:
+    """``torch.device(device)`` if torch can put tensors there, else a ``ValueError`` saying why and what can.
+
+    One message for every backend: a device string torch does not parse, ``"cuda"`` on a CPU build of torch or
+    a machine without a GPU, ``"cuda:3"`` where torch sees fewer GPUs.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device; expected 'cpu', 'cuda' or 'cuda:<index>' (or a "
+                         f"torch.device); this machine has {available_devices()}") from None
+    if dev.type == "cuda":
+        if torch.version.cuda is None:
+            raise ValueError(f"device {device!r} is not available: this torch ({torch.__version__}) is a CPU "
+                             f"build; install a CUDA build of torch (make TORCH_SPEC=torch setup) or use "
+                             f"device='cpu'")
+        count = torch.cuda.device_count()
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            raise ValueError(f"device {device!r} is not available: torch sees {count} CUDA device(s); this machine "
+                             f"has {available_devices()}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} is not available: torch sees no MPS device; this machine has "
+                         f"{available_devices()}")
+    return dev
+
+
+def available_devices() -> list[str]:
+    """The devices torch can use here: ``["cpu", "cuda:0", ...]``."""
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.version.cuda is not None else []
+    return ["cpu", *cuda, *(["mps"] if torch.backends.mps.is_available() else [])]
 
 
 def check_env_index(env_index: Any, num_envs: int) -> int:

@@ -371,11 +371,19 @@ def test_bad_wrapper_arguments():
         BraxWrapper(training.AutoResetWrapper(Drift()))
     with pytest.raises(ValueError, match="the env is wrapped in VmapWrapper"):
         BraxWrapper(training.VmapWrapper(Drift()))
-    if not jax.devices()[0].platform == "gpu":
+    # a device torch cannot use is refused first, as by every backend; one torch can use but JAX cannot, by JAX's
+    if torch.version.cuda is None:
+        with pytest.raises(ValueError, match=r"device 'cuda' is not available: this torch .* is a CPU build"):
+            BraxWrapper(Drift(), device="cuda")
+    elif not jax.devices()[0].platform == "gpu":
         with pytest.raises(ValueError, match=r"device='cuda' but JAX sees 0 CUDA device\(s\); install JAX with CUDA"):
             BraxWrapper(Drift(), device="cuda")
-    with pytest.raises(ValueError, match="device='mps' is not supported by the JAX backends; use 'cpu' or 'cuda"):
-        BraxWrapper(Drift(), device="mps")
+    if not torch.backends.mps.is_available():
+        with pytest.raises(ValueError, match="device 'mps' is not available: torch sees no MPS device"):
+            BraxWrapper(Drift(), device="mps")
+    else:
+        with pytest.raises(ValueError, match="device='mps' is not supported by the JAX backends; use 'cpu' or 'cuda"):
+            BraxWrapper(Drift(), device="mps")
     with pytest.raises(ValueError, match="frame_skip must be a positive int, got 0"):
         BraxWrapper(Drift(), frame_skip=0)
     with pytest.raises(ValueError, match="group_map needs a multi-agent split"):
@@ -388,7 +396,9 @@ def test_bad_wrapper_arguments():
         BraxEnv("antt")
     with pytest.raises(ValueError, match="unknown Brax env 'antt'; did you mean 'ant'"):
         marl_envs.make("brax/antt")
-    with pytest.raises(TypeError, match=r"the Brax env 'ant' got an unexpected keyword argument 'legs'; it accepts \["):
+    with pytest.raises(TypeError, match=r"the Brax env 'ant' got an unexpected keyword argument 'legs'; it accepts "
+                                        r"the env keywords \['num_envs', .* and the Brax env's keywords "
+                                        r"\['ctrl_cost_weight', "):
         BraxEnv("ant", legs=6)
     with pytest.raises(ValueError, match="a mapping dict needs exactly the keys 'action_indices' and 'observ"):
         BraxEnv("fast", mapping={"action_indices": {"a": [0]}})
@@ -679,3 +689,11 @@ def test_benchmark_rows():
     assert "pure JAX: lax.scan rollout (the limit)" in labels
     assert all(seconds >= 0 for _, seconds, _ in rows)
     assert any(label.strip().startswith("ours: compile step") and steps == 0 for label, _, steps in rows)
+
+
+def test_building_halfcheetah_is_quiet_and_writes_no_mujoco_log(tmp_path, monkeypatch, capfd):
+    """MuJoCo warns about halfcheetah's model file (``settotalmass``): not on stderr, not into MUJOCO_LOG.TXT."""
+    monkeypatch.chdir(tmp_path)
+    BraxEnv("halfcheetah", requires_grad=True).close()  # requires_grad: built from Brax, never from an export
+    assert list(tmp_path.iterdir()) == []
+    assert "settotalmass" not in capfd.readouterr().err

@@ -322,7 +322,8 @@ def test_errors_name_the_problem_and_the_fix():
         PettingZooEnv("classic/tictactoe_v3", parallel=False, use_mask=False)
     with pytest.raises(ValueError, match="did you mean 'mpe/simple_spread_v3'"):
         PettingZooEnv("mpe/simple_sprad_v3")
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'M'; it accepts \['N', "):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'M'; it accepts the env keywords "
+                                        r"\['num_envs', .* and the task's keywords \['N', "):
         PettingZooEnv("mpe/simple_spread_v3", M=3)
     with pytest.raises(TypeError, match="'max_cycle'; did you mean 'max_cycles'\\?"):
         marl_envs.make("pettingzoo/mpe/simple_spread_v3", max_cycle=3)
@@ -352,3 +353,19 @@ def test_benchmark_rows():
         ("marl_envs PettingZooEnv, auto-reset", 10), ("raw PettingZoo loop", 10)
     ]
     assert all(seconds > 0 for _, seconds, _ in rows)
+
+
+def test_render_draws_envs_built_for_it_and_names_render_mode_otherwise():
+    env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0)
+    env.reset()
+    with pytest.raises(ValueError, match=r"render\(\) draws PettingZoo envs built with render_mode='rgb_array'; these "
+                                         r"have render_mode=None: build them with marl_envs.make\(name, ..., "
+                                         r"render_mode='rgb_array'\)"):
+        env.render(0)
+    for workers in (0, 1):
+        env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0, render_mode="rgb_array",
+                             num_workers=workers)
+        env.reset()
+        frame = env.render(1)
+        assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[-1] == 3 and frame.any()
+        env.close()

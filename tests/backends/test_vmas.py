@@ -602,7 +602,8 @@ def test_wrapper_takes_over_the_vmas_time_limit():
 # ----------------------------------------------------------------------------------------------------
 def test_unused_scenario_keyword_is_a_type_error():
     with pytest.raises(TypeError, match=r"VMAS scenario 'balance' got an unexpected keyword argument 'n_agent'; did you "
-                                        r"mean 'n_agents'\? it accepts \['n_agents', "):
+                                        r"mean 'n_agents'\? it accepts the env keywords \['num_envs', .* and the "
+                                        r"scenario's keywords \['n_agents', "):
         marl_envs.make("vmas/balance", num_envs=2, n_agent=3)
     with pytest.raises(TypeError, match="got an unexpected keyword argument 'speed'"):
         VmasEnv(CountdownScenario(), num_envs=2, speed=1)

@@ -25,6 +25,7 @@ import torch
 from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, ignored_warnings, quiet_import
 from .._spaces import space_spec
+from .._validate import checked_keywords, did_you_mean
 from ..specs import Categorical, Unbounded
 from .jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
@@ -95,6 +96,7 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
         ValueError: unknown env name (with close matches) or unknown ``env_params`` field.
     """
 
+    @checked_keywords
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None):
         gymnax = import_gymnax()
@@ -105,7 +107,8 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
             fields = set(getattr(params, "__dataclass_fields__", {}))
             bad = sorted(set(env_params) - fields)
             if bad:
-                raise ValueError(f"gymnax {env_name} has no parameter {bad[0]!r}; its parameters are {sorted(fields)}")
+                raise ValueError(f"gymnax {env_name} has no parameter {bad[0]!r}{did_you_mean(bad[0], fields) or ';'} "
+                                 f"its parameters are {sorted(fields)}")
             params = params.replace(**env_params)
         self.env_name, self.gymnax_env, self.env_params = env_name, env, params
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)

@@ -28,8 +28,12 @@ terminal observation stays in ``next``; the envs that are done are reset by the 
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
 import math
+import sys
+import textwrap
 from typing import Any
 
 import jax
@@ -42,6 +46,7 @@ from groupings import GroupMap, MarlGroupMapType
 from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, quiet_import
 from .._spaces import space_spec
+from .._validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from .jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
@@ -89,6 +94,31 @@ def env_names() -> list[str]:
 
 def make_env(name: str, **kwargs: Any) -> JaxMarlEnv:
     return JaxMarlEnv(name, **kwargs)
+
+
+@functools.cache
+def env_classes() -> dict[str, type]:
+    """Env name -> the class ``jaxmarl.make`` builds for it, read from ``make``'s source (an if-chain on the name:
+    JaxMARL keeps no table)."""
+    registration = sys.modules[import_jaxmarl().make.__module__]
+    classes: dict[str, type] = {}
+
+    def visit(body: list[ast.stmt], name: str | None) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                test = node.test
+                equal = (isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Eq)
+                         and isinstance(test.comparators[0], ast.Constant))
+                visit(node.body, test.comparators[0].value if equal else name)
+                visit(node.orelse, name)
+            elif isinstance(node, ast.Assign) and name and isinstance(node.value, ast.Call) \
+                    and isinstance(node.value.func, ast.Name):
+                cls = getattr(registration, node.value.func.id, None)
+                if isinstance(cls, type):
+                    classes[name] = cls
+
+    visit(ast.parse(textwrap.dedent(inspect.getsource(registration.make))).body[0].body, None)
+    return classes
 
 
 def _agent_entry(value: Any, agents: list, index: int):
@@ -188,18 +218,21 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         ValueError: unknown env name (with close matches) or one that cannot be built here (with the reason).
     """
 
+    @checked_keywords
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0,
                  group_map: GroupMap | MarlGroupMapType | None = None, **env_kwargs: Any):
         jaxmarl = import_jaxmarl()
         check_name("JaxMARL", env_name, env_names(), unavailable())
         if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name: "3m", "2s3z", ...
-            from jaxmarl.environments.smax import map_name_to_scenario
+            from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
 
-            try:
-                env_kwargs["scenario"] = map_name_to_scenario(env_kwargs["scenario"])
-            except KeyError:
-                raise ValueError(f"unknown SMAX map {env_kwargs['scenario']!r}") from None
+            if env_kwargs["scenario"] not in MAP_NAME_TO_SCENARIO:
+                raise unknown_name("SMAX map", env_kwargs["scenario"], list(MAP_NAME_TO_SCENARIO))
+            env_kwargs["scenario"] = MAP_NAME_TO_SCENARIO[env_kwargs["scenario"]]
+        cls = env_classes().get(env_name)
+        check_kwargs(f"JaxMARL env {env_name!r}", cls and env_kwargs and init_keywords(cls), env_kwargs,
+                     env=env_keywords(JaxMarlEnv), kind="the env's")
         from .brax import quiet_brax_build  # MABrax envs build Brax envs
 
         with filtered_output("stdout", EVERYTHING), quiet_brax_build():

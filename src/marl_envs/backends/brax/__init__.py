@@ -73,17 +73,20 @@ from tensordict import TensorDictBase
 from groupings import GroupMap, MarlGroupMapType
 
 from ..._named import NamedRepr
-from ..._validate import check_kwargs, unknown_name
+from ..._validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
 from ...specs import Bounded, Composite, Unbounded
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
 from . import _exports as exports
 from . import _scenes as scenes
 from ._compat import (
-    checked_env, env_keywords, import_brax, jax_device, prepare_mujoco_gl, quiet_brax_build,
+    checked_env, import_brax, jax_device, prepare_mujoco_gl, quiet_brax_build,
 )
 from ._core import BraxCore, CoreInfo, Differentiable, Split, Step
 
-__all__ = ["BraxEnv", "BraxWrapper", "enable_compilation_cache", "env_names", "make_env"]
+__all__ = ["BraxEnv", "BraxWrapper", "PHYSICS_BACKENDS", "enable_compilation_cache", "env_names", "make_env"]
+
+PHYSICS_BACKENDS = ("generalized", "positional", "spring", "mjx")
+"""The physics pipelines a Brax env's ``backend`` names (``brax.envs.base.PipelineEnv``'s)."""
 
 
 def env_names() -> list[str]:
@@ -139,6 +142,7 @@ class BraxWrapper(JaxEnvBase):
             changes the state's structure.
     """
 
+    @checked_keywords
     def __init__(
         self,
         env,
@@ -381,6 +385,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
         ValueError: unknown env name (with close matches); a bad mapping.
     """
 
+    @checked_keywords
     def __init__(
         self,
         env_name: str,
@@ -400,6 +405,8 @@ class BraxEnv(NamedRepr, BraxWrapper):
         scene = scenes.SCENES.get(env_name)
         robot = scene.robot if scene else env_name
         if backend is not None:
+            if backend not in PHYSICS_BACKENDS:
+                raise unknown_name("Brax physics backend", backend, PHYSICS_BACKENDS)
             env_kwargs["backend"] = backend
         self.env_name = env_name
         scenes.check_mapping(env_name, scene, mapping)
@@ -448,6 +455,8 @@ class BraxEnv(NamedRepr, BraxWrapper):
     @staticmethod
     def _brax_env(robot: str, env_kwargs: dict[str, Any]):
         envs = import_brax()
-        check_kwargs(f"the Brax env {robot!r}", env_keywords(envs._envs[robot]), env_kwargs)
+        accepted = init_keywords(envs._envs[robot])
+        check_kwargs(f"the Brax env {robot!r}", accepted and [k for k in accepted if k != "sys"], env_kwargs,
+                     env=env_keywords(BraxEnv), kind="the Brax env's")
         with quiet_brax_build():
             return envs.get_environment(robot, **env_kwargs)

@@ -12,7 +12,9 @@ Three adjustments, each made only when needed and documented in the Brax backend
 - **Quiet import.** MuJoCo's MJX prints "Failed to import warp" lines (an optional GPU package) when Brax is
   imported; those lines are dropped, anything else printed is passed on. Building a Brax env
   (``quiet_brax_build``) drops Brax's warning that it is unmaintained and MuJoCo's notices about Brax's own
-  model files (halfcheetah's deprecated ``settotalmass``, printed by MuJoCo's C code on the process's stderr).
+  model files (halfcheetah's deprecated ``settotalmass``), through a MuJoCo warning handler set for the build:
+  unhandled, MuJoCo prints them on the process's stderr and appends them to ``MUJOCO_LOG.TXT`` in the working
+  directory.
 
 Also here: what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes). The JAX
 settings every JAX family shares (the compilation cache, JAX's CPU dispatch) are ``marl_envs.backends.jax``'s.
@@ -25,16 +27,16 @@ import inspect
 import os
 import re
 import sys
+import warnings
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
-from ..._quiet import Filter, filtered_output, ignored_warnings, quiet_import
+from ..._quiet import Filter, ignored_warnings, quiet_import
 from ...distributed import jax_device  # torch cuda:k -> the JAX GPU of CUDA id k (public, checked)
 
 __all__ = [
-    "checked_env", "env_keywords", "import_brax", "jax_device", "prepare_mujoco_gl", "quiet_brax_build",
+    "checked_env", "import_brax", "jax_device", "prepare_mujoco_gl", "quiet_brax_build",
 ]
 
 def prepare_mujoco_gl() -> None:
@@ -58,17 +60,32 @@ _OPTIONAL_GPU_NOTICES = re.compile(r"^Failed to import (mujoco_)?warp: .*\n?", r
 _JAXOPT_UNMAINTAINED: Filter = ("JAXopt is no longer maintained", DeprecationWarning)  # brax imports jaxopt
 # Brax's warning, on building any of its envs, that it is not maintained (we pin the version we test)
 _UNMAINTAINED: Filter = (r"Brax System, piplines and environments are not actively being maintained", UserWarning)
-# MuJoCo's C compiler warns (on the process's stderr, bypassing Python) about attributes of Brax's own model
-# files, e.g. halfcheetah's ``settotalmass``: nothing a user can act on
-_MODEL_FILE_NOTICES = re.compile(r"^WARNING: compiler attribute '\w+' is deprecated.*\n*", re.M)
+# MuJoCo's C compiler warns about attributes of Brax's own model files, e.g. halfcheetah's ``settotalmass``:
+# nothing a user can act on. Unhandled, MuJoCo prints its warnings on the process's stderr and appends them to a
+# MUJOCO_LOG.TXT it creates in the working directory.
+_MODEL_FILE_NOTICES = re.compile(r"compiler attribute '\w+' is deprecated")
+
+
+def _mujoco_warning(message: str) -> None:
+    """MuJoCo's warnings while a Brax env is built: the model-file notices dropped, the others Python warnings."""
+    if not _MODEL_FILE_NOTICES.search(message):
+        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
 
 
 @contextlib.contextmanager
 def quiet_brax_build():
-    """Building Brax envs (ours, JaxMARL's MABrax): Brax's warning that it is unmaintained is off and MuJoCo's
-    notices about Brax's model files are dropped from the process's stderr."""
-    with ignored_warnings(_UNMAINTAINED), filtered_output("stderr", _MODEL_FILE_NOTICES):
-        yield
+    """Building Brax envs (ours, JaxMARL's MABrax): Brax's warning that it is unmaintained is off, and MuJoCo's
+    warnings go through a handler of ours (no MUJOCO_LOG.TXT in the working directory): its notices about Brax's
+    model files are dropped, the others become Python warnings. The previous handler is back afterwards."""
+    import mujoco
+
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(_mujoco_warning)
+    try:
+        with ignored_warnings(_UNMAINTAINED):
+            yield
+    finally:
+        mujoco.set_mju_user_warning(previous)
 
 
 def import_brax():
@@ -105,17 +122,3 @@ def checked_env(env):
         if not isinstance(layer, envs.Wrapper):
             return env
         layer = layer.env
-
-
-def env_keywords(cls: type) -> list[str] | None:
-    """The keywords a Brax env class takes: its ``__init__``'s and, through ``**kwargs``, its bases' (None if
-    they end in an open ``**kwargs``)."""
-    accepted: list[str] = []
-    for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        params = list(inspect.signature(klass.__init__).parameters.values())[1:]
-        accepted += [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return [name for name in dict.fromkeys(accepted) if name != "sys"]
-    return None

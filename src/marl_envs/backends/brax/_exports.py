@@ -39,7 +39,7 @@ import jax
 
 from groupings import MarlGroupMapType
 
-from ..jax import OPT_OUT_VAR, caching_enabled
+from ..jax import caching_enabled
 
 __all__ = ["Program", "directory", "env_key", "key", "load", "path", "save"]
 

@@ -26,6 +26,7 @@ from ..._env import EnvBase
 from ..._outputs import unchecked_nested, unchecked_tensordict
 from ..._quiet import quiet_import
 from ..._spaces import space_spec
+from ..._validate import checked_keywords, env_keywords
 from ...specs import Binary, Composite, Unbounded
 from ._shard import BatchPlan, Buffers, Frame, Group, Shard, dead_message, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
@@ -104,6 +105,7 @@ class PettingZooWrapper(EnvBase):
             ``num_workers`` not in ``[0, num_envs]``.
     """
 
+    @checked_keywords
     def __init__(self, env: Any | Factory, *, num_envs: int = 1, return_state: bool = False,
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool = False,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
@@ -125,6 +127,7 @@ class PettingZooWrapper(EnvBase):
                 f"acts; got use_mask=False for {type(first).__name__}"
             )
         self.use_mask = bool(use_mask)
+        self.render_mode = getattr(first, "render_mode", None)  #: the instances' (``"rgb_array"`` to render)
         self.done_on_any = self.parallel if done_on_any is None else bool(done_on_any)
         self.return_state = bool(return_state)
         self.categorical_actions = bool(categorical_actions)
@@ -350,7 +353,13 @@ class PettingZooWrapper(EnvBase):
         return list(self._runner.instances)
 
     def _render(self, env_index: int) -> Any:
-        """``render()`` of instance ``env_index`` (build the task with ``render_mode="rgb_array"`` for frames)."""
+        """``render()`` of instance ``env_index``: an image of instances built with ``render_mode="rgb_array"``."""
+        if self.render_mode != "rgb_array":
+            raise ValueError(
+                f"render() draws PettingZoo envs built with render_mode='rgb_array'; these have render_mode="
+                f"{self.render_mode!r}: build them with marl_envs.make(name, ..., render_mode='rgb_array') (or a "
+                f"factory passing it)"
+            )
         return self._runner.render(env_index)
 
     def close(self) -> None:
@@ -381,6 +390,7 @@ class PettingZooEnv(PettingZooWrapper):
         TypeError: a keyword the task does not take.
     """
 
+    @checked_keywords
     def __init__(self, task: str, *, num_envs: int = 1, parallel: bool | None = None, return_state: bool = False,
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool | None = None,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
@@ -396,7 +406,7 @@ class PettingZooEnv(PettingZooWrapper):
                 f"pettingzoo task {spec.name!r} is turn-based and has no parallel API; build it with "
                 f"parallel=False, use_mask=True (its defaults: leave both out)"
             )
-        spec.check_kwargs(task_kwargs)
+        spec.check_kwargs(task_kwargs, env_keywords(PettingZooEnv))
         self.task = spec.name
         self.task_kwargs = dict(task_kwargs)  #: the task's own keywords
         creator = spec.parallel if parallel else spec.aec

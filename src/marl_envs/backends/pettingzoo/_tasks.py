@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..._quiet import EVERY_WARNING, Filter, ignored_warnings, quiet_import
-from ..._validate import check_kwargs, unknown_name
+from ..._validate import check_kwargs, did_you_mean, unknown_name
 
 __all__ = ["SWIG_WARNINGS", "Task", "resolve_task", "tasks"]
 
@@ -29,11 +29,19 @@ class Task:
     parallel: Callable[..., Any] | None
     module: str
 
-    def check_kwargs(self, kwargs: dict[str, Any]) -> None:
-        """Raise ``TypeError`` for a keyword the task's ``raw_env`` does not take (when its signature says)."""
+    def check_kwargs(self, kwargs: dict[str, Any], env: Sequence[str]) -> None:
+        """Raise ``TypeError`` for a keyword the task's ``raw_env`` does not take (when its signature says), naming
+        the close match among its keywords and ``env`` (the env-level keywords taken beside them), and
+        ``ValueError`` for a ``render_mode`` the task does not offer."""
         raw_env = getattr(importlib.import_module(self.module), "raw_env", None)
-        if raw_env is not None:
-            check_kwargs(f"pettingzoo task {self.name!r}", raw_env, kwargs)
+        if raw_env is None:
+            return
+        check_kwargs(f"pettingzoo task {self.name!r}", raw_env, kwargs, env=env, kind="the task's")
+        modes = getattr(raw_env, "metadata", {}).get("render_modes")
+        mode = kwargs.get("render_mode")
+        if mode is not None and modes and mode not in modes:
+            raise ValueError(f"pettingzoo task {self.name!r} has no render_mode {mode!r}"
+                             f"{did_you_mean(mode, modes) or ';'} its render modes are {list(modes)}")
 
 
 SWIG_WARNINGS: Filter = (r"builtin type .* has no __module__ attribute", DeprecationWarning)

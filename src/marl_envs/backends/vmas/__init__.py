@@ -35,6 +35,7 @@ from groupings import GroupMap, MarlGroupMapType
 
 from ..._env import EnvBase
 from ..._spaces import space_spec
+from ..._validate import checked_keywords, env_keywords
 from ...specs import Categorical, Composite, OneHot, Unbounded
 from ._rng import RngStreams
 from ._scenarios import check_scenario_kwargs, env_names, load_scenario, make_vmas_env, scenario_label
@@ -124,6 +125,7 @@ class VmasWrapper(EnvBase):
             ``max_steps`` differs from the env's own.
     """
 
+    @checked_keywords
     def __init__(
         self,
         env: Environment,
@@ -390,6 +392,7 @@ class VmasEnv(VmasWrapper):
         TypeError: a keyword the scenario does not use, or a ``vmas.make_env`` option VmasEnv does not take.
     """
 
+    @checked_keywords
     def __init__(
         self,
         scenario: str | BaseScenario | type[BaseScenario],
@@ -412,8 +415,9 @@ class VmasEnv(VmasWrapper):
         scenario = load_scenario(scenario)
         if seed is not None:
             seed %= 2**32
-        env = make_vmas_env(scenario, scenario_kwargs, num_envs=num_envs, device=device, seed=seed,
-                            continuous_actions=continuous_actions, multidiscrete_actions=multidiscrete_actions)
+        env = make_vmas_env(scenario, scenario_kwargs, env_level=env_keywords(VmasEnv), num_envs=num_envs, device=device,
+                            seed=seed, continuous_actions=continuous_actions,
+                            multidiscrete_actions=multidiscrete_actions)
         super().__init__(env, group_map=group_map, categorical_actions=categorical_actions, max_steps=max_steps)
         #: what ``vmas.make_env`` was given besides the scenario, ``num_envs``, ``device`` and ``seed``
         self.vmas_kwargs = dict(continuous_actions=continuous_actions, multidiscrete_actions=multidiscrete_actions,

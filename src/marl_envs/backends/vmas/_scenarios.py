@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import inspect
-import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import vmas
 from vmas.simulator.environment import Environment
 from vmas.simulator.scenario import BaseScenario
 
-from ..._validate import check_kwargs, unknown_name
+from ..._validate import check_kwargs, keyword_use, unknown_name
 
 __all__ = ["check_scenario_kwargs", "env_names", "load_scenario", "make_vmas_env", "scenario_label"]
 
@@ -39,9 +38,11 @@ def check_scenario_kwargs(scenario_kwargs: dict[str, Any]) -> None:
         )
 
 
-def make_vmas_env(scenario: BaseScenario, scenario_kwargs: dict[str, Any], **options: Any) -> Environment:
+def make_vmas_env(scenario: BaseScenario, scenario_kwargs: dict[str, Any], *, env_level: Sequence[str] = (),
+                  **options: Any) -> Environment:
     """``vmas.make_env(scenario, **options, **scenario_kwargs)``; a keyword the scenario does not use raises
-    ``TypeError`` (VMAS only warns), VMAS's other warnings are passed on."""
+    ``TypeError`` (VMAS only warns) naming its close match among the scenario's keywords and ``env_level`` (the
+    env-level keywords taken beside them); VMAS's other warnings are passed on."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         env = vmas.make_env(scenario, **options, **scenario_kwargs)
@@ -53,7 +54,7 @@ def make_vmas_env(scenario: BaseScenario, scenario_kwargs: dict[str, Any], **opt
         else:
             warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
     if unused:
-        _check_unused_kwargs(scenario_label(scenario), scenario, unused)
+        _check_unused_kwargs(scenario_label(scenario), scenario, unused, env_level)
     return env
 
 
@@ -83,12 +84,10 @@ def load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> BaseScen
     return scenario
 
 
-def _check_unused_kwargs(label: str, scenario: BaseScenario, unused: list[str]) -> None:
+def _check_unused_kwargs(label: str, scenario: BaseScenario, unused: list[str], env_level: Sequence[str]) -> None:
     """The keyword error for the keywords VMAS warned the scenario does not use (VMAS scenarios read
     ``**kwargs`` as they please, so the keywords they read are found in ``make_world``'s source)."""
-    try:
-        source = inspect.getsource(type(scenario).make_world)
-        known = sorted(set(re.findall(r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']", source)))
-    except (OSError, TypeError):
-        known = []
-    check_kwargs(f"VMAS scenario {label!r}", [k for k in known if k not in unused], dict.fromkeys(unused))
+    use = keyword_use(type(scenario).make_world)
+    known = sorted(use.reads) if use else []
+    check_kwargs(f"VMAS scenario {label!r}", [k for k in known if k not in unused], dict.fromkeys(unused),
+                 env=env_level, kind="the scenario's")

@@ -1,0 +1,120 @@
+"""One keyword check for every way an env is built: typos of env-level and backend keywords, library values and
+devices get the same kind of message from every backend."""
+
+import re
+
+import pytest
+import torch
+
+import marl_envs
+from marl_envs._validate import env_keywords
+
+# name, the backend class its keywords are read from, one of the backend's own keywords (and a value for it)
+BACKENDS = {
+    "vmas": ("vmas/balance", "VmasEnv", ("n_agents", 2)),
+    "brax": ("brax/ant", "BraxEnv", ("ctrl_cost_weight", 0.5)),
+    "pettingzoo": ("pettingzoo/mpe/simple_spread_v3", "PettingZooEnv", ("max_cycles", 10)),
+    "jaxmarl": ("jaxmarl/SMAX", "JaxMarlEnv", ("scenario", "3m")),
+    "gymnax": ("gymnax/CartPole-v1", "GymnaxEnv", ("env_params", {})),
+}
+# a value each env-level keyword accepts, so that only its misspelled name is wrong
+VALUES = {"num_envs": 2, "device": "cpu", "max_steps": 5, "seed": 0, "group_map": None, "num_workers": 0,
+          "backend": "spring", "frame_skip": 1, "parallel": True, "mapping": None}
+
+
+def _typo(keyword: str) -> str:
+    return keyword[:-1] if len(keyword) > 3 else keyword + keyword[-1]
+
+
+def _class(backend: str):
+    if not marl_envs.backend_installed(backend):
+        pytest.skip(f"{backend} is not installed")
+    return getattr(marl_envs.registry.backend_module(backend), BACKENDS[backend][1])
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_typo_of_every_env_keyword_names_it(backend):
+    cls = _class(backend)
+    name = BACKENDS[backend][0]
+    keywords = env_keywords(cls)
+    assert {"num_envs", "device", "max_steps", "seed"} <= set(keywords)
+    for keyword in keywords:
+        kwargs = {"num_envs": 2, _typo(keyword): VALUES.get(keyword, True)}
+        if keyword == "num_envs":
+            kwargs.pop("num_envs")
+        with pytest.raises(TypeError, match=rf"unexpected keyword argument '{re.escape(_typo(keyword))}'; "
+                                            rf"did you mean '{keyword}'\? it accepts "):
+            marl_envs.make(name, **kwargs)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_typo_of_a_backend_keyword_names_it_and_lists_both_kinds(backend):
+    cls = _class(backend)
+    name, _, (keyword, value) = BACKENDS[backend]
+    marl_envs.make(name, num_envs=2, **{keyword: value}).close()  # the keyword itself is accepted
+    typo = _typo(keyword)
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{typo}'; did you mean '{keyword}'\?") as err:
+        marl_envs.make(name, num_envs=2, **{typo: value})
+    message = str(err.value)
+    if backend != "gymnax":  # gymnax's own values are one keyword (env_params), checked as a field name below
+        assert "it accepts the env keywords ['" in message and "keywords [" in message.split("and", 1)[1]
+    assert all(repr(k) in message for k in env_keywords(cls))
+
+
+def test_gymnax_env_params_field_typo():
+    _class("gymnax")
+    with pytest.raises(ValueError, match=r"gymnax CartPole-v1 has no parameter 'max_steps_in_episod'; did you mean "
+                                         r"'max_steps_in_episode'\? its parameters are \["):
+        marl_envs.make("gymnax/CartPole-v1", num_envs=2, env_params={"max_steps_in_episod": 10})
+
+
+def test_jaxmarl_keywords_the_library_would_ignore_are_refused():
+    """JaxMARL's MPE envs take ``**kwargs`` and read the keys they know: a typo would be dropped silently."""
+    _class("jaxmarl")
+    marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=2, local_ratio=0.3).close()  # read by MPE
+    with pytest.raises(TypeError, match=r"JaxMARL env 'MPE_simple_spread_v3' got an unexpected keyword argument "
+                                        r"'local_raito'; did you mean 'local_ratio'\?"):
+        marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=2, local_raito=0.3)
+    with pytest.raises(TypeError, match=r"'HeuristicEnemySMAX' got an unexpected keyword argument 'num_ally'; did "
+                                        r"you mean 'num_allies'\?"):  # SMAX's keywords, through the wrapper
+        marl_envs.make("jaxmarl/HeuristicEnemySMAX", num_envs=2, num_ally=3)
+
+
+def test_smax_map_lists_the_maps():
+    _class("jaxmarl")
+    with pytest.raises(ValueError, match=r"unknown SMAX map '3mm'; did you mean '3m'\? available: 3m, 2s3z, "):
+        marl_envs.make("jaxmarl/SMAX", num_envs=2, scenario="3mm")
+
+
+def test_brax_physics_backend_lists_the_backends():
+    _class("brax")
+    from marl_envs.backends.brax import PHYSICS_BACKENDS, import_brax, quiet_brax_build
+
+    with pytest.raises(ValueError, match=r"unknown Brax physics backend 'sprng'; did you mean 'spring'\? available: "
+                                         r"generalized, positional, spring, mjx"):
+        marl_envs.make("brax/ant", num_envs=2, backend="sprng")
+    with pytest.raises(ValueError) as err, quiet_brax_build():  # Brax's own list, to keep ours in step with it
+        import_brax().get_environment("ant", backend="not_a_backend")
+    assert sorted(re.findall(r"'(\w+)'", str(err.value))) == sorted(PHYSICS_BACKENDS)
+
+
+def test_pettingzoo_render_mode_lists_the_modes():
+    _class("pettingzoo")
+    with pytest.raises(ValueError, match=r"pettingzoo task 'mpe/simple_spread_v3' has no render_mode 'rgb'; its "
+                                         r"render modes are \['human', 'rgb_array'\]"):
+        marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, render_mode="rgb")
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_unavailable_device_is_one_error(backend):
+    _class(backend)
+    name = BACKENDS[backend][0]
+    if torch.version.cuda is None:
+        bad, why = "cuda", r"this torch \(.*\) is a CPU build; install a CUDA build of torch"
+    else:
+        bad, why = f"cuda:{torch.cuda.device_count()}", r"torch sees \d+ CUDA device\(s\); this machine has \['cpu', "
+    with pytest.raises(ValueError, match=rf"device '{bad}' is not available: {why}"):
+        marl_envs.make(name, num_envs=2, device=bad)
+    with pytest.raises(ValueError, match=r"device 'cdua' is not a device; expected 'cpu', 'cuda' or 'cuda:<index>' "
+                                         r"\(or a torch.device\); this machine has \['cpu'"):
+        marl_envs.make(name, num_envs=2, device="cdua")
