@@ -1,5 +1,5 @@
-"""Every ```python block of the docs and README runs, top to bottom, one namespace per file; the env catalogue
-lists exactly the registered envs."""
+"""Every ```python block of the docs and README runs, top to bottom, one namespace per file (each block in its own
+on a page marked ``STANDALONE``); the env catalogue lists exactly the registered envs."""
 
 import importlib.util
 import json
@@ -20,6 +20,9 @@ DOCS.append(ROOT / "README.md")
 #: Reference pages: their content is generated from the code (autodoc, the CLI's parser), not examples.
 REFERENCE = ("api",)
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+#: A page holding this line promises that each of its blocks runs when copied alone: each runs in a namespace of
+#: its own (other pages are tutorials, whose blocks build on the ones before).
+STANDALONE = "<!-- docs test: every block runs alone -->"
 
 
 def _name(path: Path) -> str:
@@ -44,10 +47,24 @@ def test_doc_blocks_run(path, monkeypatch, tmp_path):
                                     category=DeprecationWarning)
             import torchrl.collectors  # noqa: F401
     monkeypatch.chdir(tmp_path)
-    namespace = {"__name__": f"doc_{path.stem}"}
-    for i, block in enumerate(BLOCK.findall(path.read_text())):
-        code = compile(block, f"{path.name}[block {i}]", "exec")
-        exec(code, namespace)
+    run_blocks(path.read_text(), path.name)
+
+
+def run_blocks(text: str, name: str) -> None:
+    """Run a page's blocks top to bottom: in one namespace, or each in a fresh one on a ``STANDALONE`` page."""
+    alone = STANDALONE in text
+    namespace = {"__name__": f"doc_{Path(name).stem}"}
+    for i, block in enumerate(BLOCK.findall(text)):
+        code = compile(block, f"{name}[block {i}]", "exec")
+        exec(code, {"__name__": f"doc_{Path(name).stem}_{i}"} if alone else namespace)
+
+
+def test_standalone_page_runs_each_block_alone():
+    """A block that leans on an earlier block's import passes on a tutorial page, fails on a STANDALONE one."""
+    page = "```python\nimport math\n```\n\n```python\nmath.pi\n```\n"
+    run_blocks(page, "tutorial.md")
+    with pytest.raises(NameError, match="math"):
+        run_blocks(f"{STANDALONE}\n\n{page}", "standalone.md")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ A family adapter (``marl_envs.backends.gymnax``, ``jaxmarl``, ``brax``) imports 
 """
 
 from ._core import JaxCore, StateMismatch, StatePacking, env_keys, export_platform, quiet_tracing, strong, tree_paths
-from ._env import JaxEnvBase, JaxFunctions, check_name
+from ._env import FunctionalState, JaxEnvBase, JaxFunctions, check_name
 from ._runtime import (
     ASYNC_VAR, CACHE_DIR_VAR, OPT_OUT_VAR, caching_enabled, configure_jax, enable_compilation_cache, env_flag,
     inline_cpu_dispatch,
@@ -17,7 +17,8 @@ from ._runtime import (
 from ._transfer import Transfer
 
 __all__ = [
-    "ASYNC_VAR", "CACHE_DIR_VAR", "OPT_OUT_VAR", "JaxCore", "JaxEnvBase", "JaxFunctions", "StateMismatch",
-    "StatePacking", "Transfer", "caching_enabled", "check_name", "configure_jax", "enable_compilation_cache",
-    "env_flag", "env_keys", "export_platform", "inline_cpu_dispatch", "quiet_tracing", "strong", "tree_paths",
+    "ASYNC_VAR", "CACHE_DIR_VAR", "OPT_OUT_VAR", "FunctionalState", "JaxCore", "JaxEnvBase", "JaxFunctions",
+    "StateMismatch", "StatePacking", "Transfer", "caching_enabled", "check_name", "configure_jax",
+    "enable_compilation_cache", "env_flag", "env_keys", "export_platform", "inline_cpu_dispatch", "quiet_tracing",
+    "strong", "tree_paths",
 ]

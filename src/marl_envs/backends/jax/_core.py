@@ -16,8 +16,11 @@ fresh starts with per-env keys (``fold_in(PRNGKey(seed), i)``, split at every re
 step is random, at every step) and keeping every other env's state bit for bit; donated state buffers; and the
 same functions traced as ``jax.export`` modules when asked (``export=True``).
 
-``functions()`` returns the per-env functions themselves, pure, for ``jit`` / ``vmap`` / ``lax.scan`` in a JAX
-training loop (``JaxEnvBase.jax_functions`` wraps them with the env's key layout).
+The key chain is written once, per env (``keyed_reset``, ``keyed_step``): each env carries a key, a reset splits
+it and uses the second half (keeping the first), a step of a family whose step is random does the same. The
+compiled batch functions vmap these, and ``functions()`` returns them, pure, for ``jit`` / ``vmap`` /
+``lax.scan`` in a JAX training loop (``JaxEnvBase.jax_functions`` adds the outputs' layout, the step count and
+the auto-reset).
 """
 
 from __future__ import annotations
@@ -113,12 +116,6 @@ def env_keys(seed: int, num_envs: int) -> jax.Array:
     return _env_keys(jax.random.PRNGKey(seed), num_envs)
 
 
-def _split(keys: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Each env's key split in two: ``(kept, used now)``."""
-    pairs = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
-    return pairs[:, 0], pairs[:, 1]
-
-
 def export_platform(device) -> str:
     """The ``jax.export`` platform name of a JAX device (``cpu``, ``cuda``, ``rocm``, ``tpu``)."""
     if device.platform != "gpu":
@@ -176,9 +173,26 @@ class JaxCore:
 
     observe_one: Callable[[Any], jax.Array] | None = None
 
+    def keyed_reset(self, key: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
+        """One env's reset from its carried ``key``: ``(key carried on, state, out)``; the key is split and its
+        second half used."""
+        kept, now = jax.random.split(key)
+        state, out = self.reset_one(now)
+        return kept, self._cast(state), out
+
+    def keyed_step(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[jax.Array, Any, jax.Array, jax.Array]:
+        """One env's step from its carried ``key``: ``(key carried on, state, out, flags)``; the key is split and
+        its second half used if ``step_uses_key``, else passed on as it is."""
+        now = key
+        if self.step_uses_key:
+            key, now = jax.random.split(key)
+        state, out, flags = self.step_one(now, state, action)
+        return key, state, out, flags
+
     def functions(self) -> tuple[Callable, Callable]:
-        """The pure per-env ``reset(key) -> (state, out)`` and ``step(key, state, action) -> (state, out, flags)``."""
-        return self.reset_one, self.step_one
+        """The pure per-env ``keyed_reset(key) -> (key, state, out)`` and ``keyed_step(key, state, action) -> (key,
+        state, out, flags)``: one env as the compiled batch functions run it."""
+        return self.keyed_reset, self.keyed_step
 
     @functools.cached_property
     def layout(self) -> StatePacking:
@@ -206,11 +220,7 @@ class JaxCore:
 
     # -- batched functions (these are compiled) -------------------------------------------------------
     def _step(self, buffers, keys, action):
-        if self.step_uses_key:
-            keys, now = _split(keys)
-        else:
-            now = keys
-        state, out, flags = jax.vmap(self.step_one)(now, self.layout.unpack(buffers), action)
+        keys, state, out, flags = jax.vmap(self.keyed_step)(keys, self.layout.unpack(buffers), action)
         return self.layout.pack(state), keys, out, flags
 
     def _step_packed(self, buffers, keys, action):
@@ -219,8 +229,7 @@ class JaxCore:
         return buffers, keys, jnp.concatenate([out, flags.astype(jnp.float32)], axis=1)
 
     def _reset(self, buffers, keys, mask):
-        kept, now = _split(keys)
-        fresh, out = jax.vmap(lambda k: (lambda s, o: (self._cast(s), o))(*self.reset_one(k)))(now)
+        kept, fresh, out = jax.vmap(self.keyed_reset)(keys)
         buffers = tuple(jnp.where(mask[:, None], new, old) for new, old in zip(self.layout.pack(fresh), buffers))
         keys = jnp.where(mask[:, None], kept, keys)
         if self.observe_one is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,37 +24,62 @@ from tensordict import TensorDict, TensorDictBase
 
 from ..._agents import nest_keys
 from ..._env import EnvBase
+from ..._outputs import done_of
 from ..._validate import unknown_name
 from ...distributed import jax_device
 from ._core import JaxCore, env_keys, quiet_tracing
-from ._outputs import BufferOutputs, Pending
+from ._outputs import BufferOutputs, BufferPlan, Pending
 from ._runtime import configure_jax
 from ._transfer import Transfer
 
-__all__ = ["JaxEnvBase", "JaxFunctions", "check_name"]
+__all__ = ["FunctionalState", "JaxEnvBase", "JaxFunctions", "check_name"]
 
 Entry = tuple[tuple[str, ...], tuple[int, ...], Any]  # (key, batched shape, torch dtype: float32 or bool)
+
+
+class FunctionalState(NamedTuple):
+    """One env's state in the functional face (``env.jax_functions()``): what the torch-facing env keeps of each of
+    its envs, so that both run the same episodes from the same seed.
+
+    Attributes:
+        env: the library's own state (a Brax ``State``, a JaxMARL or gymnax state dataclass).
+        key: the env's key, carried on: split at every reset (and every step of a family whose step is random),
+            its second half used.
+        steps: steps since the last reset (int32 scalar); ``max_steps`` truncation reads it.
+    """
+
+    env: Any
+    key: jax.Array
+    steps: jax.Array
 
 
 @dataclass(frozen=True)
 class JaxFunctions:
     """The pure per-env functions of a JAX-family env (``env.jax_functions()``), for ``jit`` / ``vmap`` /
-    ``lax.scan``.
+    ``lax.scan``: one env as the torch-facing env runs each of its envs, key chain and ``max_steps`` included.
+
+    Data are nested dicts keyed as the env's TensorDicts, without the batch dim: ``obs`` as the root data of
+    ``env.reset()`` (observations, action masks, the done entries), ``out`` as ``td["next"]`` after ``env.step``
+    (observations, rewards, ``done`` / ``terminated`` / ``truncated`` at every level), ``actions`` as the env's
+    action keys (``{"agents": {"action": a}}``, or ``{"action": a}``).
 
     Attributes:
-        reset: ``reset(key) -> (state, obs)``: ``obs`` a nested dict keyed as the env's TensorDict (no batch dim).
-        step: ``step(key, state, actions) -> (state, out)``: ``actions`` a nested dict keyed as the env's action
-            keys (``{"agents": {"action": a}}``, or ``{"action": a}``); ``out`` holds what the torch-facing env
-            writes under ``"next"``: observations, rewards, ``terminated``, ``truncated`` (the env's
-            ``max_steps`` is not counted here: it lives in the torch-facing env).
-        first_keys: ``first_keys(seed, num_envs)``: the ``reset`` keys of the torch-facing env's first reset
-            after ``set_seed(seed)`` (``split(fold_in(PRNGKey(seed), i))[1]``); its later keys continue the same
-            chain (each reset, and each step of a family with random steps, splits the carried key and uses
-            the second half).
+        reset: ``reset(key) -> (state, obs)``: a fresh episode; ``key`` is the env's key (``first_keys``).
+        step: ``step(state, actions) -> (state, out)``: one step, no reset; ``out`` counts the step against
+            ``max_steps`` (the env's when ``jax_functions()`` was called): ``truncated`` from the step that
+            reaches it on, as ``env.step``.
+        step_autoreset: ``step_autoreset(state, actions) -> (state, out, obs)``: ``step``, then, where ``out``'s
+            root ``done`` is set, ``reset`` from the state's carried key, as ``env.step_and_maybe_reset``: ``out``
+            is the terminal step's data (its observation, rewards and done entries), ``state`` and ``obs`` the
+            next episode's first (else ``obs`` is ``out`` without the rewards).
+        first_keys: ``first_keys(seed, num_envs)``: the env keys of the torch-facing env after ``set_seed(seed)``
+            (``fold_in(PRNGKey(seed), i)``): ``reset`` of key ``i`` is env ``i``'s first reset, and
+            ``step_autoreset`` then runs env ``i``'s episodes with the same random draws.
     """
 
-    reset: Callable[[jax.Array], tuple[Any, dict]]
-    step: Callable[[jax.Array, Any, dict], tuple[Any, dict]]
+    reset: Callable[[jax.Array], tuple[FunctionalState, dict]]
+    step: Callable[[FunctionalState, dict], tuple[FunctionalState, dict]]
+    step_autoreset: Callable[[FunctionalState, dict], tuple[FunctionalState, dict, dict]]
     first_keys: Callable[[int, int], jax.Array]
 
 
@@ -76,8 +101,32 @@ def _slices(entries: Sequence[Entry]) -> list[tuple]:
     return out
 
 
-def _first_keys(seed: int, num_envs: int) -> jax.Array:
-    return jax.vmap(lambda k: jax.random.split(k, 2)[1])(env_keys(seed, num_envs))
+def _run_plan(plan: BufferPlan, buffer: jax.Array, steps: jax.Array | None) -> dict[tuple[str, ...], jax.Array]:
+    """One env's entries (key -> value) by the torch side's ``plan`` of a reset or step buffer, run in JAX:
+    ``buffer`` is the env's float vector, ``steps`` its step count (for the time limit). The plan's bool block is
+    one row per bool value here, filled by the plan's operations as ``DonePlan.fill`` fills a batch's."""
+    done = plan.done
+    block = jnp.zeros((done.width,), bool).at[:len(plan.compared_columns)].set(
+        buffer[np.asarray(plan.compared_columns, dtype=int)] > 0.5)
+    for op in done.ops:
+        if op[0] == "done":
+            block = block.at[op[3]].set(done_of(block[op[1]], block[op[2]]))
+        elif op[0] == "or":  # a level's own truncation or the time limit
+            block = block.at[op[3]].set(block[op[1]] | block[op[2]])
+        elif op[0] == "limit":
+            block = block.at[op[1]].set(done.limit.reached(steps))
+        else:
+            block = block.at[op[1]].set(False)
+    entries = {}
+    for key, (is_bool, where) in zip(plan.keys, plan.sources):
+        if is_bool:
+            rows, shape, broadcast = where
+            value = block[rows].reshape(shape[1:])
+            entries[key] = value if broadcast is None else jnp.broadcast_to(value, broadcast[1:])
+        else:
+            cols, shape = where
+            entries[key] = buffer[cols].reshape(shape[1:])
+    return entries
 
 
 class JaxEnvBase(EnvBase):
@@ -174,22 +223,20 @@ class JaxEnvBase(EnvBase):
 
     # -- the functional JAX face ----------------------------------------------------------------------
     def jax_functions(self) -> JaxFunctions:
-        """This env's pure per-env ``reset(key)`` and ``step(key, state, actions)`` (see ``JaxFunctions``): the
-        same compiled scene as the torch-facing env, for a JAX training loop (``jit``, ``vmap``, ``lax.scan``)."""
-        reset_one, step_one = self._core.functions()
-        reset_layout, step_layout = self._reset_columns, self._step_columns
+        """This env's pure per-env ``reset``, ``step`` and ``step_autoreset`` (see ``JaxFunctions``): the same
+        compiled scene, key chain, output plan and ``max_steps`` as the torch-facing env, for a JAX training loop
+        (``jit``, ``vmap``, ``lax.scan``)."""
+        keyed_reset, keyed_step = self._core.functions()
+        reset_plan, step_plan = self._outputs.reset_plan, self._outputs.step_plan
+        kept = [step_plan.keys[i] for i in step_plan.kept]  # the next root data's keys: no rewards
         action_keys = self._action_keys
-
-        def unflatten(out, layout):
-            return nest_keys({key: (out[cols] > 0.5 if dtype is torch.bool else out[cols]).reshape(shape[1:])
-                          for key, cols, shape, dtype in layout})
 
         def reset(key):
             with quiet_tracing():
-                state, out = reset_one(key)
-            return state, unflatten(out, reset_layout)
+                key, state, out = keyed_reset(key)
+            return FunctionalState(state, key, jnp.zeros((), jnp.int32)), nest_keys(_run_plan(reset_plan, out, None))
 
-        def step(key, state, actions):
+        def stepped(state, actions):
             flat = []
             for path in action_keys:
                 node = actions
@@ -197,7 +244,19 @@ class JaxEnvBase(EnvBase):
                     node = node[part]
                 flat.append(jnp.asarray(node).reshape(-1).astype(jnp.float32))
             with quiet_tracing():
-                state, out, flags = step_one(key, state, jnp.concatenate(flat))
-            return state, unflatten(jnp.concatenate([out, flags.astype(jnp.float32)]), step_layout)
+                key, env, out, flags = keyed_step(state.key, state.env, jnp.concatenate(flat))
+            steps = state.steps + 1
+            return FunctionalState(env, key, steps), _run_plan(
+                step_plan, jnp.concatenate([out, flags.astype(jnp.float32)]), steps)
 
-        return JaxFunctions(reset=reset, step=step, first_keys=_first_keys)
+        def step(state, actions):
+            state, out = stepped(state, actions)
+            return state, nest_keys(out)
+
+        def step_autoreset(state, actions):
+            state, out = stepped(state, actions)
+            obs = nest_keys({key: out[key] for key in kept})
+            state, obs = jax.lax.cond(out[("done",)].reshape(()), lambda: reset(state.key), lambda: (state, obs))
+            return state, nest_keys(out), obs
+
+        return JaxFunctions(reset=reset, step=step, step_autoreset=step_autoreset, first_keys=env_keys)
