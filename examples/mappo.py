@@ -9,8 +9,11 @@ else the group's concatenated observations (MAPPO), or a per-agent critic (IPPO)
     python examples/mappo.py --env vmas/simple_adversary --ippo
     torchrun --standalone --nproc_per_node 2 examples/mappo.py --env vmas/navigation --num-envs 30
 
-Writes ``OUT/metrics.csv``, ``OUT/summary.json``, ``OUT/learning_curve.png`` and, for envs that render,
-``OUT/policy.gif``.
+Writes ``OUT/metrics.csv``, ``OUT/timings.csv``, ``OUT/summary.json``, ``OUT/learning_curve.png`` and, for
+envs that render, ``OUT/policy.gif``.
+
+Reproducible: the same seed, ``--threads`` and machine (CPU, torch and backend versions) give the same
+``metrics.csv`` bit for bit; wall times go to ``timings.csv`` (see docs/mappo.md).
 
 Under ``torchrun`` every process (rank) builds ``--num-envs`` envs of its own, seeded per rank, on
 ``cuda:LOCAL_RANK`` when CUDA is available (else the CPU); gradients are averaged across ranks
@@ -26,10 +29,12 @@ import csv
 import inspect
 import json
 import math
+import random
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from ppo_loss import GroupKeys, NestedKey, PPOLoss, as_tuple, gae
 from tensordict import TensorDictBase
@@ -301,6 +306,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="env-steps to train for, all ranks together (ranks x num_envs x steps per batch x iterations)")
     p.add_argument("--steps-per-batch", type=int, help="steps per env per iteration (default: max_steps, or 100)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads per process (fixed, not the core count: the result depends on it)")
     p.add_argument("--device", default=None,
                    help="default: cpu; under torchrun cuda:LOCAL_RANK when CUDA is available, else cpu")
     p.add_argument("--out", default=None, help="output folder (default runs/<env>)")
@@ -317,6 +324,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-gif", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
+    if args.threads < 1:
+        p.error(f"--threads must be at least 1, got {args.threads}")
     preset = {**GENERIC, **PRESETS.get(args.env, {})}
     args.env_kwargs = parse_kwargs(args.env_kwargs) if args.env_kwargs is not None else dict(preset["env_kwargs"])
     for name in ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch", "lr"):
@@ -333,8 +342,34 @@ def pick_device(requested: str | None, info: distributed.RankInfo) -> torch.devi
     return torch.device(requested or "cpu")
 
 
+def seed_everything(seed: int) -> None:
+    """Seed torch's, NumPy's and Python's global generators.
+
+    The example draws from torch's only (initial weights, action samples, minibatch order). NumPy's and Python's
+    are seeded for envs that draw from them (VMAS builds its worlds from copies of the global states it takes
+    when first imported); unseeded, every process starts them from fresh OS entropy.
+    """
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+
+
 def train(args: argparse.Namespace, callback=None) -> dict:
-    """Train; ``callback(iteration, data, loss_fn)``, if given, runs after each update on every rank."""
+    """Train; ``callback(iteration, data, loss_fn)``, if given, runs after each update on every rank.
+
+    Runs on ``args.threads`` torch threads and gives the process its previous count back afterwards.
+    """
+    previous = torch.get_num_threads()
+    # A fixed count, not torch's default of one per core: reductions split over threads round differently,
+    # so the curve of a seed would change with the machine's core count (docs/mappo.md).
+    torch.set_num_threads(args.threads)
+    try:
+        return _train(args, callback)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(args: argparse.Namespace, callback=None) -> dict:
     info = distributed.rank_info()
     device = pick_device(args.device, info)
     if args.minibatch % info.world_size:
@@ -342,7 +377,7 @@ def train(args: argparse.Namespace, callback=None) -> dict:
                          f"pass a multiple of {info.world_size}")
     joined = distributed.init_process_group(device, info)  # None outside torchrun
     seed = distributed.rank_seed(args.seed, info.rank, info.world_size)  # args.seed itself on rank 0
-    torch.manual_seed(seed)
+    seed_everything(seed)
     env = marl_envs.make(args.env, num_envs=args.num_envs, device=device, **args.env_kwargs)
     env.set_seed(seed)
     steps = args.steps_per_batch or env.max_steps or 100
@@ -414,14 +449,16 @@ def train(args: argparse.Namespace, callback=None) -> dict:
         "final_mean_episode_reward": finite[-1] if finite else float("nan"),
         "random_policy_reward": random_policy_reward(env, keys, frames, steps, info),
         "seed": args.seed,
+        "threads": args.threads,
         "world_size": info.world_size,
     }
     if info.is_main:
         args.out.mkdir(parents=True, exist_ok=True)
-        write_outputs(args, rows, summary)
+        write_outputs(args, rows, summary)  # before the GIF: a failed rendering keeps the curve
         gif = None if args.no_gif else write_gif(args, act, actors, steps, device)
         if gif is not None:
             summary["gif"] = str(gif)
+            write_summary(args, summary)  # summary.json holds every field main() prints
     env.close()
     if joined:
         # DDP's reducer must go while its process group lives: freed after destroy_process_group (when train
@@ -432,20 +469,34 @@ def train(args: argparse.Namespace, callback=None) -> dict:
     return summary
 
 
+# Columns that measure the machine, not the training: they go to timings.csv, so that metrics.csv is the same
+# file for the same seed and threads.
+TIMING_COLUMNS = ("wall_s",)
+
+
 def write_metrics(args, rows: list[dict]) -> None:
-    """``metrics.csv``: one row per iteration."""
+    """One row per iteration: ``metrics.csv`` (frames and rewards), ``timings.csv`` (frames and wall time)."""
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "metrics.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
-        writer.writeheader()
-        writer.writerows(rows)
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    for name, columns in [("metrics.csv", [k for k in fields if k not in TIMING_COLUMNS]),
+                          ("timings.csv", ["frames", *(k for k in fields if k in TIMING_COLUMNS)])]:
+        with open(args.out / name, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def write_summary(args, summary: dict) -> None:
+    """``summary.json``: the summary ``main`` prints."""
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def write_outputs(args, rows: list[dict], summary: dict, title: str = "") -> None:
-    """``metrics.csv``, ``summary.json`` and ``learning_curve.png`` (one curve per group, and the random policy)."""
+    """``metrics.csv``, ``timings.csv``, ``summary.json`` and ``learning_curve.png`` (one curve per group, and the
+    random policy)."""
     write_metrics(args, rows)
     fields = list(dict.fromkeys(k for row in rows for k in row))
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_summary(args, summary)
 
     import matplotlib
 

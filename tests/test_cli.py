@@ -1,8 +1,11 @@
+import importlib.metadata
+
 import pytest
-from envs import PredatorPreyCount
+from envs import Drift, PredatorPreyCount
 
 import marl_envs
 from marl_envs import cli, registry
+from marl_envs.specs import Binary
 
 
 @pytest.fixture(autouse=True)
@@ -26,14 +29,140 @@ def test_info_prints_groups_and_every_key(capsys):
     assert "prey.truncated        done         (1, 1, 1)  bool     Binary" in out
 
 
-def test_errors_are_one_line_with_exit_code_2(capsys):
-    assert cli.main(["info", "test/predator_pray"]) == 2
-    assert "error: unknown env 'test/predator_pray'; did you mean 'test/predator_prey'?" in capsys.readouterr().err
-    assert cli.main(["info", "test/predator_prey", "n_predator=3"]) == 2
+def test_library_errors_are_one_line_with_exit_code_1(capsys):
+    assert cli.main(["info", "test/predator_pray"]) == cli.EXIT_ERROR == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("error: unknown env 'test/predator_pray'; did you mean 'test/predator_prey'?")
+    assert cli.main(["info", "test/predator_prey", "n_predator=3"]) == 1
     assert "unexpected keyword argument 'n_predator'; did you mean 'n_predators'?" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="expected KEY=VALUE, got 'n_predators'"):
-        cli.main(["info", "test/predator_prey", "n_predators"])
+    assert cli.main(["bench", "test/predator_prey"]) == 1
+    assert capsys.readouterr().err == (
+        "error: bench times a backend's env against the backend's raw library; 'test/predator_prey' is not a "
+        "backend's env (backends: vmas, brax, pettingzoo, jaxmarl, gymnax)\n")
+
+
+def test_missing_backend_is_exit_code_1(capsys, monkeypatch):
+    missing = registry._Backend("marl_envs.backends.vmas", ("surely_not_installed_pkg",), "vmas")
+    monkeypatch.setitem(registry._BACKENDS, "vmas", missing)
+    monkeypatch.setattr(registry, "_NAME_CACHE", {})
+    assert cli.main(["list", "vmas"]) == 1
+    assert capsys.readouterr().err == ("error: the vmas backend needs surely_not_installed_pkg, which is not "
+                                       "installed; install it with: pip install 'marl-envs[vmas]'\n")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["info", "test/predator_prey", "n_predators"],
+     "marl-envs info: error: argument KEY=VALUE: expected KEY=VALUE, got 'n_predators' (e.g. n_agents=3)"),
+    (["info"], "marl-envs info: error: the following arguments are required: name"),
+    (["lst"], "marl-envs: error: argument command: invalid choice: 'lst'"),
+    (["list", "--verbose"], "marl-envs: error: unrecognized arguments: --verbose"),
+    ([], "marl-envs: error: the following arguments are required: command"),
+])
+def test_usage_errors_are_exit_code_2(capsys, argv, message):
+    assert cli.main(argv) == cli.EXIT_USAGE == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: marl-envs") and message in err
+
+
+def test_help_documents_the_exit_codes(capsys):
+    assert cli.main(["--help"]) == cli.EXIT_OK == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: marl-envs") and cli.EPILOG in out
+    for code in "012":
+        assert f"\n  {code}  " in cli.EPILOG
+
+
+def test_version_is_the_package_version(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"marl-envs {marl_envs.__version__}\n"
+    assert importlib.metadata.version("marl-envs") == marl_envs.__version__  # pyproject reads it (dynamic version)
+
+
+def test_list_user_without_registrations_says_how_to_register(capsys, monkeypatch):
+    monkeypatch.setattr(registry, "_USER_ENVS", {})
+    assert cli.main(["list", "user"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "no envs registered with marl_envs.register(name, factory): a registration lasts for the Python process "
+        "that makes it, so a new `marl-envs` process has none; in your own code, marl_envs.register(name, factory) "
+        "adds one and marl_envs.available_envs('user') lists them\n")
+
+
+def test_list_without_backends_says_what_to_install(capsys, monkeypatch):
+    for name, backend in registry._BACKENDS.items():
+        missing = registry._Backend(backend.module, ("surely_not_installed_pkg",), backend.extra)
+        monkeypatch.setitem(registry._BACKENDS, name, missing)
+    assert cli.main(["list"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "test/predator_prey\n"
+    assert captured.err == ("not installed, so not listed: vmas, brax, pettingzoo, jaxmarl, gymnax "
+                            "(pip install 'marl-envs[vmas,brax,pettingzoo,jaxmarl,gymnax]')\n")
+    monkeypatch.setattr(registry, "_USER_ENVS", {})
+    assert cli.main(["list"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ("no envs: no backend is installed; install one with: "
+                            "pip install 'marl-envs[vmas|brax|pettingzoo|jaxmarl|gymnax|all]'\n")
+
+
+def test_list_unknown_backend_suggests_a_close_one(capsys):
+    assert cli.main(["list", "vmass"]) == 1
+    assert capsys.readouterr().err == ("error: unknown backend 'vmass'; did you mean 'vmas'? available: vmas, brax, "
+                                       "pettingzoo, jaxmarl, gymnax, user\n")
+
+
+def test_info_of_a_single_agent_env_says_so(capsys):
+    marl_envs.register("test/drift_single", lambda **kw: Drift(single_agent=True, **kw))
+    assert cli.main(["info", "test/drift_single"]) == 0
+    out = capsys.readouterr().out
+    assert "single-agent env: no groups, its keys are at the root (observation, action, reward, ...)" in out
+    assert "group  agents" not in out
+    assert "observation  observation  (1, 1)  float32  Unbounded       the observation" in out
+    assert "next.reward  reward       (1, 1)  float32  Unbounded       the reward for the step" in out
+
+
+class _WithAgentMask(PredatorPreyCount):
+    """``PredatorPreyCount`` declaring PettingZoo's ``(group, "mask")`` (its specs only: ``info`` steps nothing)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        spec = self.full_observation_spec.clone()
+        spec["prey", "mask"] = Binary((self.num_envs, 1, 1))
+        self.full_observation_spec = spec
+
+
+def test_info_says_what_each_key_means(capsys):
+    marl_envs.register("test/masked", _WithAgentMask)
+    assert cli.main(["info", "test/masked"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert rows["key"].split() == ["key", "role", "shape", "dtype", "spec", "meaning"]
+    meanings = {
+        "predator.observation": "each agent's observation",
+        "prey.action_mask": "the actions each agent may take now (True: allowed)",
+        "prey.mask": "True for the agents that act this step: alive (parallel env) or whose turn it is "
+                     "(turn-based env)",
+        "state": "the global state (e.g. for a centralised critic)",
+        "prey.action": "each agent's action, written by the policy before step()",
+        "next.prey.reward": "each agent's reward for the step",
+        "done": "the episode is over: terminated or truncated",
+        "terminated": "the episode reached a terminal state",
+        "truncated": "the episode was cut off by a time limit",
+        "prey.done": "the agent is done: terminated or truncated",
+        "prey.terminated": "the agent reached a terminal state (e.g. it died)",
+        "prey.truncated": "the agent was cut off by a time limit",
+    }
+    for key, meaning in meanings.items():
+        assert rows[key].endswith(meaning), rows[key]
 
 
 def test_parse_kwargs_literals():
     assert cli.parse_kwargs(["a=3", "b=0.5", "c=cpu", "d=True", "e=[1, 2]"]) == {"a": 3, "b": 0.5, "c": "cpu", "d": True, "e": [1, 2]}
+
+
+def test_parse_kwargs_malformed_exits_with_the_usage_code(capsys):
+    with pytest.raises(SystemExit) as exit:
+        cli.parse_kwargs(["a=3", "n_agents"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err == "error: expected KEY=VALUE, got 'n_agents' (e.g. n_agents=3)\n"

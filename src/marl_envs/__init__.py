@@ -5,15 +5,18 @@
 ['vmas', 'brax', 'pettingzoo', 'jaxmarl', 'gymnax']
 """
 
+import importlib
+
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
 
-from . import distributed, specs
-from ._env import EnvBase
-from .checks import check_env_specs
 from .registry import available_backends, available_envs, backend_installed, make, register
 
 __version__ = "0.1.0"
 
+#: What needs torch, imported when first asked for (``marl_envs.EnvBase``, ``from marl_envs import specs``):
+#: ``import marl_envs`` alone imports neither torch nor tensordict, so that listing names (``marl-envs list``)
+#: takes a fraction of a second.
+_LAZY = {"EnvBase": "._env", "check_env_specs": ".checks", "specs": None, "distributed": None}
 #: Backend classes importable from the top level (``from marl_envs import VmasEnv``), each backend module
 #: imported only when one of its classes is asked for (they stay out of ``__all__``: a star import loads none).
 _LAZY_CLASSES = {
@@ -24,6 +27,12 @@ _LAZY_CLASSES = {
 
 
 def __getattr__(name: str):
+    if name in _LAZY:
+        module = _LAZY[name]
+        value = (importlib.import_module(f".{name}", __name__) if module is None
+                 else getattr(importlib.import_module(module, __name__), name))
+        globals()[name] = value
+        return value
     if name in _LAZY_CLASSES:
         from .registry import backend_module
 
@@ -32,7 +41,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY_CLASSES])
+    return sorted({*globals(), *_LAZY, *_LAZY_CLASSES})
 
 __all__ = [
     "EnvBase",

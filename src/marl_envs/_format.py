@@ -40,12 +40,48 @@ def _key(key: NestedKey) -> str:
     return key if isinstance(key, str) else ".".join(key)
 
 
-SPEC_HEADERS = ("key", "role", "shape", "dtype", "spec")
+SPEC_HEADERS = ("key", "role", "shape", "dtype", "spec", "meaning")
 GROUP_HEADERS = ("group", "agents", "n")
 
+#: What an entry means, by the first part of its key below its group (``("agents", "info", "pos_rew")``: ``info``):
+#: (an agent's entry, in a group; the env's entry, at the root).
+MEANINGS: dict[str, tuple[str, str]] = {
+    "observation": ("each agent's observation", "the observation"),
+    "action": ("each agent's action, written by the policy before step()",
+               "the action, written by the policy before step()"),
+    "action_mask": ("the actions each agent may take now (True: allowed)", "the actions allowed now (True: allowed)"),
+    "mask": ("True for the agents that act this step: alive (parallel env) or whose turn it is (turn-based env)",
+             "True for the envs that act this step"),
+    "reward": ("each agent's reward for the step", "the reward for the step"),
+    "done": ("the agent is done: terminated or truncated", "the episode is over: terminated or truncated"),
+    "terminated": ("the agent reached a terminal state (e.g. it died)", "the episode reached a terminal state"),
+    "truncated": ("the agent was cut off by a time limit", "the episode was cut off by a time limit"),
+    "state": ("each agent's state", "the global state (e.g. for a centralised critic)"),
+    "info": ("a numeric info the backend reports per agent", "a numeric info the backend reports"),
+}
+#: The meaning of an entry whose name ``MEANINGS`` does not know, by the spec it is in.
+ROLE_MEANINGS = {
+    "observation": "returned by reset() and step()",
+    "state input": "read by step() besides the action",
+    "action": "written by the policy before step()",
+    "reward": "returned by step()",
+    "done": "an end flag",
+}
 
-def spec_rows(env: EnvBase) -> list[tuple[str, str, tuple[int, ...], str, str]]:
-    """One row per key the env reads or writes: key, role, shape, dtype and spec (``SPEC_HEADERS``)."""
+
+def meaning(env: EnvBase, key: NestedKey, role: str) -> str:
+    """What the entry ``key`` of the spec of ``role`` means, in words (``MEANINGS``, else ``ROLE_MEANINGS``)."""
+    parts = (key,) if isinstance(key, str) else tuple(key)
+    grouped = len(parts) > 1 and parts[0] in env.group_map
+    name, rest = (parts[1], parts[2:]) if grouped else (parts[0], parts[1:])
+    if name not in MEANINGS:
+        return ROLE_MEANINGS[role]
+    text = MEANINGS[name][0 if grouped else 1]
+    return f"{text}: {'.'.join(rest)}" if rest else text
+
+
+def spec_rows(env: EnvBase) -> list[tuple[str, str, tuple[int, ...], str, str, str]]:
+    """One row per key the env reads or writes: key, role, shape, dtype, spec and meaning (``SPEC_HEADERS``)."""
     rows = []
     kinds: list[tuple[str, Composite, str]] = [
         ("observation", env.full_observation_spec, ""),
@@ -56,12 +92,13 @@ def spec_rows(env: EnvBase) -> list[tuple[str, str, tuple[int, ...], str, str]]:
     ]
     for role, full, prefix in kinds:
         for key, spec in full.items(True, True):
-            rows.append((prefix + _key(key), role, tuple(spec.shape), str(spec.dtype).replace("torch.", ""), describe(spec)))
+            rows.append((prefix + _key(key), role, tuple(spec.shape), str(spec.dtype).replace("torch.", ""),
+                         describe(spec), meaning(env, key, role)))
     return rows
 
 
 def spec_table(env: EnvBase) -> str:
-    """Every key the env reads or writes, with its role, shape, dtype and spec."""
+    """Every key the env reads or writes, with its role, shape, dtype, spec and meaning."""
     return table(SPEC_HEADERS, spec_rows(env))
 
 
@@ -71,4 +108,7 @@ def group_rows(env: EnvBase) -> list[tuple[str, str, int]]:
 
 
 def group_table(env: EnvBase) -> str:
+    """The groups and their agents; a sentence for a single-agent env (no groups: its keys are at the root)."""
+    if not env.group_map:
+        return "single-agent env: no groups, its keys are at the root (observation, action, reward, ...)"
     return table(GROUP_HEADERS, group_rows(env))

@@ -14,10 +14,13 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._env import EnvBase
-from ._validate import check_kwargs, unknown_name
+from . import _names
+from ._messages import unknown_name
+
+if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names (marl-envs list)
+    from ._env import EnvBase
 
 __all__ = ["available_backends", "available_envs", "backend_installed", "backend_module", "make", "register"]
 
@@ -77,13 +80,30 @@ def backend_module(backend: str) -> ModuleType:
 
 
 def _backend_names(backend: str) -> list[str]:
+    """``backend``'s names (``"vmas/balance"``, ...), without importing it where the snapshot or the user cache
+    has them for the installed versions (``marl_envs._names``)."""
     if backend not in _NAME_CACHE:
-        _NAME_CACHE[backend] = sorted(f"{backend}/{name}" for name in backend_module(backend).env_names())
+        if not backend_installed(backend):
+            backend_module(backend)  # raises the ImportError that names the pip extra
+        versions = _names.stamp(_BACKENDS[backend].extra)
+        names = _names.lookup(backend, versions)
+        if names is None:
+            names = _live_names(backend)
+            _names.remember(backend, versions, names)
+        _NAME_CACHE[backend] = names
     return _NAME_CACHE[backend]
+
+
+def _live_names(backend: str) -> list[str]:
+    """``backend``'s names as its module lists them (imports it)."""
+    return sorted(f"{backend}/{name}" for name in backend_module(backend).env_names())
 
 
 def available_envs(backend: str | None = None) -> list[str]:
     """Sorted names ``make`` accepts: every installed backend's and the user-registered ones.
+
+    No backend is imported where the names of its installed version are known (a snapshot shipped in the
+    package, or a cache in ``~/.cache/marl_envs/names`` from an earlier listing): see ``marl_envs._names``.
 
     Args:
         backend: list only this backend's envs (one of ``available_backends()``), or ``"user"``
@@ -129,6 +149,8 @@ def make(name: str, **kwargs: Any) -> EnvBase:
     if not isinstance(name, str):
         raise TypeError(f"env name must be a str like 'vmas/balance', got {name!r}")
     if name in _USER_ENVS:
+        from ._validate import check_kwargs
+
         factory = _USER_ENVS[name]
         check_kwargs(repr(name), factory, kwargs)
         return factory(**kwargs)

@@ -1,0 +1,24 @@
+"""The name messages every part of the library shares ("did you mean"), importing nothing heavy: the registry
+and the CLI's ``list`` use them without torch."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+
+__all__ = ["did_you_mean", "unknown_name"]
+
+
+def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
+    """``"; did you mean 'a' or 'b'?"`` for the close matches of ``name`` among ``candidates``, else ``""``."""
+    close = difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=0.6)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def unknown_name(what: str, name: str, candidates: Sequence[str], listing: str | None = None) -> ValueError:
+    """``ValueError("unknown <what> 'x'; did you mean 'y'? available: ...")``.
+
+    ``listing`` replaces the list of every candidate (e.g. a shortened one with a pointer to the full list).
+    """
+    shown = ", ".join(candidates) if listing is None else listing
+    return ValueError(f"unknown {what} {name!r}{did_you_mean(name, candidates) or ';'} available: {shown}")
