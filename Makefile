@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make demo   sets up .venv and runs the demo (the main job): a tour, then MAPPO on vmas/navigation
-#   make test   sets up .venv and .venv-torchrl and runs the test suite in both
+#   make test   sets up .venv, .venv-torchrl and .venv-torchrl011 and runs the test suite in them
 #   make docs   builds the documentation site into docs/_build/html (warnings are errors)
 PYTHON ?= python3
 VENV := .venv
@@ -14,6 +14,12 @@ TORCHRL_VENV := .venv-torchrl
 TORCHRL_BIN := $(TORCHRL_VENV)/bin
 TORCHRL_SPEC ?= torchrl==0.14.1 tensordict==0.14.3
 TORCHRL_STAMP := $(TORCHRL_VENV)/.installed
+# The oldest TorchRL supported (BenchMARL 1.5 pins torchrl < 0.12), on its tensordict: a third virtualenv, where
+# the interop tests and the core's run again (the core on tensordict 0.11).
+TORCHRL_OLD_VENV := .venv-torchrl011
+TORCHRL_OLD_BIN := $(TORCHRL_OLD_VENV)/bin
+TORCHRL_OLD_SPEC ?= torchrl==0.11.1 tensordict==0.11.0
+TORCHRL_OLD_STAMP := $(TORCHRL_OLD_VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 # Headless rendering (VMAS through pyglet, Brax through MuJoCo) draws with EGL from Mesa.
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
@@ -22,7 +28,7 @@ SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
 setup: $(STAMP)
 
-setup-torchrl: $(TORCHRL_STAMP)
+setup-torchrl: $(TORCHRL_STAMP) $(TORCHRL_OLD_STAMP)
 
 system-packages:
 	@if command -v dpkg >/dev/null 2>&1 && ! dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
@@ -48,6 +54,14 @@ $(TORCHRL_STAMP): pyproject.toml Makefile
 	$(TORCHRL_BIN)/python -m pip install --quiet -e ".[dev,torchrl]" "$(TORCH_SPEC)" $(TORCHRL_SPEC)
 	touch $(TORCHRL_STAMP)
 
+$(TORCHRL_OLD_STAMP): pyproject.toml Makefile
+	$(MAKE) --no-print-directory system-packages
+	$(PYTHON) -m venv $(TORCHRL_OLD_VENV)
+	$(TORCHRL_OLD_BIN)/python -m pip install --quiet --upgrade pip
+	$(TORCHRL_OLD_BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(TORCHRL_OLD_BIN)/python -m pip install --quiet -e ".[dev,torchrl]" "$(TORCH_SPEC)" $(TORCHRL_OLD_SPEC)
+	touch $(TORCHRL_OLD_STAMP)
+
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[docs]" "$(TORCH_SPEC)"
 	touch $(DOCS_STAMP)
@@ -56,15 +70,21 @@ demo: $(STAMP)
 	$(BIN)/marl-envs demo
 	$(BIN)/python examples/mappo.py --env vmas/navigation --out runs/navigation
 
-# Twice: the core on the newest tensordict (.venv; the TorchRL tests skip there), then everything again with
-# torchrl + tensordict 0.14 (.venv-torchrl), where MARL_ENVS_REQUIRE_TORCHRL makes a missing torchrl an error.
-test: $(STAMP) $(TORCHRL_STAMP)
+# Three times: the core on the newest tensordict (.venv; the TorchRL tests skip there), everything again with
+# torchrl + tensordict 0.14 (.venv-torchrl), then the interop, the core and the torch backends with torchrl +
+# tensordict 0.11 (.venv-torchrl011); MARL_ENVS_REQUIRE_TORCHRL makes a missing torchrl an error.
+OLD_TORCHRL_TESTS := tests/test_torchrl.py tests/test_env.py tests/test_specs.py tests/test_checks.py \
+	tests/test_fuzz.py tests/test_registry.py tests/test_keywords.py tests/backends/test_vmas.py \
+	tests/backends/test_pettingzoo.py
+test: $(STAMP) $(TORCHRL_STAMP) $(TORCHRL_OLD_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile
+	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_OLD_BIN)/python -m pytest -n 2 --dist loadfile $(OLD_TORCHRL_TESTS)
 
-test-all: $(STAMP) $(TORCHRL_STAMP)
+test-all: $(STAMP) $(TORCHRL_STAMP) $(TORCHRL_OLD_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --all
 	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile --all
+	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_OLD_BIN)/python -m pytest -n 2 --dist loadfile --all $(OLD_TORCHRL_TESTS)
 
 # The env catalogue (docs/envs) is generated from the registry; its pictures are cached in docs/_build.
 docs: $(DOCS_STAMP)
@@ -72,4 +92,4 @@ docs: $(DOCS_STAMP)
 	@echo "docs: docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) $(TORCHRL_VENV) .pytest_cache .hypothesis docs/_build docs/envs
+	rm -rf $(VENV) $(TORCHRL_VENV) $(TORCHRL_OLD_VENV) .pytest_cache .hypothesis docs/_build docs/envs

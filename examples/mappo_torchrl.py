@@ -11,6 +11,15 @@ Every key (actions, rewards, done flags, observations, action masks) is read fro
 
 Writes ``OUT/metrics.csv``, ``OUT/summary.json`` (final mean episode reward, the same for a random policy,
 wall time) and ``OUT/learning_curve.png``. Needs the torchrl extra (``pip install 'marl-envs[torchrl]'``).
+
+On N processes, CPUs or GPUs, as ``examples/mappo.py`` (``docs/scaling.md``):
+
+    torchrun --standalone --nproc_per_node 2 examples/mappo_torchrl.py --env vmas/navigation --num-envs 30
+
+Every rank builds ``--num-envs`` envs seeded per rank (on ``cuda:LOCAL_RANK`` when CUDA is available and no
+``--device`` is given), starts from rank 0's parameters and averages its gradients with the others' before each
+step, so every rank holds the same parameters (checked at the end); ``--frames`` and ``--minibatch`` count over
+all ranks, episode statistics are summed over ranks, and rank 0 alone writes the files.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from pathlib import Path
 
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from torch import distributed as dist
 from torch import nn
 from torchrl.collectors import Collector
 from torchrl.data import Bounded, Categorical, OneHot
@@ -44,8 +54,9 @@ from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
 import marl_envs
 from mappo import as_tuple, write_metrics, write_outputs  # examples/mappo.py: key helper, metrics.csv, plot
+from marl_envs import distributed
 from marl_envs.cli import parse_kwargs
-from marl_envs.torchrl import to_torchrl
+from marl_envs.torchrl import COLLECTOR_KWARGS, to_torchrl
 
 # Per-env settings (as in examples/mappo.py, for the envs listed); anything else gets the generic defaults.
 PRESETS: dict[str, dict] = {
@@ -146,16 +157,20 @@ def expand_done(data, groups: list[Group]) -> None:
                 data.set(("next", *as_tuple(key)), flag)
 
 
-def episode_rewards(data, groups: list[Group]) -> dict[str, float]:
-    """Per group: the mean over agents and finished episodes of the per-agent return (nan if none finished)."""
+def episode_rewards(data, groups: list[Group], info: distributed.RankInfo | None = None) -> dict[str, float]:
+    """Per group: the mean over agents and finished episodes (of every rank) of the per-agent return (nan if none
+    finished)."""
     done = data.get(("next", "done"))  # (..., 1): the env is the unit of episodes
-    out = {}
+    sums_counts = []
     for g in groups:
         returns = data.get(("next", *as_tuple(g.episode_reward)))
         per_env = returns.flatten(len(done.shape) - 1).mean(-1) if g.prefix else returns[..., 0]
         ended = per_env[done[..., 0]]
-        out[g.name] = ended.mean().item() if ended.numel() else float("nan")
-    return out
+        sums_counts.append(torch.stack([ended.sum(), torch.tensor(float(ended.numel()), device=ended.device)]))
+    totals = torch.stack(sums_counts)
+    if info is not None and info.world_size > 1:
+        dist.all_reduce(totals)
+    return {g.name: s / c if c else float("nan") for g, (s, c) in zip(groups, totals.tolist())}
 
 
 def mean_of(values) -> float:
@@ -167,7 +182,8 @@ def random_policy_reward(args, frames: int, steps: int) -> float:
     """The same accounting as training, over ``frames`` frames of the env's random actions."""
     env, groups = make_env(args)
     env.set_seed(12345)
-    collector = Collector(env, None, frames_per_batch=args.num_envs * steps, total_frames=max(frames, 1))
+    collector = Collector(env, None, frames_per_batch=args.num_envs * steps, total_frames=max(frames, 1),
+                          **COLLECTOR_KWARGS)
     rewards = [mean_of(episode_rewards(data, groups).values()) for data in collector]
     collector.shutdown()
     return mean_of(rewards)
@@ -191,7 +207,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--ippo", action="store_true", help="decentralised critics (IPPO)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", help="default: cpu; under torchrun cuda:LOCAL_RANK when CUDA is available, else cpu")
     p.add_argument("--out", default=None, help="output folder (default runs/torchrl_<env>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
@@ -204,13 +220,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def average_gradients(params: list[torch.Tensor], world_size: int) -> None:
+    """Every rank's gradients replaced by their mean over ranks, in one collective call."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world_size
+    for p, g in zip(params, flat.split([g.numel() for g in grads])):
+        p.grad = g.view_as(p)
+
+
+def check_ranks_agree(params: list[torch.Tensor]) -> None:
+    """Raise if the ranks' parameters differ (gradients not averaged the same way on every rank)."""
+    mine = torch.stack([torch.cat([p.detach().reshape(-1) for p in params]).double().sum()])
+    lowest, highest = mine.clone(), mine.clone()
+    dist.all_reduce(lowest, op=dist.ReduceOp.MIN)
+    dist.all_reduce(highest, op=dist.ReduceOp.MAX)
+    if not torch.equal(lowest, highest):
+        raise RuntimeError(f"the ranks' parameters differ after training (sums {lowest.item()} to {highest.item()})")
+
+
 def train(args) -> dict:
-    torch.manual_seed(args.seed)
+    info = distributed.rank_info()
+    if args.device is None:  # under torchrun this rank's GPU when CUDA is there, else the CPU
+        args.device = str(distributed.rank_device(info) if info.launched else torch.device("cpu"))
+    if args.minibatch % info.world_size:
+        raise ValueError(f"--minibatch {args.minibatch} counts samples over all {info.world_size} ranks; "
+                         f"pass a multiple of {info.world_size}")
+    joined = distributed.init_process_group(args.device, info)  # None outside torchrun
+    seed = distributed.rank_seed(args.seed, info.rank, info.world_size)  # args.seed itself on rank 0
+    torch.manual_seed(seed)
     env, groups = make_env(args)
-    env.set_seed(args.seed)
+    env.set_seed(seed)
     steps = args.steps_per_batch or env.base_env.env.max_steps or 100
     frames_per_batch = args.num_envs * steps
-    iterations = max(1, args.frames // frames_per_batch)
+    iterations = max(1, args.frames // (info.world_size * frames_per_batch))
+    minibatch = args.minibatch // info.world_size  # per rank
     actors = [policy_module(env, g, args.hidden) for g in groups]
     critics = [critic_module(env, g, args.hidden, centralised=not args.ippo) for g in groups]
     losses = []
@@ -221,19 +266,22 @@ def train(args) -> dict:
                       sample_log_prob=g.log_prob, value=g.value, advantage=g.advantage, value_target=g.value_target)
         loss.make_value_estimator(ValueEstimators.GAE, gamma=args.gamma, lmbda=args.lmbda)
         losses.append(loss)
-    params = [p for loss in losses for p in loss.parameters()]
+    params = list(dict.fromkeys(p for loss in losses for p in loss.parameters()))  # shared ones once
+    if info.world_size > 1:  # every rank starts from rank 0's parameters
+        for p in params:
+            dist.broadcast(p.data, src=0)
     optim = torch.optim.Adam(params, lr=args.lr)
     collector = Collector(env, TensorDictSequential(*actors), frames_per_batch=frames_per_batch,
-                          total_frames=iterations * frames_per_batch, device=args.device,
-                          auto_register_policy_transforms=False)
+                          total_frames=iterations * frames_per_batch, device=args.device, **COLLECTOR_KWARGS)
     buffer = ReplayBuffer(storage=LazyTensorStorage(frames_per_batch, device=args.device),
-                          sampler=SamplerWithoutReplacement(), batch_size=args.minibatch)
+                          sampler=SamplerWithoutReplacement(), batch_size=minibatch)
 
     bar = None
-    if not args.quiet:
+    if not args.quiet and info.is_main:
         from tqdm import tqdm
 
-        bar = tqdm(total=iterations * frames_per_batch, unit="frame", unit_scale=True, desc=args.env)
+        bar = tqdm(total=iterations * info.world_size * frames_per_batch, unit="frame", unit_scale=True,
+                   desc=args.env)
     rows, start, frames = [], time.perf_counter(), 0
     for data in collector:
         expand_done(data, groups)
@@ -241,11 +289,11 @@ def train(args) -> dict:
             for loss in losses:
                 loss.value_estimator(data, params=loss.critic_network_params,
                                      target_params=loss.target_critic_network_params)
-        frames += data.numel()
-        per_group = episode_rewards(data, groups)
+        frames += data.numel() * info.world_size
+        per_group = episode_rewards(data, groups, info)
         buffer.extend(data.reshape(-1))
         for _ in range(args.epochs):
-            for _ in range(max(1, frames_per_batch // args.minibatch)):
+            for _ in range(max(1, frames_per_batch // minibatch)):
                 sample = buffer.sample()
                 total = 0.0
                 for loss in losses:
@@ -253,6 +301,8 @@ def train(args) -> dict:
                     total = total + out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
                 optim.zero_grad()
                 total.backward()
+                if info.world_size > 1:
+                    average_gradients(params, info.world_size)
                 nn.utils.clip_grad_norm_(params, args.max_grad_norm)
                 optim.step()
         collector.update_policy_weights_()
@@ -261,21 +311,29 @@ def train(args) -> dict:
         if len(per_group) > 1:
             row.update({f"reward_{name}": value for name, value in per_group.items()})
         rows.append(row)
-        write_metrics(args, rows)  # every iteration: a run stopped early still leaves its curve
+        if info.is_main:
+            write_metrics(args, rows)  # every iteration: a run stopped early still leaves its curve
         if bar is not None:
-            bar.update(data.numel())
+            bar.update(data.numel() * info.world_size)
             bar.set_postfix(episode_reward=f"{row['mean_episode_reward']:.3f}")
     collector.shutdown()
     if bar is not None:
         bar.close()
+    if joined:
+        check_ranks_agree(params)
+        dist.destroy_process_group()
     wall = time.perf_counter() - start
     finite = [r["mean_episode_reward"] for r in rows if not math.isnan(r["mean_episode_reward"])]
     summary = {
         "env": args.env, "env_kwargs": args.env_kwargs, "algorithm": "IPPO" if args.ippo else "MAPPO",
         "frames": frames, "wall_s": round(wall, 2),
-        "final_mean_episode_reward": finite[-1] if finite else float("nan"),
-        "random_policy_reward": random_policy_reward(args, frames, steps), "seed": args.seed,
+        "final_mean_episode_reward": finite[-1] if finite else float("nan"), "seed": args.seed,
+        "world_size": info.world_size,
     }
+    if not info.is_main:
+        return summary
+    # the random baseline on rank 0 alone, over as many frames as one rank trained on
+    summary["random_policy_reward"] = random_policy_reward(args, frames // info.world_size, steps)
     write_outputs(args, rows, summary, title=f"{summary['algorithm']} (TorchRL) on {summary['env']} "
                                             f"({summary['wall_s']:.0f} s)")
     return summary
@@ -284,8 +342,9 @@ def train(args) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     summary = train(args)
-    print(json.dumps(summary, indent=2))
-    print(f"learning curve: {args.out / 'learning_curve.png'}")
+    if "random_policy_reward" in summary:  # rank 0 (or the only process)
+        print(json.dumps(summary, indent=2))
+        print(f"learning curve: {args.out / 'learning_curve.png'}")
     return summary
 
 

@@ -109,12 +109,35 @@ def test_masked_policy_samples_and_scores_only_available_actions():
     assert torch.isfinite(entropy).all() and (entropy <= torch.log(mask.sum(-1, keepdim=True).float()) + 1e-5).all()
 
 
-@pytest.mark.skipif(not marl_envs.backend_installed("vmas"), reason="needs the vmas extra")
-def test_vmas_navigation_writes_gif(tmp_path):
+def _printed_summary(capsys) -> str:
+    """The JSON summary ``mappo.main`` printed, as printed (the lines after it name the files)."""
+    out = capsys.readouterr().out
+    return out[: json.JSONDecoder().raw_decode(out)[1]]
+
+
+VMAS = pytest.mark.skipif(not marl_envs.backend_installed("vmas"), reason="needs the vmas extra")
+
+
+@VMAS
+def test_vmas_navigation_writes_gif(tmp_path, capsys):
     mappo.main(["--env", "vmas/navigation", "--env-kwargs", "n_agents=2", "max_steps=10", "--out", str(tmp_path),
                 "--steps-per-batch", "10", *TINY])
-    _check_outputs(tmp_path, "vmas/navigation")
-    assert (tmp_path / "policy.gif").read_bytes()[:3] == b"GIF"
+    summary = _check_outputs(tmp_path, "vmas/navigation")
+    assert (tmp_path / "policy.gif").read_bytes()[:3] == b"GIF" and summary["gif"] == str(tmp_path / "policy.gif")
+    assert (tmp_path / "summary.json").read_text() == _printed_summary(capsys) + "\n"
+
+
+@pytest.mark.parametrize("env", ["test/drift", pytest.param("vmas/navigation", marks=VMAS)])
+def test_same_seed_writes_the_same_metrics(tmp_path, capsys, env):
+    """Two runs of one seed write the same metrics.csv byte for byte (wall times go to timings.csv), and
+    summary.json holds the summary printed."""
+    for run in ("a", "b"):
+        mappo.main(["--env", env, "--env-kwargs", "max_steps=10", "--out", str(tmp_path / run), "--steps-per-batch",
+                    "10", "--no-gif", *TINY])
+        assert (tmp_path / run / "summary.json").read_text() == _printed_summary(capsys) + "\n"
+    metrics = [(tmp_path / run / "metrics.csv").read_text() for run in ("a", "b")]
+    assert metrics[0] == metrics[1] and metrics[0].startswith("frames,mean_episode_reward\n")
+    assert (tmp_path / "a" / "timings.csv").read_text().startswith("frames,wall_s\n")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -159,3 +182,25 @@ def test_mappo_torchrl_gae_flags_or_the_root_end_into_a_group_s_own(mappo_torchr
     for name in ("done", "terminated"):
         assert data["next", "agents", name][0].all()  # every agent of env 0
         assert data["next", "agents", name][1].flatten().tolist() == [True, False, False]  # env 1: own flags
+
+
+def test_mappo_torchrl_under_torchrun_two_ranks(mappo_torchrl, tmp_path):
+    """Two CPU ranks (gloo): every rank starts from rank 0's parameters and averages its gradients with the
+    other's; the example checks the ranks' parameters agree at the end (a failing check fails the run)."""
+    import subprocess
+
+    import torch
+
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available")
+    script = Path(__file__).parents[1] / "examples" / "mappo_torchrl.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+           "--env", "vmas/navigation", "--env-kwargs", "max_steps=10", "--steps-per-batch", "10", "--num-envs", "3",
+           "--frames", "120", "--epochs", "1", "--minibatch", "20", "--hidden", "16", "--quiet", "--out", str(tmp_path)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={"OMP_NUM_THREADS": "1", **env})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["frames"] == 120  # 2 iterations of 2 ranks x 3 envs x 10 steps
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
+    assert [row["frames"] for row in rows] == ["60", "120"]

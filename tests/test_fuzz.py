@@ -221,7 +221,12 @@ def bad_input(env, td: TensorDictBase, kind: str, data) -> tuple[str, object, ty
         key = data.draw(st.sampled_from(discrete), label="discrete key")
         spec, action = env.full_action_spec[key], bad.get(key).clone()
         flat = action.view(-1)
-        index = data.draw(st.integers(0, flat.numel() - 1), label="index")
+        # only the agents the group's "mask" marks have their actions checked (turn-based games: the acting one)
+        acting = bad.get((key[0], "mask"), None) if isinstance(key, tuple) else None
+        rows = action.shape[:2].numel()
+        where = (torch.arange(flat.numel()) if acting is None
+                 else acting.reshape(rows).repeat_interleave(flat.numel() // rows).nonzero().flatten())
+        index = int(where[data.draw(st.integers(0, len(where) - 1), label="index")])
         flat[index] = data.draw(st.sampled_from([-1, spec.n, spec.n + 7, -(2**40)]), label="value")
         bad.set(key, action)
         return (method, bad, ValueError, rf"action {_key(key)} has 1 invalid value\(s\), e.g. \[{flat[index]}\].*"

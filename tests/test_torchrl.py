@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 import torch
-from envs import Drift, PredatorPreyCount
+from envs import SMALL_KWARGS, Drift, PredatorPreyCount
 from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 
@@ -33,9 +33,10 @@ with warnings.catch_warnings():
     from torchrl.modules import MultiAgentMLP, ProbabilisticActor, TanhNormal
     from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
-from marl_envs.torchrl import TorchRLEnv, to_torchrl, to_torchrl_spec  # noqa: E402
+from marl_envs.torchrl import COLLECTOR_KWARGS, TorchRLEnv, to_torchrl, to_torchrl_spec  # noqa: E402
 
-HAS = {backend: marl_envs.backend_installed(backend) for backend in ("vmas", "brax", "pettingzoo")}
+BACKENDS = ("vmas", "brax", "pettingzoo", "jaxmarl", "gymnax")
+HAS = {backend: marl_envs.backend_installed(backend) for backend in BACKENDS}
 
 
 @pytest.mark.skipif(not HAS["vmas"], reason="the module docstring builds vmas/balance")
@@ -245,10 +246,104 @@ def test_bad_input_gives_our_error_unchanged_and_the_env_stays_usable(case):
     assert adapted.env.full_reward_spec.is_in(td["next"])
 
 
-def test_reset_keywords_are_refused():
-    adapted = to_torchrl(Drift(num_envs=2))
-    with pytest.raises(TypeError, match=r"reset\(\) got keyword arguments \['seed'\]; marl-envs envs take none"):
-        adapted.reset(seed=3)
+def test_reset_seed_is_set_seed_then_reset_and_other_keywords_are_refused():
+    adapted = to_torchrl(PredatorPreyCount(num_envs=4))
+    runs = []
+    for seeded in ("reset(seed=)", "set_seed"):
+        if seeded == "set_seed":
+            adapted.set_seed(3)
+        first = adapted.reset(seed=3) if seeded == "reset(seed=)" else adapted.reset()
+        runs.append((first.clone(), adapted.rollout(5, break_when_any_done=False, auto_reset=False, tensordict=first)))
+    assert (runs[0][0] == runs[1][0]).all() and (runs[0][1] == runs[1][1]).all()
+    with pytest.raises(TypeError, match=r"reset\(\) got keyword arguments \['options'\]; marl-envs envs take only "
+                                        r"seed="):
+        adapted.reset(options={})
+
+
+def test_set_seed_none_keeps_the_random_state():
+    adapted = to_torchrl(PredatorPreyCount(num_envs=4))
+    adapted.set_seed(5)
+    expected = adapted.rollout(6, break_when_any_done=False)
+    adapted.set_seed(5)
+    adapted.set_seed(None)
+    assert (adapted.rollout(6, break_when_any_done=False) == expected).all()
+
+
+def test_torchrl_group_map_types_are_ours():
+    from torchrl.envs.utils import MarlGroupMapType as TorchRLGroupMapType
+
+    for strategy in TorchRLGroupMapType:
+        env = PredatorPreyCount(num_envs=2)
+        env.group_map = strategy
+        assert env.group_map == strategy.get_group_map(env.agent_names)
+
+
+def test_attributes_torchrl_users_read():
+    adapted = to_torchrl(PredatorPreyCount(num_envs=2))
+    assert adapted.agents == adapted.agent_names == adapted.env.agent_names  # no agent objects: the names
+    assert adapted.het_specs is False and adapted.het_specs_map == {"predator": False, "prey": False}
+    assert adapted.has_action_mask == {"predator": False, "prey": True}
+    assert adapted.validate_actions is True  # read through from the wrapped env
+    with pytest.raises(AttributeError, match="'TorchRLEnv' object has no attribute 'nope', nor has the wrapped "
+                                             "PredatorPreyCount"):
+        adapted.nope  # noqa: B018
+
+
+def test_batch_size_as_torchrl_wrappers_take_it():
+    for batch_size in (None, (), (4,), torch.Size([4])):
+        assert to_torchrl(Drift(num_envs=4), batch_size=batch_size).batch_size == (4,)
+    with pytest.raises(TypeError, match=r"Batch size used in constructor does not match marl-envs batch size. "
+                                        r"batch_size=\(3,\) but num_envs=4: pass batch_size=\(4,\) or leave it out"):
+        to_torchrl(Drift(num_envs=4), batch_size=(3,))
+    with pytest.raises(TypeError, match=r"Batch size used in constructor is not compatible with marl-envs. "
+                                        r"batch_size=\(4, 2\), but the env's batch is \(num_envs,\) = \(4,\)"):
+        to_torchrl(Drift(num_envs=4), batch_size=(4, 2))
+
+
+@pytest.mark.skipif(not HAS["vmas"], reason="needs the vmas extra")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_torchrl_class_names_build_our_envs():
+    import vmas
+
+    from marl_envs.torchrl import VmasEnv, VmasWrapper
+
+    assert "balance" in VmasEnv.available_envs and "vmas/balance" not in VmasEnv.available_envs
+    env = VmasEnv(scenario="balance", num_envs=3, n_agents=2, batch_size=(3,), seed=0)
+    assert isinstance(env, TorchRLEnv) and env.scenario_name == "balance" and env.categorical_actions
+    assert str(env) == "VmasEnv(num_envs=3, n_agents=2, batch_size=torch.Size([3]), device=cpu) (scenario=balance)"
+    with pytest.raises(TypeError, match="Batch size used in constructor does not match vmas batch size"):
+        VmasEnv(scenario="balance", num_envs=3, batch_size=(4,))
+    wrapped = VmasWrapper(vmas.make_env("balance", num_envs=2, n_agents=2), batch_size=(2,))
+    assert wrapped.group_map == {"agents": ["agent_0", "agent_1"]}
+    torchrl_check_env_specs(wrapped)
+
+
+@pytest.mark.skipif(not HAS["pettingzoo"], reason="needs the pettingzoo extra")
+def test_torchrl_pettingzoo_class_names_build_our_envs():
+    from torchrl.envs.utils import MarlGroupMapType as TorchRLGroupMapType
+
+    from marl_envs.torchrl import PettingZooEnv
+
+    env = PettingZooEnv(task="tictactoe_v3", parallel=False, use_mask=True, seed=0,
+                        group_map=TorchRLGroupMapType.ONE_GROUP_PER_AGENT)
+    assert env.group_map == {"player_1": ["player_1"], "player_2": ["player_2"]}
+    assert env.parallel is False and env.use_mask is True and env.return_state is False
+    assert env.has_action_mask == {"player_1": True, "player_2": True}
+    torchrl_check_env_specs(env)
+
+
+@pytest.mark.skipif(not HAS["pettingzoo"], reason="needs the pettingzoo extra")
+def test_rollout_break_when_all_done_with_group_done_entries():
+    """Envs ending at different steps, groups with done entries of their own: TorchRL's rollout steps the envs
+    still running and stacks every step (it used to leave per-group '_neg_step' entries in some steps' data)."""
+    adapted = to_torchrl(marl_envs.make("pettingzoo/sisl/multiwalker_v9", num_envs=3, seed=0))
+    data = adapted.rollout(400, break_when_all_done=True)
+    ends = data["next", "done"].squeeze(-1).float().argmax(1)
+    assert data["next", "done"][:, -1].all() and len(set(ends.tolist())) > 1  # all ended, not together
+    assert not any(key[-1] == "_neg_step" for key in data.keys(True) if isinstance(key, tuple))
+    walker = data["next", "agents", "observation"]
+    for env, end in enumerate(ends.tolist()):
+        assert (walker[env, end:] == walker[env, end]).all()  # frozen once ended
 
 
 def test_the_device_is_fixed():
@@ -265,7 +360,7 @@ def test_collector_auto_resets_and_batches_frames():
     adapted = to_torchrl(Drift(num_envs=4, n_agents=2, max_steps=5))
     # zero actions: no env leaves [-3, 3], so every episode ends by our max_steps
     stay = TensorDictModule(torch.zeros_like, in_keys=[("agents", "observation")], out_keys=[("agents", "action")])
-    collector = Collector(adapted, stay, frames_per_batch=40, total_frames=80, auto_register_policy_transforms=False)
+    collector = Collector(adapted, stay, frames_per_batch=40, total_frames=80, **COLLECTOR_KWARGS)
     batches = list(collector)
     collector.shutdown()
     assert len(batches) == 2
@@ -370,9 +465,8 @@ REPRESENTATIVE = [
     ("vmas/navigation", {"n_agents": 3}), ("vmas/simple_adversary", {}), ("vmas/flocking", {"continuous_actions": False}),
     ("brax/ant_4x2", {"backend": "spring"}), ("brax/fast", {}),
     ("pettingzoo/mpe/simple_spread_v3", {"return_state": True}), ("pettingzoo/classic/tictactoe_v3", {}),
+    ("jaxmarl/MPE_simple_spread_v3", {}), ("jaxmarl/SMAX", {"scenario": "3m"}), ("gymnax/CartPole-v1", {}),
 ]
-SMALL = {"vmas/road_traffic": {"n_agents": 4}, "vmas/pollock": {"n_agents": 3, "n_lines": 3, "n_boxes": 3},
-         "vmas/sampling": {"grid_spacing": 0.25}}
 
 
 def _backend_of(name: str) -> str:
@@ -403,9 +497,13 @@ def test_torchrl_check_env_specs_per_backend(name, kwargs):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("name", [n for b in ("vmas", "brax", "pettingzoo") if HAS[b] for n in marl_envs.available_envs(b)])
+@pytest.mark.parametrize("name", [n for b in BACKENDS if HAS[b] for n in marl_envs.available_envs(b)])
 def test_torchrl_check_env_specs_every_registered_env(name):
-    _check_named(name, dict(SMALL.get(name, {})))
+    _check_named(name, dict(SMALL_KWARGS.get(name, {})))
+
+
+def test_the_sweep_covers_every_backend():
+    assert set(BACKENDS) == set(marl_envs.available_backends())
 
 
 # ----------------------------------------------------------------------------------------------------

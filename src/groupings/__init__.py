@@ -38,6 +38,22 @@ class MarlGroupMapType(Enum):
             return {"agents": names}
         return {name: [name] for name in names}
 
+    @classmethod
+    def coerce(cls, value: object) -> object:
+        """``value`` as our member when it is a strategy of the same name from another library (TorchRL's
+        ``torchrl.envs.utils.MarlGroupMapType``, so that code written for TorchRL keeps working); anything else
+        unchanged.
+
+        >>> class Other(Enum):
+        ...     ONE_GROUP_PER_AGENT = 2
+        >>> type(Other.ONE_GROUP_PER_AGENT).__name__ = "MarlGroupMapType"
+        >>> MarlGroupMapType.coerce(Other.ONE_GROUP_PER_AGENT)
+        <MarlGroupMapType.ONE_GROUP_PER_AGENT: 2>
+        """
+        if isinstance(value, Enum) and type(value).__name__ == cls.__name__ and value.name in cls.__members__:
+            return cls[value.name]
+        return value
+
 
 def check_marl_grouping(group_map: GroupMap, agent_names: Sequence[str]) -> None:
     """Validate ``group_map`` against the environment's ``agent_names``.

@@ -63,6 +63,7 @@ def resolve_group_map(
     signatures = {name: signature(spec, bounds=bounds) for name, spec in agent_specs.items()}
     if group_map is None:
         return default_group_map(names, [signatures[n] for n in names])
+    group_map = MarlGroupMapType.coerce(group_map)  # TorchRL's strategies too
     if isinstance(group_map, MarlGroupMapType):
         group_map = group_map.get_group_map(names)
     if not isinstance(group_map, Mapping):
@@ -71,10 +72,12 @@ def resolve_group_map(
         known = [m for m in members if m in signatures] if isinstance(members, Sequence) else []
         for other in known[1:]:
             if signatures[other] != signatures[known[0]]:
+                by_spec = default_group_map(names, [signatures[n] for n in names])
                 raise ValueError(
                     f"group {group!r} mixes agents with different specs: {known[0]!r} and {other!r} differ at "
                     f"{_first_difference(agent_specs[known[0]], agent_specs[other], bounds)}; agents of one group "
-                    f"must share their specs, so put them in separate groups (group_map=None groups them by spec)"
+                    f"share their specs (one dense tensor per group, as TorchRL's losses and BenchMARL's models "
+                    f"need), so put them in separate groups: group_map=None gives {by_spec}"
                 )
     return group_map
 

@@ -142,6 +142,7 @@ class EnvBase:
     @group_map.setter
     def group_map(self, group_map: GroupMap | MarlGroupMapType) -> None:
         agent_names = self._agent_names
+        group_map = MarlGroupMapType.coerce(group_map)  # TorchRL's strategies too
         if isinstance(group_map, MarlGroupMapType):
             if agent_names is None:
                 raise ValueError("set env.agent_names before resolving a MarlGroupMapType group map")
@@ -262,7 +263,10 @@ class EnvBase:
             g: spec[g].shape for spec in self._specs.values() for g in self._group_map
             if g in spec and isinstance(spec[g], Composite)
         }
-        self._action_checks = action_checks([(key, self._specs["action"][key]) for key in keys["action"]])
+        observed = set(keys["observation"])
+        self._action_checks = action_checks(  # a group's "mask" says whose actions count (acting, alive agents)
+            [(key, self._specs["action"][key]) for key in keys["action"]],
+            {key: (key[0], "mask") for key in keys["action"] if isinstance(key, tuple) and (key[0], "mask") in observed})
         self._reset_leaves = [(key, self._specs[kind][key]) for kind in ("observation", "done") for key in keys[kind]]
         self._keys = keys
         self._outputs.refresh()
@@ -294,12 +298,16 @@ class EnvBase:
     # ------------------------------------------------------------------------------------------------
     # Reset
     # ------------------------------------------------------------------------------------------------
-    def reset(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+    def reset(self, tensordict: TensorDictBase | None = None, *, seed: int | None = None) -> TensorDictBase:
         """Reset every env, or those a ``_reset`` entry in ``tensordict`` selects.
 
         A root ``"_reset"`` ``(B, 1)`` selects envs and supersedes nested ``(group, "_reset")`` entries, which
         reset each env in which any agent asks for it. Without any ``_reset`` every env is reset. For envs not
         reset, entries of ``tensordict`` come back unchanged; ``_reset`` and ``"next"`` entries are dropped.
+
+        Args:
+            tensordict: the data of the envs not reset, and the ``_reset`` entries.
+            seed: ``set_seed(seed)`` first (TorchRL's and Gymnasium's ``reset(seed=...)``).
 
         Returns:
             A new TensorDict of batch ``(num_envs,)`` holding observations and done flags.
@@ -309,6 +317,8 @@ class EnvBase:
         mask = self._reset_mask(tensordict)
         if mask is not None:  # checked before anything is reset
             check_carried(tensordict, self._reset_leaves)
+        if seed is not None:
+            self.set_seed(seed)
         return self._reset_masked(tensordict, mask)
 
     def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:

@@ -7,7 +7,6 @@ or a PettingZoo task is misspelled.
 from __future__ import annotations
 
 import ast
-import difflib
 import functools
 import inspect
 import sys
@@ -19,26 +18,12 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from ._messages import did_you_mean, unknown_name
 from .specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
 __all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devices", "check_actions", "check_carried",
            "check_device", "check_env_index", "check_kwargs", "checked_keywords", "did_you_mean", "env_keywords",
            "init_keywords", "keyword_error", "keyword_use", "unknown_name"]
-
-
-def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
-    """``"; did you mean 'a' or 'b'?"`` for the close matches of ``name`` among ``candidates``, else ``""``."""
-    close = difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=0.6)
-    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-
-
-def unknown_name(what: str, name: str, candidates: Sequence[str], listing: str | None = None) -> ValueError:
-    """``ValueError("unknown <what> 'x'; did you mean 'y'? available: ...")``.
-
-    ``listing`` replaces the list of every candidate (e.g. a shortened one with a pointer to the full list).
-    """
-    shown = ", ".join(candidates) if listing is None else listing
-    return ValueError(f"unknown {what} {name!r}{did_you_mean(name, candidates)} available: {shown}")
 
 
 def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
@@ -232,13 +217,19 @@ def check_env_index(env_index: Any, num_envs: int) -> int:
     return env_index
 
 
-def _bad_actions(spec: TensorSpec, action: torch.Tensor) -> torch.Tensor:
-    """Bool tensor flagging invalid entries of ``action`` (per one-hot vector for ``OneHot``)."""
+def _bad_actions(spec: TensorSpec, action: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Bool tensor flagging invalid entries of ``action`` (per one-hot vector for ``OneHot``); with ``rows`` (a
+    bool of the action's leading dims), per row, and only where ``rows`` is True."""
     if action.dtype.is_floating_point:
-        return ~torch.isfinite(action)
-    if isinstance(spec, (Categorical, OneHot, MultiCategorical)):
-        return ~spec.in_domain(action)
-    return torch.zeros((), dtype=torch.bool, device=action.device)
+        bad = ~torch.isfinite(action)
+    elif isinstance(spec, (Categorical, OneHot, MultiCategorical)):
+        bad = ~spec.in_domain(action)
+    else:
+        bad = torch.zeros((), dtype=torch.bool, device=action.device)
+    if rows is None:
+        return bad
+    bad = bad.expand(action.shape[:rows.ndim]) if bad.ndim < rows.ndim else bad
+    return (bad.flatten(rows.ndim).any(-1) if bad.ndim > rows.ndim else bad) & rows
 
 
 _NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
@@ -251,6 +242,9 @@ class ActionCheck(NamedTuple):
     ``values``: ``_FINITE`` (a float action on the CPU: NumPy, several times faster than torch on a batch),
     ``_RANGE`` (a ``Categorical`` action on the CPU: NumPy's min and max while the spec has no mask), else
     ``_TORCH`` (a 0-dim bool tensor left on its device: no host sync until every action is checked).
+    ``rows``: the key of a bool ``(B, n_agents[, 1])`` entry saying whose actions count (the group's ``"mask"``: the
+    agents acting, or alive); when the data hold it, the other agents' actions are not checked (nor applied by
+    the backend).
     """
 
     key: NestedKey
@@ -259,10 +253,12 @@ class ActionCheck(NamedTuple):
     dtype: torch.dtype
     device: torch.device
     values: int
+    rows: NestedKey | None = None
 
 
-def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]]) -> list[ActionCheck]:
-    """The ``ActionCheck`` of each action entry (key, spec)."""
+def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]],
+                  rows: Mapping[NestedKey, NestedKey] | None = None) -> list[ActionCheck]:
+    """The ``ActionCheck`` of each action entry (key, spec); ``rows``: action key -> the key of its ``rows``."""
     checks = []
     for key, spec in leaves:
         how = _TORCH
@@ -271,12 +267,14 @@ def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]]) -> list[Action
                 how = _FINITE
             elif type(spec) is Categorical and not spec.dtype.is_floating_point:
                 how = _RANGE
-        checks.append(ActionCheck(key, spec, spec.shape, spec.dtype, spec.device, how))
+        checks.append(ActionCheck(key, spec, spec.shape, spec.dtype, spec.device, how, (rows or {}).get(key)))
     return checks
 
 
-def _any_bad(check: ActionCheck, action: torch.Tensor) -> bool | torch.Tensor:
+def _any_bad(check: ActionCheck, action: torch.Tensor, rows: torch.Tensor | None) -> bool | torch.Tensor:
     """Whether ``action`` holds an invalid value: a bool where NumPy checks it, else a 0-dim bool tensor."""
+    if rows is not None:
+        return _bad_actions(check.spec, action, rows).any()
     if check.values == _FINITE:
         return not np.isfinite((action.detach() if action.requires_grad else action).numpy()).all()
     if check.values == _RANGE and check.spec.mask is None:
@@ -322,7 +320,7 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
         KeyError: an action is missing.
         ValueError: wrong shape, dtype or device; a non-finite (NaN, inf) or an out-of-range discrete value.
     """
-    actions = []
+    actions, rows = [], []
     for check in checks:
         action = tensordict.get(check.key, None)
         if action is None:
@@ -332,9 +330,11 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
             _check_layout(f"action {check.key!r}", action, check.spec,
                           f"env.full_action_spec[{check.key!r}].rand() builds a valid one")
         actions.append(action)
+        row = None if check.rows is None else tensordict.get(check.rows, None)
+        rows.append(None if row is None else row.reshape(check.shape[:2]))  # (B, n_agents), a trailing 1 or not
     if not values:
         return
-    flags = [_any_bad(check, action) for check, action in zip(checks, actions)]
+    flags = [_any_bad(check, action, row) for check, action, row in zip(checks, actions, rows)]
     if any(flag is True for flag in flags):
         index = next(i for i, flag in enumerate(flags) if flag is True)
     else:
@@ -343,7 +343,7 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
             return
         index = next(i for i, flag in enumerate(flags) if bool(flag))
     check, action = checks[index], actions[index]
-    bad = _bad_actions(check.spec, action)
+    bad = _bad_actions(check.spec, action, rows[index])
     raise ValueError(
         f"action {check.key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
         f"index {bad.nonzero()[0].tolist()}; expected {_domain(check.spec)}"

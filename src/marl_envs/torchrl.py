@@ -18,11 +18,14 @@ torch.Size([4, 5, 3, 1])
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from tensordict import TensorDictBase
 
 try:
     import torchrl.data as rl_specs
+    from torchrl import __version__ as _torchrl_version
     from torchrl.envs import EnvBase as _TorchRLEnvBase
 except ImportError as err:  # pragma: no cover - exercised by the import test in the core venv
     raise ImportError(
@@ -34,8 +37,18 @@ from groupings import GroupMap
 
 from . import specs
 from ._env import EnvBase
+from .registry import available_envs, backend_module
 
-__all__ = ["TorchRLEnv", "to_torchrl", "to_torchrl_spec"]
+__all__ = ["COLLECTOR_KWARGS", "PettingZooEnv", "PettingZooWrapper", "TorchRLEnv", "VmasEnv", "VmasWrapper",
+           "check_batch_size", "to_torchrl", "to_torchrl_spec"]
+
+#: Keywords for TorchRL's ``Collector`` that give it the same behaviour on every TorchRL we support (0.11 to 0.14):
+#: 0.14 asks whether to append the transforms a policy needs (and warns while it is not told), 0.11 has no such
+#: keyword. ``Collector(env, policy, ..., **COLLECTOR_KWARGS)``.
+COLLECTOR_KWARGS: dict = (
+    {"auto_register_policy_transforms": False}
+    if tuple(int(part) for part in _torchrl_version.split(".")[:2]) >= (0, 14) else {}
+)
 
 
 def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite) -> rl_specs.TensorSpec:
@@ -80,6 +93,11 @@ class TorchRLEnv(_TorchRLEnvBase):
     (its errors reach the caller unchanged), ``_reset`` entries select the envs to reset, and the data is
     never copied on the way. ``rand_action`` is the wrapped env's, so action masks in the data are honoured.
 
+    The attributes TorchRL's multi-agent wrappers carry are here too: ``group_map``, ``agent_names``,
+    ``n_agents``, ``num_envs``, ``het_specs`` / ``het_specs_map`` (always False: a group's agents share their
+    specs), ``has_action_mask`` (group -> bool); any other public attribute of the wrapped env is read through
+    (``scenario_name``, ``categorical_actions``, ``parallel``, ``use_mask``, ``done_on_any``, ``return_state``).
+
     Attributes:
         env: the wrapped marl-envs env.
 
@@ -87,6 +105,7 @@ class TorchRLEnv(_TorchRLEnvBase):
         - a ``"_step"`` entry (TorchRL's partial step, written by ``rollout(break_when_all_done=True)``) still
           steps every env, like TorchRL's own VMAS wrapper; TorchRL's rollout freezes the finished envs' data.
         - the device is fixed at construction: ``to(other_device)`` raises; build the env on the device.
+        - ``set_seed(None)`` keeps the env's random state (TorchRL's VMAS wrapper does the same).
     """
 
     def __init__(self, env: EnvBase):
@@ -115,6 +134,12 @@ class TorchRLEnv(_TorchRLEnvBase):
         return self.env.agent_names
 
     @property
+    def agents(self) -> list:
+        """The wrapped env's ``agents`` where it has them (VMAS's agent objects, as TorchRL's VMAS wrapper gives),
+        else the agents' names."""
+        return getattr(self.env, "agents", self.env.agent_names)
+
+    @property
     def n_agents(self) -> int:
         return self.env.n_agents
 
@@ -122,23 +147,61 @@ class TorchRLEnv(_TorchRLEnvBase):
     def num_envs(self) -> int:
         return self.env.num_envs
 
+    @property
+    def het_specs(self) -> bool:
+        """Whether a group holds agents of different specs (lazily stacked in TorchRL): never here."""
+        return False
+
+    @property
+    def het_specs_map(self) -> dict[str, bool]:
+        """Group -> ``het_specs`` of that group (all False)."""
+        return dict.fromkeys(self.group_map, False)
+
+    @property
+    def has_action_mask(self) -> dict[str, bool]:
+        """Group -> whether its data carry an ``action_mask``."""
+        keys = self.env.full_observation_spec.keys(True)
+        return {group: (group, "action_mask") in keys for group in self.group_map}
+
+    def __getattr__(self, name: str):
+        env = self.__dict__.get("env")
+        if env is None or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            return getattr(env, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}, nor has the wrapped "
+                                 f"{type(env).__name__}") from None
+
     # -- TorchRL's hooks ------------------------------------------------------------------------------
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        # TorchRL's rollout(break_when_all_done=True) marks the envs to step ("_step") and leaves the per-group
+        # "_neg_step" flags it worked them out from in the data (TorchRL 0.11-0.14 pop the root one only; kept,
+        # they appear in the data of some steps and not others, which then cannot be stacked): both dropped here.
+        partial = tensordict.pop("_step", None)
+        for key in [key for key in tensordict.keys(True) if isinstance(key, tuple) and key[-1] == "_neg_step"]:
+            del tensordict[key]
+        if partial is not None and not partial.all():
+            # Every env steps (a backend steps its envs together) and TorchRL keeps the data of those it did not
+            # mean to step. Those have ended: they are reset first, as a backend may refuse to step an ended
+            # episode (a PettingZoo game whose agents are all gone).
+            carried = tensordict.select(*self.env.observation_keys, *self.env.done_keys, strict=False)
+            self.env.reset(carried.set("_reset", ~partial.reshape(self.env.num_envs, 1)))
         self.env.step(tensordict)  # writes tensordict["next"]; TorchRL's step sets it again
         return tensordict.pop("next")
 
-    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+    def _reset(self, tensordict: TensorDictBase | None = None, *, seed: int | None = None,
+               **kwargs) -> TensorDictBase:
         if kwargs:
             raise TypeError(
-                f"reset() got keyword arguments {sorted(kwargs)}; marl-envs envs take none "
-                "(seed with env.set_seed(seed), select envs with a '_reset' entry)"
+                f"reset() got keyword arguments {sorted(kwargs)}; marl-envs envs take only seed= (select envs "
+                f"with a '_reset' entry)"
             )
-        return self.env.reset(tensordict)
+        return self.env.reset(tensordict, seed=seed)
 
     def _set_seed(self, seed: int | None) -> None:
-        if seed is None:
-            raise TypeError("marl-envs envs need an int seed, got None")
-        self.env.set_seed(int(seed))
+        if seed is not None:
+            self.env.set_seed(int(seed))
 
     def _assert_tensordict_shape(self, tensordict: TensorDictBase) -> None:
         """The wrapped env checks the batch size itself, with its own message."""
@@ -163,16 +226,115 @@ class TorchRLEnv(_TorchRLEnvBase):
         return f"TorchRLEnv(env={self.env!r}, batch_size={tuple(self.batch_size)}, device={self.device})"
 
 
-def to_torchrl(env: EnvBase) -> TorchRLEnv:
+def check_batch_size(batch_size: Sequence[int] | torch.Size | None, num_envs: int, library: str) -> None:
+    """Raise ``TypeError`` unless ``batch_size`` is None, ``()`` or ``(num_envs,)`` (TorchRL's VMAS wrapper's rule;
+    the batch is ``(num_envs,)`` in every case). The messages begin as TorchRL's wrappers' (``library`` names the
+    backend there), which code written for them may match."""
+    if batch_size is None or len(batch_size) == 0:
+        return
+    if len(batch_size) > 1:
+        raise TypeError(f"Batch size used in constructor is not compatible with {library}. batch_size="
+                        f"{tuple(batch_size)}, but the env's batch is (num_envs,) = ({num_envs},): pass that or "
+                        f"leave it out")
+    if batch_size[0] != num_envs:
+        raise TypeError(f"Batch size used in constructor does not match {library} batch size. batch_size="
+                        f"{tuple(batch_size)} but num_envs={num_envs}: pass batch_size=({num_envs},) or leave it out")
+
+
+def to_torchrl(env: EnvBase, *, batch_size: Sequence[int] | torch.Size | None = None) -> TorchRLEnv:
     """Wrap a marl-envs env as a ``torchrl.envs.EnvBase`` (see ``TorchRLEnv``).
 
     Args:
         env: any marl-envs env (``marl_envs.make(...)`` or a user env on the ``EnvBase`` hook).
+        batch_size: as TorchRL's wrappers take it: None, ``()`` or ``(env.num_envs,)``.
 
     Returns:
         A ``TorchRLEnv`` with the env's keys, group map, batch size, device and converted specs.
 
     Raises:
-        TypeError: ``env`` is not a ``marl_envs.EnvBase``.
+        TypeError: ``env`` is not a ``marl_envs.EnvBase``; a ``batch_size`` other than ``(env.num_envs,)``.
     """
-    return TorchRLEnv(env)
+    adapter = TorchRLEnv(env)
+    check_batch_size(batch_size, env.num_envs, "marl-envs")
+    return adapter
+
+
+# ----------------------------------------------------------------------------------------------------
+# TorchRL's wrapper classes, by name: change the import, keep the code
+# ----------------------------------------------------------------------------------------------------
+class _EnvNames:
+    """A class attribute listing a backend's env names (without the ``backend/`` prefix), read when asked."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+
+    def __get__(self, obj, cls=None) -> list[str]:
+        prefix = f"{self.backend}/"
+        return [name.removeprefix(prefix) for name in available_envs(self.backend)]
+
+
+class VmasWrapper(TorchRLEnv):
+    """``torchrl.envs.VmasWrapper``'s arguments, our ``VmasWrapper`` inside: ``VmasWrapper(vmas.make_env(...))``.
+
+    Keywords are ``marl_envs.backends.vmas.VmasWrapper``'s (``group_map`` may be TorchRL's ``MarlGroupMapType``);
+    ``batch_size`` as ``to_torchrl``'s. The differences from TorchRL's class are listed in ``docs/torchrl.md``.
+    """
+
+    available_envs = _EnvNames("vmas")
+
+    def __init__(self, env=None, *, batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
+        check_batch_size(batch_size, getattr(env, "num_envs", 0), "vmas")
+        super().__init__(backend_module("vmas").VmasWrapper(env, **kwargs))
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(num_envs={self.num_envs}, n_agents={self.n_agents}, "
+                f"batch_size={self.batch_size}, device={self.device})")
+
+
+class VmasEnv(VmasWrapper):
+    """``torchrl.envs.VmasEnv``'s arguments, our VMAS env inside: ``VmasEnv(scenario="balance", num_envs=32)``
+    is ``to_torchrl(marl_envs.make("vmas/balance", num_envs=32))``."""
+
+    def __init__(self, scenario, num_envs: int, continuous_actions: bool = True, max_steps: int | None = None,
+                 categorical_actions: bool = True, seed: int | None = None, group_map=None, *,
+                 batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
+        check_batch_size(batch_size, num_envs, "vmas")
+        env = backend_module("vmas").VmasEnv(scenario, num_envs=num_envs, continuous_actions=continuous_actions,
+                                             max_steps=max_steps, categorical_actions=categorical_actions,
+                                             seed=seed, group_map=group_map, **kwargs)
+        TorchRLEnv.__init__(self, env)
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()} (scenario={self.scenario_name})"
+
+
+class PettingZooWrapper(TorchRLEnv):
+    """``torchrl.envs.PettingZooWrapper``'s arguments, our ``PettingZooWrapper`` inside (batch ``(num_envs,)``,
+    ``num_envs=1`` by default: see ``docs/torchrl.md``)."""
+
+    def __init__(self, env=None, return_state: bool = False, group_map=None, use_mask: bool = False,
+                 categorical_actions: bool = True, seed: int | None = None, done_on_any: bool | None = None, *,
+                 batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
+        check_batch_size(batch_size, kwargs.get("num_envs", 1), "pettingzoo")
+        env = backend_module("pettingzoo").PettingZooWrapper(
+            env, return_state=return_state, group_map=group_map, use_mask=use_mask,
+            categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any, **kwargs)
+        super().__init__(env)
+
+
+class PettingZooEnv(TorchRLEnv):
+    """``torchrl.envs.PettingZooEnv``'s arguments, our PettingZoo env inside: ``PettingZooEnv(task="pistonball_v6",
+    parallel=True)`` is ``to_torchrl(marl_envs.make("pettingzoo/butterfly/pistonball_v6", parallel=True))``."""
+
+    available_envs = _EnvNames("pettingzoo")
+
+    def __init__(self, task: str, parallel: bool | None = None, return_state: bool = False, group_map=None,
+                 use_mask: bool | None = None, categorical_actions: bool = True, seed: int | None = None,
+                 done_on_any: bool | None = None, *, batch_size: Sequence[int] | torch.Size | None = None,
+                 **kwargs):
+        check_batch_size(batch_size, kwargs.get("num_envs", 1), "pettingzoo")
+        env = backend_module("pettingzoo").PettingZooEnv(
+            task, parallel=parallel, return_state=return_state, group_map=group_map,
+            use_mask=use_mask, categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any,
+            **kwargs)
+        super().__init__(env)

@@ -369,3 +369,20 @@ def test_render_draws_envs_built_for_it_and_names_render_mode_otherwise():
         frame = env.render(1)
         assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[-1] == 3 and frame.any()
         env.close()
+
+
+def test_turn_based_actions_of_idle_players_are_neither_checked_nor_applied():
+    """The mask says who acts: the idle player's action may be anything (zeros for its one-hot, as a TorchRL
+    policy writes), the acting player's is checked."""
+    env = marl_envs.make("pettingzoo/classic/tictactoe_v3", num_envs=2, seed=0, categorical_actions=False,
+                         group_map={"player": ["player_1", "player_2"]})
+    td = env.reset()
+    assert td["player", "mask"].squeeze(-1).tolist() == [[True, False]] * 2
+    action = torch.zeros(2, 2, 9, dtype=env.full_action_spec["player", "action"].dtype)
+    action[:, 0, 4] = 1  # player_1 takes the centre; player_2's row stays zeros
+    td = env.step(td.set(("player", "action"), action))["next"]
+    assert td["player", "mask"].squeeze(-1).tolist() == [[False, True]] * 2
+    assert (td["player", "observation"][:, 0].reshape(2, -1).sum(-1) == 1).all()  # one mark on the board
+    with pytest.raises(ValueError, match=r"action \('player', 'action'\) has 2 invalid value\(s\), e.g. "
+                                         r"\[\[0, 0, 0, 0, 0, 0, 0, 0, 0\], .*expected one-hot vectors over 9"):
+        env.step(td.set(("player", "action"), action))  # player_2 acts now: its zeros are refused

@@ -120,6 +120,7 @@ def env_key(name: Any, robot: str, device, *, env_kwargs: dict[str, Any], num_en
     """``key`` for an env built by name (``BraxEnv``), or None when it must not be saved."""
     if not isinstance(name, str):
         return None
+    group_map = MarlGroupMapType.coerce(group_map)
     if isinstance(group_map, MarlGroupMapType):
         group_map = f"{type(group_map).__name__}.{group_map.name}"
     return key(robot, device, name=name, env_kwargs=env_kwargs, num_envs=num_envs, frame_skip=frame_skip,

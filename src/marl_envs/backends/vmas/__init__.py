@@ -166,6 +166,12 @@ class VmasWrapper(EnvBase):
         self._info_keys = {g: self.full_observation_spec[g, "info"].keys() if (g, "info") in self.full_observation_spec
                            else [] for g in self.group_map}
 
+    @property
+    def agents(self) -> list:
+        """The VMAS agent objects (``env.agents`` of the wrapped world: positions, velocities, ...), in
+        ``agent_names`` order."""
+        return self._env.agents
+
     # -- construction helpers -------------------------------------------------------------------------
     def _agent_specs(self) -> dict[str, Composite]:
         """Each agent's specs (no batch dims): action, observation, info (if any) and reward."""
