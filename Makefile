@@ -22,6 +22,7 @@ TORCHRL_OLD_SPEC ?= torchrl==0.11.1 tensordict==0.11.0
 TORCHRL_OLD_STAMP := $(TORCHRL_OLD_VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 # Headless rendering (VMAS through pyglet, Brax through MuJoCo) draws with EGL from Mesa.
+COMMA := ,
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
 .PHONY: setup setup-torchrl system-packages demo test test-all docs clean
@@ -38,29 +39,25 @@ system-packages:
 	  else echo "note: rendering needs: sudo apt-get install $(SYSTEM_PACKAGES)"; fi; \
 	fi
 
-$(STAMP): pyproject.toml Makefile
+# $(call venv,DIR,EXTRAS,PINS): a virtualenv with the CPU torch first (so that nothing pulls another), then this
+# package with EXTRAS and PINS, stamped when complete.
+define venv
 	$(MAKE) --no-print-directory system-packages
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]" "$(TORCH_SPEC)"
-	touch $(STAMP)
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" "$(TORCH_SPEC)" $(3)
+	touch $(1)/.installed
+endef
+
+$(STAMP): pyproject.toml Makefile
+	$(call venv,$(VENV),dev,)
 
 $(TORCHRL_STAMP): pyproject.toml Makefile
-	$(MAKE) --no-print-directory system-packages
-	$(PYTHON) -m venv $(TORCHRL_VENV)
-	$(TORCHRL_BIN)/python -m pip install --quiet --upgrade pip
-	$(TORCHRL_BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(TORCHRL_BIN)/python -m pip install --quiet -e ".[dev,torchrl]" "$(TORCH_SPEC)" $(TORCHRL_SPEC)
-	touch $(TORCHRL_STAMP)
+	$(call venv,$(TORCHRL_VENV),dev$(COMMA)torchrl,$(TORCHRL_SPEC))
 
 $(TORCHRL_OLD_STAMP): pyproject.toml Makefile
-	$(MAKE) --no-print-directory system-packages
-	$(PYTHON) -m venv $(TORCHRL_OLD_VENV)
-	$(TORCHRL_OLD_BIN)/python -m pip install --quiet --upgrade pip
-	$(TORCHRL_OLD_BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(TORCHRL_OLD_BIN)/python -m pip install --quiet -e ".[dev,torchrl]" "$(TORCH_SPEC)" $(TORCHRL_OLD_SPEC)
-	touch $(TORCHRL_OLD_STAMP)
+	$(call venv,$(TORCHRL_OLD_VENV),dev$(COMMA)torchrl,$(TORCHRL_OLD_SPEC))
 
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[docs]" "$(TORCH_SPEC)"
