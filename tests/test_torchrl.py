@@ -332,18 +332,23 @@ def test_torchrl_pettingzoo_class_names_build_our_envs():
     torchrl_check_env_specs(env)
 
 
-@pytest.mark.skipif(not HAS["pettingzoo"], reason="needs the pettingzoo extra")
-def test_rollout_break_when_all_done_with_group_done_entries():
-    """Envs ending at different steps, groups with done entries of their own: TorchRL's rollout steps the envs
-    still running and stacks every step (it used to leave per-group '_neg_step' entries in some steps' data)."""
-    adapted = to_torchrl(marl_envs.make("pettingzoo/sisl/multiwalker_v9", num_envs=3, seed=0))
+@pytest.mark.parametrize("name, kwargs", [
+    ("pettingzoo/sisl/multiwalker_v9", {}),  # groups with done entries of their own; walkers fall at any step
+    ("vmas/balance", {"max_steps": 100}),  # the package falls (steps 38 and 38 here), else the time limit (99)
+])
+def test_rollout_break_when_all_done_with_envs_ending_at_different_steps(name, kwargs):
+    """TorchRL's rollout steps the envs still running and stacks every step until all have ended (it used to leave
+    per-group '_neg_step' entries in some steps' data, and to step ended PettingZoo games)."""
+    if not HAS[_backend_of(name)]:
+        pytest.skip(f"needs the {_backend_of(name)} extra")
+    adapted = to_torchrl(marl_envs.make(name, num_envs=3, seed=0, **kwargs))
     data = adapted.rollout(400, break_when_all_done=True)
     ends = data["next", "done"].squeeze(-1).float().argmax(1)
     assert data["next", "done"][:, -1].all() and len(set(ends.tolist())) > 1  # all ended, not together
     assert not any(key[-1] == "_neg_step" for key in data.keys(True) if isinstance(key, tuple))
-    walker = data["next", "agents", "observation"]
+    observation = data["next", "agents", "observation"]
     for env, end in enumerate(ends.tolist()):
-        assert (walker[env, end:] == walker[env, end]).all()  # frozen once ended
+        assert (observation[env, end:] == observation[env, end]).all()  # frozen once ended
 
 
 def test_the_device_is_fixed():
