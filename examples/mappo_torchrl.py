@@ -9,8 +9,8 @@ Every key (actions, rewards, done flags, observations, action masks) is read fro
     python examples/mappo_torchrl.py --env vmas/navigation --out runs/torchrl_navigation
     python examples/mappo_torchrl.py --env brax/ant_4x2 --out runs/torchrl_ant
 
-Writes ``OUT/metrics.csv``, ``OUT/summary.json`` (final mean episode reward, the same for a random policy,
-wall time) and ``OUT/learning_curve.png``. Needs the torchrl extra (``pip install 'marl-envs[torchrl]'``).
+Writes ``OUT/metrics.csv`` (frames and rewards), ``OUT/timings.csv`` (wall times), ``OUT/summary.json`` (final
+mean episode reward, the same for a random policy, wall time) and ``OUT/learning_curve.png``. Needs the torchrl extra (``pip install 'marl-envs[torchrl]'``).
 
 On N processes, CPUs or GPUs, as ``examples/mappo.py`` (``docs/scaling.md``):
 

@@ -164,7 +164,12 @@ def cheapest_brax_kwargs(name: str) -> dict:
 
     from marl_envs.backends.brax import scenes
 
+    from marl_envs._validate import init_keywords
+
     robot = scenes.SCENES[name].robot if name in scenes.SCENES else name
+    accepted = init_keywords(brax_envs._envs[robot])
+    if accepted is not None and "backend" not in accepted:  # no physics pipeline (fast): we refuse the keyword
+        return {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

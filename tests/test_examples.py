@@ -191,8 +191,8 @@ def test_mappo_torchrl_under_torchrun_two_ranks(mappo_torchrl, tmp_path):
 
     import torch
 
-    if not torch.distributed.is_available():
-        pytest.skip("torch.distributed is not available")
+    if not torch.distributed.is_available() or not marl_envs.backend_installed("vmas"):
+        pytest.skip("needs torch.distributed and the vmas extra")
     script = Path(__file__).parents[1] / "examples" / "mappo_torchrl.py"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),

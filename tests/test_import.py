@@ -13,6 +13,19 @@ def test_import_marl_envs_imports_no_backend():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_listing_names_imports_no_torch():
+    """``marl-envs list``'s path: the package and the names, without torch or tensordict (seconds to import)."""
+    code = (
+        "import sys, marl_envs\n"
+        "assert marl_envs.available_envs() and marl_envs.make and marl_envs.MarlGroupMapType\n"
+        "heavy = {'torch', 'tensordict', 'numpy', 'jax'} & {m.split('.')[0] for m in sys.modules}\n"
+        "assert not heavy, heavy\n"
+        "from marl_envs import EnvBase, specs, check_env_specs\n"  # then loaded when asked for
+        "assert 'torch' in sys.modules and EnvBase.__name__ == 'EnvBase'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_backend_classes_are_importable_from_the_top_level_lazily():
     code = (
         "import sys, marl_envs\n"

@@ -118,3 +118,18 @@ def test_unavailable_device_is_one_error(backend):
     with pytest.raises(ValueError, match=r"device 'cdua' is not a device; expected 'cpu', 'cuda' or 'cuda:<index>' "
                                          r"\(or a torch.device\); this machine has \['cpu'"):
         marl_envs.make(name, num_envs=2, device="cdua")
+
+
+def test_a_missing_required_argument_is_not_blamed_on_a_backend_keyword():
+    _class("vmas")
+    from marl_envs.backends.vmas import VmasEnv
+
+    with pytest.raises(TypeError, match="VmasEnv: missing a required argument: 'scenario'"):
+        VmasEnv(num_envs=2, n_agents=3)  # n_agents is the scenario's: fine; the scenario is missing
+
+
+def test_a_physics_backend_for_a_brax_env_without_one():
+    _class("brax")
+    with pytest.raises(ValueError, match=r"the Brax env 'fast' has no physics pipeline to choose \(backend="
+                                         r"'spring'\): leave backend out"):
+        marl_envs.make("brax/fast", num_envs=2, backend="spring")

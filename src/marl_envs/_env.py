@@ -47,7 +47,9 @@ class EnvBase:
 
     Attributes:
         validate_actions: check every step's actions for non-finite (NaN, inf) and out-of-range discrete values
-            (one fused check, one host sync). Set to ``False`` to skip it once a policy is trusted.
+            (one fused check, one host sync). Set to ``False`` to skip it once a policy is trusted. In a backend
+            that applies only the actions of the agents a group's ``"mask"`` marks (PettingZoo: the acting
+            player, the living agents), only those are checked.
         allow_done_after_reset: the backend may report ``done`` right after a reset (checked by
             ``check_env_specs``).
     """
@@ -55,6 +57,7 @@ class EnvBase:
     validate_actions: bool = True
     allow_done_after_reset: bool = False
     _fused_reset: bool = False  # the backend implements _step_reset
+    _masked_actions: bool = False  # the backend applies only the actions of agents its group's "mask" marks
     _outputs: Outputs
 
     def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None):
@@ -263,7 +266,7 @@ class EnvBase:
             g: spec[g].shape for spec in self._specs.values() for g in self._group_map
             if g in spec and isinstance(spec[g], Composite)
         }
-        observed = set(keys["observation"])
+        observed = set(keys["observation"]) if self._masked_actions else set()
         self._action_checks = action_checks(  # a group's "mask" says whose actions count (acting, alive agents)
             [(key, self._specs["action"][key]) for key in keys["action"]],
             {key: (key[0], "mask") for key in keys["action"] if isinstance(key, tuple) and (key[0], "mask") in observed})

@@ -53,7 +53,7 @@ def init_keywords(cls: type) -> list[str] | None:
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             return list(dict.fromkeys(accepted))
         use = keyword_use(init)
-        if use is None:
+        if use is None or not use.closed:  # the keys it takes cannot be told from its source
             return None
         accepted += use.reads
         onward = False
@@ -81,6 +81,7 @@ class KeywordUse(NamedTuple):
 
     reads: list[str]  # the keys it reads: ``kwargs["x"]``, ``kwargs.get("x")``, ``kwargs.pop("x")``, ``"x" in kwargs``
     forwards: list[ast.expr]  # the callees it passes ``**kwargs`` to (``super().__init__``, a class by name, ...)
+    closed: bool  # every use of the dict is one of those: no key can be read another way (``kwargs.items()``)
 
 
 def keyword_use(function: Callable[..., Any]) -> KeywordUse | None:
@@ -95,20 +96,27 @@ def keyword_use(function: Callable[..., Any]) -> KeywordUse | None:
         return None
     is_var = lambda node: isinstance(node, ast.Name) and node.id == var  # noqa: E731
     key = lambda node: node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None  # noqa: E731
-    reads, forwards = [], []
+    reads, forwards, understood = [], [], []  # understood: the uses of the dict read above
     for node in ast.walk(tree):
         if isinstance(node, ast.Subscript) and is_var(node.value):
             reads.append(key(node.slice))
+            understood.append(node.value)
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) \
                 and is_var(node.comparators[0]):
             reads.append(key(node.left))
+            understood.append(node.comparators[0])
         elif isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Attribute) and is_var(func.value) and func.attr in ("get", "pop") and node.args:
                 reads.append(key(node.args[0]))
-            if any(k.arg is None and is_var(k.value) for k in node.keywords):
-                forwards.append(func)
-    return KeywordUse([k for k in dict.fromkeys(reads) if k is not None], forwards)
+                understood.append(func.value)
+            for k in node.keywords:
+                if k.arg is None and is_var(k.value):
+                    forwards.append(func)
+                    understood.append(k.value)
+    uses = [node for node in ast.walk(tree) if is_var(node)]
+    closed = None not in reads and len(uses) == len(understood)
+    return KeywordUse([k for k in dict.fromkeys(reads) if k is not None], forwards, closed)
 
 
 def env_keywords(cls: type) -> list[str]:
@@ -146,7 +154,7 @@ def keyword_error(owner: str, key: str, accepted: Sequence[str], *, env: Sequenc
                   kind: str = "") -> TypeError:
     """The ``TypeError`` of a keyword ``owner`` does not take: the close match among ``env`` and ``accepted``,
     then both lists."""
-    hint = did_you_mean(key, [*env, *accepted], n=1) or ";"
+    hint = did_you_mean(key, [name for name in (*env, *accepted) if name != key], n=1) or ";"
     if not env:
         return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts {list(accepted)}")
     return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts the env keywords "
@@ -161,6 +169,8 @@ def checked_keywords(init: Callable[..., None]) -> Callable[..., None]:
     signature = inspect.signature(init)
     params = list(signature.parameters.values())[1:]
     named = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p.name for p in params if p.name in named and p.default is p.empty]
+    open_ = any(p.kind is p.VAR_KEYWORD for p in params)  # other keywords are the backend's: maybe right
 
     @functools.wraps(init)
     def checked(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -168,8 +178,11 @@ def checked_keywords(init: Callable[..., None]) -> Callable[..., None]:
             signature.bind(self, *args, **kwargs)
         except TypeError as err:
             unknown = [key for key in kwargs if key not in named]
-            if unknown:
-                raise keyword_error(type(self).__name__, unknown[0], named) from None
+            missing = [name for name in required[len(args):] if name not in kwargs]
+            # with **kwargs, only a keyword close to a missing required one is taken for its typo (num_env=4)
+            suspects = [key for key in unknown if not open_ or did_you_mean(key, missing, n=1)]
+            if suspects:
+                raise keyword_error(type(self).__name__, suspects[0], named) from None
             raise TypeError(f"{type(self).__name__}: {err}") from None
         if "device" in kwargs:
             check_device(kwargs["device"])
@@ -271,10 +284,8 @@ def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]],
     return checks
 
 
-def _any_bad(check: ActionCheck, action: torch.Tensor, rows: torch.Tensor | None) -> bool | torch.Tensor:
+def _any_bad(check: ActionCheck, action: torch.Tensor) -> bool | torch.Tensor:
     """Whether ``action`` holds an invalid value: a bool where NumPy checks it, else a 0-dim bool tensor."""
-    if rows is not None:
-        return _bad_actions(check.spec, action, rows).any()
     if check.values == _FINITE:
         return not np.isfinite((action.detach() if action.requires_grad else action).numpy()).all()
     if check.values == _RANGE and check.spec.mask is None:
@@ -320,7 +331,7 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
         KeyError: an action is missing.
         ValueError: wrong shape, dtype or device; a non-finite (NaN, inf) or an out-of-range discrete value.
     """
-    actions, rows = [], []
+    actions = []
     for check in checks:
         action = tensordict.get(check.key, None)
         if action is None:
@@ -330,21 +341,35 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
             _check_layout(f"action {check.key!r}", action, check.spec,
                           f"env.full_action_spec[{check.key!r}].rand() builds a valid one")
         actions.append(action)
-        row = None if check.rows is None else tensordict.get(check.rows, None)
-        rows.append(None if row is None else row.reshape(check.shape[:2]))  # (B, n_agents), a trailing 1 or not
     if not values:
         return
-    flags = [_any_bad(check, action, row) for check, action, row in zip(checks, actions, rows)]
-    if any(flag is True for flag in flags):
-        index = next(i for i, flag in enumerate(flags) if flag is True)
-    else:
+    flags = [_any_bad(check, action) for check, action in zip(checks, actions)]  # every row, the fast way
+    if not any(flag is True for flag in flags):
         lazy = [flag for flag in flags if flag is not False]
         if not lazy or not bool(lazy[0] if len(lazy) == 1 else torch.stack(lazy).any()):  # one host sync at most
             return
-        index = next(i for i, flag in enumerate(flags) if bool(flag))
-    check, action = checks[index], actions[index]
-    bad = _bad_actions(check.spec, action, rows[index])
-    raise ValueError(
-        f"action {check.key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
-        f"index {bad.nonzero()[0].tolist()}; expected {_domain(check.spec)}"
-    )
+    for check, action, flag in zip(checks, actions, flags):
+        if not bool(flag):
+            continue
+        rows = _rows(tensordict, check)  # something is off: is it in a row whose action counts?
+        bad = _bad_actions(check.spec, action, rows)
+        if rows is not None and not bool(bad.any()):
+            continue
+        raise ValueError(
+            f"action {check.key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
+            f"index {bad.nonzero()[0].tolist()}; expected {_domain(check.spec)}"
+        )
+
+
+def _rows(tensordict: TensorDictBase, check: ActionCheck) -> torch.Tensor | None:
+    """The ``(B, n_agents)`` bool of the agents whose actions count (``check.rows``), None to count every row."""
+    row = None if check.rows is None else tensordict.get(check.rows, None)
+    if row is None:
+        return None
+    if row.dtype != torch.bool or row.numel() != check.shape[:2].numel() or row.device != check.device:
+        raise ValueError(
+            f"entry {check.rows!r} (whose actions count) has shape {tuple(row.shape)}, dtype {row.dtype}, device "
+            f"{row.device}; expected a bool of shape {tuple(check.shape[:2])} (a trailing 1 allowed) on "
+            f"{check.device}, as the env writes it"
+        )
+    return row.reshape(check.shape[:2])

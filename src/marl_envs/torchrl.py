@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from packaging.version import Version
 from tensordict import TensorDictBase
 
 try:
@@ -46,8 +47,7 @@ __all__ = ["COLLECTOR_KWARGS", "PettingZooEnv", "PettingZooWrapper", "TorchRLEnv
 #: 0.14 asks whether to append the transforms a policy needs (and warns while it is not told), 0.11 has no such
 #: keyword. ``Collector(env, policy, ..., **COLLECTOR_KWARGS)``.
 COLLECTOR_KWARGS: dict = (
-    {"auto_register_policy_transforms": False}
-    if tuple(int(part) for part in _torchrl_version.split(".")[:2]) >= (0, 14) else {}
+    {"auto_register_policy_transforms": False} if Version(_torchrl_version).release[:2] >= (0, 14) else {}
 )
 
 
@@ -103,7 +103,8 @@ class TorchRLEnv(_TorchRLEnvBase):
 
     Differences from the wrapped env a TorchRL user may meet:
         - a ``"_step"`` entry (TorchRL's partial step, written by ``rollout(break_when_all_done=True)``) still
-          steps every env, like TorchRL's own VMAS wrapper; TorchRL's rollout freezes the finished envs' data.
+          steps every env, like TorchRL's own VMAS wrapper: those TorchRL does not step (they have ended) are
+          reset first and given random actions; TorchRL's rollout keeps the finished envs' data frozen.
         - the device is fixed at construction: ``to(other_device)`` raises; build the env on the device.
         - ``set_seed(None)`` keeps the env's random state (TorchRL's VMAS wrapper does the same).
     """
@@ -179,16 +180,28 @@ class TorchRLEnv(_TorchRLEnvBase):
         # "_neg_step" flags it worked them out from in the data (TorchRL 0.11-0.14 pop the root one only; kept,
         # they appear in the data of some steps and not others, which then cannot be stacked): both dropped here.
         partial = tensordict.pop("_step", None)
-        for key in [key for key in tensordict.keys(True) if isinstance(key, tuple) and key[-1] == "_neg_step"]:
-            del tensordict[key]
-        if partial is not None and not partial.all():
-            # Every env steps (a backend steps its envs together) and TorchRL keeps the data of those it did not
-            # mean to step. Those have ended: they are reset first, as a backend may refuse to step an ended
-            # episode (a PettingZoo game whose agents are all gone).
-            carried = tensordict.select(*self.env.observation_keys, *self.env.done_keys, strict=False)
-            self.env.reset(carried.set("_reset", ~partial.reshape(self.env.num_envs, 1)))
+        if partial is not None:
+            for key in [key for key in tensordict.keys(True) if isinstance(key, tuple) and key[-1] == "_neg_step"]:
+                del tensordict[key]
+            if not partial.all():
+                tensordict = self._restart_skipped(tensordict, ~partial.reshape(self.env.num_envs))
         self.env.step(tensordict)  # writes tensordict["next"]; TorchRL's step sets it again
         return tensordict.pop("next")
+
+    def _restart_skipped(self, tensordict: TensorDictBase, skipped: torch.Tensor) -> TensorDictBase:
+        """Every env steps (a backend steps its envs together), and TorchRL keeps its own copy of the data of the
+        envs it did not mean to step (``skipped``): those have ended. They are reset first, as a backend may
+        refuse to step an ended episode (a PettingZoo game whose agents are all gone), and given random valid
+        actions from their fresh data (the policy's action was meant for the ended episode)."""
+        carried = tensordict.select(*self.env.observation_keys, *self.env.done_keys, strict=False)
+        fresh = self.env.rand_action(self.env.reset(carried.set("_reset", skipped.unsqueeze(-1))))
+        out = tensordict.clone(recurse=False)
+        for key in fresh.keys(True, True):
+            if key in self.env.action_keys or key in self.env.observation_keys:
+                old = tensordict.get(key, None)
+                rows = skipped.view(-1, *[1] * (fresh.get(key).ndim - 1))
+                out.set(key, fresh.get(key) if old is None else torch.where(rows, fresh.get(key), old))
+        return out
 
     def _reset(self, tensordict: TensorDictBase | None = None, *, seed: int | None = None,
                **kwargs) -> TensorDictBase:

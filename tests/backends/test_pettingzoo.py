@@ -386,3 +386,14 @@ def test_turn_based_actions_of_idle_players_are_neither_checked_nor_applied():
     with pytest.raises(ValueError, match=r"action \('player', 'action'\) has 2 invalid value\(s\), e.g. "
                                          r"\[\[0, 0, 0, 0, 0, 0, 0, 0, 0\], .*expected one-hot vectors over 9"):
         env.step(td.set(("player", "action"), action))  # player_2 acts now: its zeros are refused
+
+
+def test_a_malformed_mask_gets_a_message():
+    env = marl_envs.make("pettingzoo/classic/tictactoe_v3", num_envs=2, seed=0, categorical_actions=False,
+                         group_map={"player": ["player_1", "player_2"]})
+    td = env.reset()
+    action = torch.zeros(2, 2, 9, dtype=env.full_action_spec["player", "action"].dtype)  # nobody acts: flagged
+    td.set(("player", "action"), action).set(("player", "mask"), torch.ones(2, 2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"entry \('player', 'mask'\) \(whose actions count\) has shape \(2, 2, 3\), "
+                                         r"dtype torch.bool, device cpu; expected a bool of shape \(2, 2\)"):
+        env.step(td)

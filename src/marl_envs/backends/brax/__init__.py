@@ -456,6 +456,9 @@ class BraxEnv(NamedRepr, BraxWrapper):
     def _brax_env(robot: str, env_kwargs: dict[str, Any]):
         envs = import_brax()
         accepted = init_keywords(envs._envs[robot])
+        if "backend" in env_kwargs and accepted is not None and "backend" not in accepted:
+            raise ValueError(f"the Brax env {robot!r} has no physics pipeline to choose (backend="
+                             f"{env_kwargs['backend']!r}): leave backend out")
         check_kwargs(f"the Brax env {robot!r}", accepted and [k for k in accepted if k != "sys"], env_kwargs,
                      env=env_keywords(BraxEnv), kind="the Brax env's")
         with quiet_brax_build():

@@ -115,8 +115,10 @@ def _run_plan(plan: BufferPlan, buffer: jax.Array, steps: jax.Array | None) -> d
             block = block.at[op[3]].set(block[op[1]] | block[op[2]])
         elif op[0] == "limit":
             block = block.at[op[1]].set(done.limit.reached(steps))
-        else:
+        elif op[0] == "zero":
             block = block.at[op[1]].set(False)
+        else:
+            raise ValueError(f"unknown done-plan operation {op[0]!r}")
     entries = {}
     for key, (is_bool, where) in zip(plan.keys, plan.sources):
         if is_bool:

@@ -105,6 +105,8 @@ class PettingZooWrapper(EnvBase):
             ``num_workers`` not in ``[0, num_envs]``.
     """
 
+    _masked_actions = True  # the actions of the agents a group's "mask" leaves out are not applied
+
     @checked_keywords
     def __init__(self, env: Any | Factory, *, num_envs: int = 1, return_state: bool = False,
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool = False,
@@ -128,6 +130,7 @@ class PettingZooWrapper(EnvBase):
             )
         self.use_mask = bool(use_mask)
         self.render_mode = getattr(first, "render_mode", None)  #: the instances' (``"rgb_array"`` to render)
+        self._declares_render_mode = hasattr(first, "render_mode")  # else render() is asked and must give a frame
         self.done_on_any = self.parallel if done_on_any is None else bool(done_on_any)
         self.return_state = bool(return_state)
         self.categorical_actions = bool(categorical_actions)
@@ -354,13 +357,15 @@ class PettingZooWrapper(EnvBase):
 
     def _render(self, env_index: int) -> Any:
         """``render()`` of instance ``env_index``: an image of instances built with ``render_mode="rgb_array"``."""
-        if self.render_mode != "rgb_array":
+        drawable = self.render_mode == "rgb_array" or not self._declares_render_mode
+        frame = self._runner.render(env_index) if drawable else None
+        if frame is None:  # "human" draws in a window of its own; None: the env was not built for frames
             raise ValueError(
                 f"render() draws PettingZoo envs built with render_mode='rgb_array'; these have render_mode="
                 f"{self.render_mode!r}: build them with marl_envs.make(name, ..., render_mode='rgb_array') (or a "
                 f"factory passing it)"
             )
-        return self._runner.render(env_index)
+        return frame
 
     def close(self) -> None:
         """Close the instances (and stop the worker processes)."""
