@@ -133,3 +133,10 @@ def test_a_physics_backend_for_a_brax_env_without_one():
     with pytest.raises(ValueError, match=r"the Brax env 'fast' has no physics pipeline to choose \(backend="
                                          r"'spring'\): leave backend out"):
         marl_envs.make("brax/fast", num_envs=2, backend="spring")
+
+
+def test_a_keyword_the_scenario_does_not_read_is_not_taken_for_an_env_keyword():
+    _class("vmas")
+    with pytest.raises(TypeError, match=r"VMAS scenario 'simple_reference' got an unexpected keyword argument "
+                                        r"'n_agents'; it accepts the env keywords"):
+        marl_envs.make("vmas/simple_reference", num_envs=2, n_agents=3)  # no 'did you mean num_envs'

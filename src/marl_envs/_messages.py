@@ -9,9 +9,10 @@ from collections.abc import Iterable, Sequence
 __all__ = ["did_you_mean", "unknown_name"]
 
 
-def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
-    """``"; did you mean 'a' or 'b'?"`` for the close matches of ``name`` among ``candidates``, else ``""``."""
-    close = difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=0.6)
+def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:
+    """``"; did you mean 'a' or 'b'?"`` for the close matches of ``name`` among ``candidates`` (``difflib``'s
+    similarity of at least ``cutoff``), else ``""``."""
+    close = difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=cutoff)
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 

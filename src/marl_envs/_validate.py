@@ -154,7 +154,8 @@ def keyword_error(owner: str, key: str, accepted: Sequence[str], *, env: Sequenc
                   kind: str = "") -> TypeError:
     """The ``TypeError`` of a keyword ``owner`` does not take: the close match among ``env`` and ``accepted``,
     then both lists."""
-    hint = did_you_mean(key, [name for name in (*env, *accepted) if name != key], n=1) or ";"
+    # stricter than for names: a keyword of another scenario (n_agents) is not taken for an env keyword's typo
+    hint = did_you_mean(key, [name for name in (*env, *accepted) if name != key], n=1, cutoff=0.7) or ";"
     if not env:
         return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts {list(accepted)}")
     return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts the env keywords "
