@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make demo   sets up .venv and runs the demo (the main job): a tour, then MAPPO on vmas/navigation
-#   make test   sets up .venv, .venv-torchrl and .venv-torchrl011 and runs the test suite in them
+#   make test   sets up .venv, .venv-torchrl and .venv-benchmarl, runs the test suite in them and checks the wheel
 #   make docs   builds the documentation site into docs/_build/html (warnings are errors)
 PYTHON ?= python3
 VENV := .venv
@@ -14,11 +14,11 @@ TORCHRL_VENV := .venv-torchrl
 TORCHRL_BIN := $(TORCHRL_VENV)/bin
 TORCHRL_SPEC ?= torchrl==0.14.1 tensordict==0.14.3
 TORCHRL_STAMP := $(TORCHRL_VENV)/.installed
-# The oldest TorchRL supported (BenchMARL 1.5 pins torchrl < 0.12), on its tensordict: a third virtualenv, where
-# the interop tests and the core's run again (the core on tensordict 0.11).
-TORCHRL_OLD_VENV := .venv-torchrl011
+# BenchMARL 1.5.2 with the TorchRL it pins (< 0.12): torchrl 0.11.1, the oldest TorchRL supported, on its tensordict.
+# A third virtualenv, where the BenchMARL tests, the interop tests and the core's run again (on tensordict 0.11).
+TORCHRL_OLD_VENV := .venv-benchmarl
 TORCHRL_OLD_BIN := $(TORCHRL_OLD_VENV)/bin
-TORCHRL_OLD_SPEC ?= torchrl==0.11.1 tensordict==0.11.0
+TORCHRL_OLD_SPEC ?= torchrl==0.11.1 tensordict==0.11.0 benchmarl==1.5.2
 TORCHRL_OLD_STAMP := $(TORCHRL_OLD_VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
 # Headless rendering (VMAS through pyglet, Brax through MuJoCo) draws with EGL from Mesa.
@@ -57,7 +57,7 @@ $(TORCHRL_STAMP): pyproject.toml Makefile
 	$(call venv,$(TORCHRL_VENV),dev$(COMMA)torchrl,$(TORCHRL_SPEC))
 
 $(TORCHRL_OLD_STAMP): pyproject.toml Makefile
-	$(call venv,$(TORCHRL_OLD_VENV),dev$(COMMA)torchrl,$(TORCHRL_OLD_SPEC))
+	$(call venv,$(TORCHRL_OLD_VENV),dev$(COMMA)benchmarl,$(TORCHRL_OLD_SPEC))
 
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[docs]" "$(TORCH_SPEC)"

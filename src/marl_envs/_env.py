@@ -487,6 +487,11 @@ class EnvBase:
             break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
         )
 
+    @property
+    def renders(self) -> bool:
+        """Whether ``render()`` gives images here (False where it raises: an env without the ``_render`` hook)."""
+        return type(self)._render is not EnvBase._render
+
     def render(self, env_index: int = 0, **kwargs: Any) -> Any:
         """An image of env ``env_index``: an ``(H, W, 3)`` uint8 array for VMAS, Brax and PettingZoo envs (these
         built with ``render_mode="rgb_array"``), never None.

@@ -1,4 +1,4 @@
-"""The ``marl-envs`` command: ``list``, ``info``, ``bench`` and ``demo``.
+"""The ``marl-envs`` command: ``list``, ``info``, ``bench``, ``doctor`` and ``demo``.
 
 Its exit status is ``EXIT_OK`` (0), ``EXIT_ERROR`` (1: the library refused, the message on stderr says why and
 the fix) or ``EXIT_USAGE`` (2: argparse's, for a command line it cannot read); ``--help`` says so (``EPILOG``).
@@ -23,7 +23,7 @@ EPILOG = """\
 exit status:
   0  success (an empty list too: a note on stderr says why it is empty)
   1  the library refused: an unknown env or backend, a keyword the env does not take, a backend that is not
-     installed, a bad value; the message on stderr names the fix
+     installed, a bad value; the message on stderr names the fix; or doctor found an installed backend broken
   2  usage error: an unknown command or option, a missing argument, a keyword not written KEY=VALUE
 """
 USER = "user"  # ``list user``: the envs registered with marl_envs.register
@@ -115,6 +115,14 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     demo()
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import format_report, run
+
+    report = run(backends=args.backend or None, devices=args.device or None)
+    print(format_report(report))
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="marl-envs", description="Batched multi-agent RL environments.",
                                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -138,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=5, help="loops take turns over this many chunks of the steps")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=_cmd_bench)
+    p = sub.add_parser("doctor", help="versions, devices, and each installed backend built and stepped on each "
+                       "device (exit status 1 if one is broken)")
+    p.add_argument("--backend", action="append", help="check only this backend (repeatable); default: all installed")
+    p.add_argument("--device", action="append", help="check only this device (repeatable); default: every device "
+                   "torch can use")
+    p.set_defaults(func=_cmd_doctor)
     p = sub.add_parser("demo", help="a tour of the library: envs by name, their specs, a batched rollout")
     p.set_defaults(func=_cmd_demo)
     return parser
@@ -155,13 +169,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK if done.code is None else int(done.code)
     start = time.perf_counter()
     try:
-        args.func(args)
+        status = args.func(args)
     except (ValueError, ImportError, TypeError, KeyError) as err:
         print(f"error: {_message(err)}", file=sys.stderr)
         return EXIT_ERROR
     if args.command == "demo":
         print(f"\ndone in {time.perf_counter() - start:.0f} s")
-    return EXIT_OK
+    return EXIT_OK if status is None else status
 
 
 if __name__ == "__main__":

@@ -355,10 +355,14 @@ class PettingZooWrapper(EnvBase):
             raise AttributeError("with num_workers > 0 the PettingZoo instances live in the worker processes")
         return list(self._runner.instances)
 
+    @property
+    def renders(self) -> bool:
+        """Whether ``render()`` gives images: instances built with ``render_mode="rgb_array"`` (or declaring none)."""
+        return self.render_mode == "rgb_array" or not self._declares_render_mode
+
     def _render(self, env_index: int) -> Any:
         """``render()`` of instance ``env_index``: an image of instances built with ``render_mode="rgb_array"``."""
-        drawable = self.render_mode == "rgb_array" or not self._declares_render_mode
-        frame = self._runner.render(env_index) if drawable else None
+        frame = self._runner.render(env_index) if self.renders else None
         if frame is None:  # "human" draws in a window of its own; None: the env was not built for frames
             raise ValueError(
                 f"render() draws PettingZoo envs built with render_mode='rgb_array'; these have render_mode="

@@ -358,7 +358,7 @@ class VmasWrapper(EnvBase):
                     f"EGL (Debian: apt-get install libegl1 libgl1-mesa-dri) or a display (run under xvfb-run)"
                 ) from err
             raise
-        return np.asarray(frame, dtype=np.uint8)
+        return np.ascontiguousarray(frame, dtype=np.uint8)  # VMAS flips its frames: torch takes no negative stride
 
     @property
     def scenario(self) -> BaseScenario:

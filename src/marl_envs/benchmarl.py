@@ -1,0 +1,237 @@
+"""Train any marl-envs env with BenchMARL: ``Experiment(task=task("vmas/balance", max_steps=100), ...)``.
+
+``task(name, **env_kwargs)`` returns a BenchMARL ``TaskClass`` for any name ``marl_envs.make`` accepts. BenchMARL
+builds the env through it with its own ``num_envs``, ``seed``, ``device`` and action type, and reads the group map,
+the specs, ``max_steps``, rendering and infos from the env: no YAML to write.
+
+Needs the ``benchmarl`` extra (``pip install 'marl-envs[benchmarl]'``: BenchMARL 1.5 and the TorchRL it pins,
+0.11). ``import marl_envs`` never imports BenchMARL; importing this module does.
+
+>>> from benchmarl.algorithms import MappoConfig  # doctest: +SKIP
+>>> from benchmarl.experiment import Experiment, ExperimentConfig  # doctest: +SKIP
+>>> from benchmarl.models import MlpConfig  # doctest: +SKIP
+>>> from marl_envs.benchmarl import task
+>>> experiment = Experiment(task=task("vmas/balance", max_steps=100), algorithm_config=MappoConfig.get_from_yaml(),
+...                         model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
+...                         seed=0, config=ExperimentConfig.get_from_yaml())  # doctest: +SKIP
+>>> experiment.run()  # doctest: +SKIP
+
+BenchMARL's own command line (``python benchmarl/run.py task=vmas/balance``) does not take our names: it looks a
+task up in ``benchmarl.environments.task_config_registry``, a dict filled from BenchMARL's own ``Task`` enums when
+it is imported, after splitting the name on exactly one ``/``; adding ours would mean changing that dict from
+outside at run time. Build the ``Experiment`` in Python as above (``docs/benchmarl.md``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from tensordict import TensorDictBase
+
+try:
+    from benchmarl.environments import TaskClass
+    from torchrl.data import Composite
+    from torchrl.envs import EnvBase as _TorchRLEnvBase
+except ImportError as err:  # pragma: no cover - exercised by the import test in the venvs without BenchMARL
+    raise ImportError(
+        f"marl_envs.benchmarl needs BenchMARL, which could not be imported ({err}); "
+        "install it with: pip install 'marl-envs[benchmarl]'"
+    ) from err
+
+from groupings import GroupMap
+
+from . import specs
+from ._env import EnvBase
+from .registry import make
+from .torchrl import TorchRLEnv, to_torchrl
+
+__all__ = ["CONTINUOUS", "DISCRETE", "MarlEnvsTask", "action_kind", "task"]
+
+CONTINUOUS, DISCRETE = "continuous", "discrete"
+#: The keywords BenchMARL sets itself, each from its own configuration.
+SET_BY_BENCHMARL = {
+    "num_envs": "ExperimentConfig.n_envs_per_worker / evaluation_episodes",
+    "seed": "Experiment(seed=...)",
+    "device": "ExperimentConfig.sampling_device",
+    "continuous_actions": "ExperimentConfig.prefer_continuous_actions and the algorithm's action types",
+}
+#: The entries of a group that are not what its agents observe: what BenchMARL reads from its other specs.
+NOT_OBSERVED = frozenset({"info", "action_mask", "mask"})
+
+
+def action_kind(env: EnvBase) -> str:
+    """``CONTINUOUS`` or ``DISCRETE``: the kind of every action of ``env``.
+
+    Raises:
+        ValueError: the env mixes both kinds (BenchMARL picks one per experiment).
+    """
+    kinds = {DISCRETE if isinstance(spec, (specs.Categorical, specs.OneHot, specs.MultiCategorical)) else CONTINUOUS
+             for spec in (env.full_action_spec[key] for key in env.action_keys)}
+    if len(kinds) != 1:
+        raise ValueError(f"{env!r} has both continuous and discrete actions ({env.action_keys}); a BenchMARL "
+                         f"experiment trains one kind: pass a keyword that makes them one kind")
+    return kinds.pop()
+
+
+def _build(name: str, kwargs: dict[str, Any], seed: int | None) -> TorchRLEnv:
+    env = to_torchrl(make(name, **kwargs))
+    if seed is not None:
+        env.set_seed(seed)
+    return env
+
+
+class MarlEnvsTask(TaskClass):
+    """A marl-envs env as a BenchMARL task; build it with ``task(name, **env_kwargs)``.
+
+    ``name`` is the env's name as ``make`` takes it, with ``/`` replaced by ``_`` (BenchMARL names the experiment's
+    folder after it); ``env_id`` is the name itself and ``config`` the env keywords.
+
+    Attributes:
+        env_id: the name ``make`` builds (``"vmas/balance"``).
+        kinds: the action kinds the env offers (``{"continuous", "discrete"}`` where it takes ``continuous_actions``).
+        eval_steps: the episode length of evaluation rollouts, the env's ``max_steps``.
+    """
+
+    def __init__(self, env_id: str, config: dict[str, Any], kinds: frozenset[str], eval_steps: int,
+                 switchable: bool):
+        super().__init__(name=env_id.replace("/", "_"), config=config)
+        self.env_id = env_id
+        self.kinds = kinds
+        self.eval_steps = eval_steps
+        self._switchable = switchable  # the env takes continuous_actions=
+
+    def get_env_fun(self, num_envs: int, continuous_actions: bool, seed: int | None,
+                    device: Any) -> functools.partial:
+        """A zero-argument function building the env as a TorchRL env (``to_torchrl(make(...))``).
+
+        Raises:
+            ValueError: BenchMARL asks for an action kind the env does not have.
+        """
+        wanted = CONTINUOUS if continuous_actions else DISCRETE
+        if wanted not in self.kinds:
+            raise ValueError(f"BenchMARL asked {self.env_id!r} for {wanted} actions; it has {sorted(self.kinds)} "
+                             f"actions only: pick an algorithm that takes those (BenchMARL's "
+                             f"supports_{sorted(self.kinds)[0]}_actions())")
+        kwargs = dict(self.config, num_envs=num_envs, device=device)
+        if self._switchable:
+            kwargs["continuous_actions"] = continuous_actions
+        return functools.partial(_build, self.env_id, kwargs, seed)
+
+    def supports_continuous_actions(self) -> bool:
+        return CONTINUOUS in self.kinds
+
+    def supports_discrete_actions(self) -> bool:
+        return DISCRETE in self.kinds
+
+    def max_steps(self, env: _TorchRLEnvBase) -> int:
+        return self.eval_steps
+
+    def has_render(self, env: _TorchRLEnvBase) -> bool:
+        return bool(env.renders)
+
+    def group_map(self, env: _TorchRLEnvBase) -> GroupMap:
+        return env.group_map
+
+    def observation_spec(self, env: _TorchRLEnvBase) -> Composite:
+        """The groups' entries less ``NOT_OBSERVED``: what BenchMARL's models read."""
+        spec = env.full_observation_spec_unbatched
+        observed = {}
+        for group in env.group_map:
+            observed[group] = spec[group].clone()
+            for entry in NOT_OBSERVED.intersection(spec[group].keys()):
+                del observed[group][entry]
+        return Composite(observed)
+
+    def info_spec(self, env: _TorchRLEnvBase) -> Composite | None:
+        return self._group_entries(env, "info")
+
+    def action_mask_spec(self, env: _TorchRLEnvBase) -> Composite | None:
+        return self._group_entries(env, "action_mask")
+
+    def state_spec(self, env: _TorchRLEnvBase) -> Composite | None:
+        spec = env.full_observation_spec_unbatched
+        return Composite({"state": spec["state"].clone()}) if "state" in spec.keys() else None
+
+    def action_spec(self, env: _TorchRLEnvBase) -> Composite:
+        return env.full_action_spec_unbatched
+
+    @staticmethod
+    def _group_entries(env: _TorchRLEnvBase, entry: str) -> Composite | None:
+        """``Composite(group: Composite(entry: ...))`` for the groups that have ``entry``, None if none has."""
+        spec = env.full_observation_spec_unbatched
+        found = {group: Composite({entry: spec[group, entry].clone()}) for group in env.group_map
+                 if entry in spec[group].keys()}
+        return Composite(found) if found else None
+
+    @staticmethod
+    def env_name() -> str:
+        return "marl_envs"
+
+    @staticmethod
+    def log_info(batch: TensorDictBase) -> dict[str, float]:
+        """Each info's mean over the steps that end an episode (``collection/<group>/episode_end/<key>``): a win
+        signal read there is a win rate. BenchMARL logs the mean over every step itself (``.../info/<key>``)."""
+        done = batch.get(("next", "done"), None)
+        if done is None or not done.any():
+            return {}
+        logged = {}
+        for group, data in batch.get("next").items():
+            infos = data.get("info", None) if isinstance(data, TensorDictBase) else None
+            if not isinstance(infos, TensorDictBase):
+                continue
+            for key, value in infos.items(True, True):
+                ended = done.reshape(*done.shape[:-1], *([1] * (value.ndim - done.ndim + 1))).expand_as(value)
+                name = "/".join(key) if isinstance(key, tuple) else key
+                logged[f"collection/{group}/episode_end/{name}"] = value[ended].float().mean().item()
+        return logged
+
+    @staticmethod
+    def render_callback(experiment: Any, env: _TorchRLEnvBase, data: TensorDictBase) -> Any:
+        """An ``(H, W, 3)`` uint8 frame of the first evaluation env, for BenchMARL's videos."""
+        return env.render()
+
+
+def task(name: str, **env_kwargs: Any) -> MarlEnvsTask:
+    """A BenchMARL ``TaskClass`` for ``marl_envs.make(name, **env_kwargs)``.
+
+    The env is built once here, with one env, to check the name and keywords and to read its action kinds and
+    episode length: an error surfaces now, not inside BenchMARL's experiment.
+
+    Args:
+        name: any name ``marl_envs.make`` accepts (``"vmas/balance"``, ``"brax/ant_4x2"``, ...).
+        **env_kwargs: the env's keywords (``max_steps``, ``n_agents``, ...), less those BenchMARL sets
+            (``SET_BY_BENCHMARL``).
+
+    Raises:
+        ValueError: a keyword BenchMARL sets; a single-agent env (BenchMARL trains groups of agents); an env
+            without ``max_steps`` (BenchMARL's evaluation rolls out that many steps: pass ``max_steps=N``).
+        TypeError, ImportError: as ``marl_envs.make`` raises them (a keyword the env does not take, a backend not
+            installed).
+    """
+    for key in SET_BY_BENCHMARL.keys() & env_kwargs.keys():
+        raise ValueError(f"task({name!r}) got {key}={env_kwargs[key]!r}, which BenchMARL sets from "
+                         f"{SET_BY_BENCHMARL[key]}: leave it out of the task's keywords")
+    probe = make(name, num_envs=1, **env_kwargs)
+    try:
+        if not probe.group_map:
+            raise ValueError(f"{name!r} is a single-agent env (its data sit at the root, in no group) and BenchMARL "
+                             f"trains groups of agents: pick a multi-agent env (marl-envs list)")
+        if probe.max_steps is None:
+            raise ValueError(f"{name!r} has no max_steps and BenchMARL's evaluation rolls episodes out for max_steps "
+                             f"steps: pass it, task({name!r}, max_steps=N) (episodes the env ends earlier still end "
+                             f"there)")
+        kinds, switchable = {action_kind(probe)}, False
+        other = DISCRETE if CONTINUOUS in kinds else CONTINUOUS
+        try:
+            flipped = make(name, num_envs=1, continuous_actions=other == CONTINUOUS, **env_kwargs)
+        except TypeError as err:  # the env has one action kind
+            if "continuous_actions" not in str(err):
+                raise
+        else:
+            kinds.add(action_kind(flipped))
+            switchable = True
+            flipped.close()
+        return MarlEnvsTask(name, dict(env_kwargs), frozenset(kinds), probe.max_steps, switchable)
+    finally:
+        probe.close()

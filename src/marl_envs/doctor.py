@@ -1,0 +1,223 @@
+"""``marl-envs doctor``: what is installed, which devices torch and JAX see, and whether each backend runs there.
+
+For each installed backend and each device torch can use, one env (``ENVS``) is built, reset and stepped; the
+JAX -> torch hand-off of the JAX families is checked on each device (zero-copy on a GPU, by DLPack; a copy on the
+CPU, by design: ``backends.jax.Transfer``); JAX's GPU memory settings are shown with what they mean beside torch.
+A check that fails is a ``FAIL`` row carrying the error, and the command then exits with status 1: something
+installed is broken. On a machine with a GPU this one command runs every CUDA path of the library.
+
+>>> from marl_envs.doctor import run
+>>> report = run(backends=["vmas"])  # doctest: +SKIP
+>>> report.ok  # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import __version__, registry
+from ._messages import unknown_name
+
+__all__ = ["ENVS", "PACKAGES", "Report", "Row", "format_report", "run"]
+
+#: The env each backend is checked with (small and quick to build: a backend's check, not a benchmark).
+ENVS: dict[str, tuple[str, dict[str, Any]]] = {
+    "vmas": ("vmas/balance", {"n_agents": 3}),
+    "brax": ("brax/fast", {}),
+    "pettingzoo": ("pettingzoo/mpe/simple_spread_v3", {}),
+    "jaxmarl": ("jaxmarl/MPE_simple_spread_v3", {}),
+    "gymnax": ("gymnax/CartPole-v1", {}),
+}
+#: The distributions whose versions are shown: the core's, each backend's, TorchRL's and BenchMARL's.
+PACKAGES = ("torch", "tensordict", "numpy", "vmas", "jax", "jaxlib", "brax", "mujoco", "pettingzoo", "mpe2",
+            "jaxmarl", "gymnax", "torchrl", "benchmarl")
+PASS, FAIL, NOTE = "ok", "FAIL", "-"
+STEPS = 3
+
+
+@dataclass
+class Row:
+    """One check: what was checked, where, its status (``ok``, ``FAIL`` or ``-`` for a fact) and the detail."""
+
+    check: str
+    where: str
+    status: str
+    detail: str
+
+
+@dataclass
+class Report:
+    """What ``run`` found: versions, devices, and a row per check."""
+
+    versions: dict[str, str] = field(default_factory=dict)
+    devices: dict[str, list[str]] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No check failed."""
+        return all(row.status != FAIL for row in self.rows)
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _error(err: BaseException) -> str:
+    """The error's type and first line, and where in the library's or the backend's code it was raised."""
+    frame = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
+    where = f" ({os.path.basename(frame.filename)}:{frame.lineno})" if frame else ""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {first}{where}"
+
+
+def _check(rows: list[Row], check: str, where: str, body: Callable[[], str]) -> None:
+    """Run ``body``; a row with its detail, or the error it raised (any error: a broken install can raise
+    anything, at import or later)."""
+    start = time.perf_counter()
+    try:
+        detail = body()
+    except Exception as err:  # noqa: BLE001 - every failure is a row, not a crash of the doctor
+        rows.append(Row(check, where, FAIL, _error(err)))
+    else:
+        rows.append(Row(check, where, PASS, f"{detail} ({time.perf_counter() - start:.1f} s)"))
+
+
+def _step_env(name: str, kwargs: dict[str, Any], device: str) -> str:
+    """Build ``name`` on ``device``, reset and step it ``STEPS`` times with random actions; what it gave."""
+    import torch
+
+    env = registry.make(name, num_envs=2, device=device, **kwargs)
+    try:
+        td = env.reset()
+        for _ in range(STEPS):
+            data, td = env.step_and_maybe_reset(env.rand_action(td))
+        rewards = [data.get(("next", *key) if isinstance(key, tuple) else ("next", key)) for key in env.reward_keys]
+        wrong = [str(r.device) for r in rewards if r.device != torch.device(device)]
+        if wrong:
+            raise RuntimeError(f"rewards on {wrong[0]}, the env was built on {device}")
+        if not all(torch.isfinite(r).all() for r in rewards):
+            raise RuntimeError("a reward is not finite")
+        return f"{name}: reset + {STEPS} steps, {len(env.agent_names) or 1} agent(s)"
+    finally:
+        env.close()
+
+
+def _hand_off(device: str) -> str:
+    """JAX -> torch through the JAX families' ``Transfer``: same values, and whether the memory is shared."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+
+    from .backends.jax import Transfer
+    from .distributed import jax_device
+
+    array = jax.device_put(jnp.arange(12, dtype=jnp.float32).reshape(3, 4), jax_device(device))
+    tensor = Transfer(torch.device(device)).to_torch(array)
+    if not np.array_equal(tensor.cpu().numpy(), np.asarray(array)) or tensor.device != torch.device(device):
+        raise RuntimeError(f"the tensor differs from the JAX array (on {tensor.device})")
+    shared = tensor.data_ptr() == array.unsafe_buffer_pointer()
+    if device == "cpu":
+        return "a copy (NumPy), as designed on the CPU" if not shared else "zero-copy"
+    if not shared:
+        raise RuntimeError("DLPack gave a copy: the step's output is copied on the GPU every step")
+    return "zero-copy (DLPack: the tensor reads JAX's buffer)"
+
+
+def _jax_memory(rows: list[Row], torch_gpu: bool) -> None:
+    """JAX's GPU memory settings in force, what they mean beside torch, and whether marl-envs set one."""
+    from .backends.jax import JAX_GPU_MEMORY_VARS, PREALLOCATE_VAR, share_gpu_memory
+
+    set_here = share_gpu_memory()  # as a JAX-family env would, before JAX starts
+    for var, meaning in JAX_GPU_MEMORY_VARS.items():
+        value = os.environ.get(var)
+        by = " (set by marl-envs: torch sees a GPU)" if set_here and var == "XLA_PYTHON_CLIENT_PREALLOCATE" else ""
+        rows.append(Row("jax memory", var, NOTE, f"{value if value is not None else 'unset'}{by}: {meaning}"))
+    if not torch_gpu:
+        note = "torch sees no CUDA GPU: JAX's defaults stand (they matter only on a GPU)"
+    elif os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0"):
+        note = "JAX allocates as it needs beside torch"
+    else:
+        note = (f"JAX takes 75% of the GPU when it starts, torch gets the rest ({PREALLOCATE_VAR}=1 or a variable "
+                f"above set by the user)")
+    rows.append(Row("jax memory", "in force", NOTE, note))
+
+
+def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = None) -> Report:
+    """Check the installed backends (or ``backends``) on every device torch can use (or ``devices``).
+
+    Raises:
+        ValueError: an unknown backend or device (the message lists them).
+    """
+    import torch
+
+    from ._validate import available_devices, check_device
+
+    report = Report()
+    for package in PACKAGES:
+        report.versions[package] = _version(package)
+    report.versions = {"python": platform.python_version(), "marl-envs": __version__, **report.versions}
+    torch_devices = available_devices()
+    report.devices["torch"] = torch_devices
+    chosen = list(devices) if devices is not None else torch_devices
+    for device in chosen:
+        check_device(device)
+    wanted = list(backends) if backends is not None else registry.available_backends()
+    for backend in wanted:
+        if backend not in ENVS:
+            raise unknown_name("backend", backend, list(ENVS))
+    installed = [b for b in wanted if registry.backend_installed(b)]
+    report.rows += [Row(b, "-", NOTE, f"not installed (pip install 'marl-envs[{b}]')") for b in wanted
+                    if b not in installed]
+    jax_families = [b for b in installed if b in ("brax", "jaxmarl", "gymnax")]
+    if jax_families:
+        _jax_memory(report.rows, torch.cuda.is_available())
+        _check(report.rows, "jax devices", "all", lambda: _jax_devices(report))
+    for backend in installed:
+        name, kwargs = ENVS[backend]
+        for device in chosen:
+            _check(report.rows, backend, device, lambda: _step_env(name, kwargs, device))
+    if jax_families:
+        for device in chosen:
+            _check(report.rows, "jax -> torch", device, lambda: _hand_off(device))
+    return report
+
+
+def _jax_devices(report: Report) -> str:
+    import jax
+
+    from .backends.jax import configure_jax
+
+    configure_jax()  # JAX starts as under an env: the same settings
+    seen = [f"{d.platform}:{d.id}" for d in jax.devices()]
+    if jax.default_backend() != "cpu":
+        seen += [f"cpu:{d.id}" for d in jax.devices("cpu")]
+    report.devices["jax"] = seen
+    return ", ".join(seen)
+
+
+def format_report(report: Report) -> str:
+    """The report as text: versions, devices, then a table of the checks and a verdict."""
+    from ._format import table
+
+    width = max(map(len, report.versions))
+    lines = ["versions:"] + [f"  {name.ljust(width)}  {version}" for name, version in report.versions.items()]
+    lines += ["devices:"] + [f"  {who.ljust(width)}  {', '.join(found)}" for who, found in report.devices.items()]
+    lines += ["", table(["check", "where", "status", "detail"],
+                        [(r.check, r.where, r.status, r.detail) for r in report.rows]), ""]
+    failed = [r for r in report.rows if r.status == FAIL]
+    lines.append("all checks passed" if not failed else
+                 f"{len(failed)} check(s) failed: {', '.join(sorted({f'{r.check} on {r.where}' for r in failed}))}")
+    return "\n".join(lines)
