@@ -20,12 +20,15 @@ TORCHRL_OLD_VENV := .venv-benchmarl
 TORCHRL_OLD_BIN := $(TORCHRL_OLD_VENV)/bin
 TORCHRL_OLD_SPEC ?= torchrl==0.11.1 tensordict==0.11.0 benchmarl==1.5.2
 TORCHRL_OLD_STAMP := $(TORCHRL_OLD_VENV)/.installed
+# The release check: a wheel and an sdist built by `python -m build` (the wheel from the sdist), the wheel installed
+# with the vmas extra in a fresh virtualenv, and the README's quick start run there (scripts/check_wheel.py).
+WHEEL_VENV := .venv-wheel
 DOCS_STAMP := $(VENV)/.docs-installed
 # Headless rendering (VMAS through pyglet, Brax through MuJoCo) draws with EGL from Mesa.
 COMMA := ,
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
-.PHONY: setup setup-torchrl system-packages demo test test-all docs clean
+.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs clean
 
 setup: $(STAMP)
 
@@ -67,21 +70,35 @@ demo: $(STAMP)
 	$(BIN)/marl-envs demo
 	$(BIN)/python examples/mappo.py --env vmas/navigation --out runs/navigation
 
-# Three times: the core on the newest tensordict (.venv; the TorchRL tests skip there), everything again with
-# torchrl + tensordict 0.14 (.venv-torchrl), then the interop, the core and the torch backends with torchrl +
-# tensordict 0.11 (.venv-torchrl011); MARL_ENVS_REQUIRE_TORCHRL makes a missing torchrl an error.
-OLD_TORCHRL_TESTS := tests/test_torchrl.py tests/test_env.py tests/test_specs.py tests/test_checks.py \
+# Three times: the core on the newest tensordict (.venv; the TorchRL and BenchMARL tests skip there), everything
+# but BenchMARL again with torchrl + tensordict 0.14 (.venv-torchrl), then BenchMARL, the interop, the core and the
+# torch backends with benchmarl 1.5.2 + torchrl + tensordict 0.11 (.venv-benchmarl); MARL_ENVS_REQUIRE_TORCHRL and
+# MARL_ENVS_REQUIRE_BENCHMARL make a missing torchrl or benchmarl an error. Then the wheel (wheel-check).
+REQUIRE_OLD := MARL_ENVS_REQUIRE_TORCHRL=1 MARL_ENVS_REQUIRE_BENCHMARL=1
+OLD_TORCHRL_TESTS := tests/test_benchmarl.py tests/test_torchrl.py tests/test_env.py tests/test_specs.py tests/test_checks.py \
 	tests/test_fuzz.py tests/test_registry.py tests/test_keywords.py tests/backends/test_vmas.py \
 	tests/backends/test_pettingzoo.py
 test: $(STAMP) $(TORCHRL_STAMP) $(TORCHRL_OLD_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile
-	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_OLD_BIN)/python -m pytest -n 2 --dist loadfile $(OLD_TORCHRL_TESTS)
+	$(REQUIRE_OLD) $(TORCHRL_OLD_BIN)/python -m pytest -n 2 --dist loadfile $(OLD_TORCHRL_TESTS)
+	$(MAKE) --no-print-directory wheel-check
 
 test-all: $(STAMP) $(TORCHRL_STAMP) $(TORCHRL_OLD_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile --all
 	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile --all
-	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_OLD_BIN)/python -m pytest -n 2 --dist loadfile --all $(OLD_TORCHRL_TESTS)
+	$(REQUIRE_OLD) $(TORCHRL_OLD_BIN)/python -m pytest -n 2 --dist loadfile --all $(OLD_TORCHRL_TESTS)
+	$(MAKE) --no-print-directory wheel-check
+
+wheel-check: $(STAMP)
+	rm -rf dist $(WHEEL_VENV)
+	$(BIN)/python -m build --outdir dist . >/dev/null
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(WHEEL_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(WHEEL_VENV)/bin/python -m pip install --quiet "$$(ls dist/*.whl)[vmas]" "$(TORCH_SPEC)"
+	$(WHEEL_VENV)/bin/python scripts/check_wheel.py README.md
+	@ls dist
 
 # The env catalogue (docs/envs) is generated from the registry; its pictures are cached in docs/_build.
 docs: $(DOCS_STAMP)
@@ -89,4 +106,4 @@ docs: $(DOCS_STAMP)
 	@echo "docs: docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) $(TORCHRL_VENV) $(TORCHRL_OLD_VENV) .pytest_cache .hypothesis docs/_build docs/envs
+	rm -rf $(VENV) $(TORCHRL_VENV) $(TORCHRL_OLD_VENV) $(WHEEL_VENV) dist .pytest_cache .hypothesis docs/_build docs/envs

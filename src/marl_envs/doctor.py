@@ -144,7 +144,7 @@ def _jax_memory(rows: list[Row], torch_gpu: bool) -> None:
     for var, meaning in JAX_GPU_MEMORY_VARS.items():
         value = os.environ.get(var)
         by = " (set by marl-envs: torch sees a GPU)" if set_here and var == "XLA_PYTHON_CLIENT_PREALLOCATE" else ""
-        rows.append(Row("jax memory", var, NOTE, f"{value if value is not None else 'unset'}{by}: {meaning}"))
+        rows.append(Row("jax-memory", var, NOTE, f"{value if value is not None else 'unset'}{by}: {meaning}"))
     if not torch_gpu:
         note = "torch sees no CUDA GPU: JAX's defaults stand (they matter only on a GPU)"
     elif os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0"):
@@ -152,7 +152,7 @@ def _jax_memory(rows: list[Row], torch_gpu: bool) -> None:
     else:
         note = (f"JAX takes 75% of the GPU when it starts, torch gets the rest ({PREALLOCATE_VAR}=1 or a variable "
                 f"above set by the user)")
-    rows.append(Row("jax memory", "in force", NOTE, note))
+    rows.append(Row("jax-memory", "in-force", NOTE, note))
 
 
 def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = None) -> Report:
@@ -181,17 +181,17 @@ def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = N
     installed = [b for b in wanted if registry.backend_installed(b)]
     report.rows += [Row(b, "-", NOTE, f"not installed (pip install 'marl-envs[{b}]')") for b in wanted
                     if b not in installed]
-    jax_families = [b for b in installed if b in ("brax", "jaxmarl", "gymnax")]
+    jax_families = [b for b in installed if "jax" in registry._BACKENDS[b].packages]
     if jax_families:
         _jax_memory(report.rows, torch.cuda.is_available())
-        _check(report.rows, "jax devices", "all", lambda: _jax_devices(report))
+        _check(report.rows, "jax-devices", "all", lambda: _jax_devices(report))
     for backend in installed:
         name, kwargs = ENVS[backend]
         for device in chosen:
             _check(report.rows, backend, device, lambda: _step_env(name, kwargs, device))
     if jax_families:
         for device in chosen:
-            _check(report.rows, "jax -> torch", device, lambda: _hand_off(device))
+            _check(report.rows, "jax->torch", device, lambda: _hand_off(device))
     return report
 
 
