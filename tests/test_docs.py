@@ -35,19 +35,34 @@ def test_docs_have_code():
     assert [_name(p) for p in guides if not BLOCK.search(p.read_text())] == []
 
 
+#: Pages that need an optional library: page -> (its module, the variable make test sets where it is installed, the
+#: virtualenv that has it).
+NEEDS = {"torchrl.md": ("torchrl", "MARL_ENVS_REQUIRE_TORCHRL", ".venv-torchrl"),
+         "benchmarl.md": ("benchmarl", "MARL_ENVS_REQUIRE_BENCHMARL", ".venv-benchmarl")}
+
+
+#: Warnings a library emits about its own code while a page runs (BenchMARL 1.5.2 builds TorchRL 0.11's
+#: deprecated collector).
+LIBRARY_WARNINGS = {"benchmarl.md": [(".*SyncDataCollector has been deprecated", DeprecationWarning)]}
+
+
 @pytest.mark.parametrize("path", DOCS, ids=_name)
 def test_doc_blocks_run(path, monkeypatch, tmp_path):
-    if path.name == "torchrl.md" and importlib.util.find_spec("torchrl") is None:
-        if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") == "1":
-            pytest.fail("torchrl.md needs torchrl, which MARL_ENVS_REQUIRE_TORCHRL says is installed")
-        pytest.skip("docs/torchrl.md runs in .venv-torchrl (make test runs it there)")
-    if path.name == "torchrl.md":
+    module, required, venv = NEEDS.get(path.name, (None, None, None))
+    if module is not None and importlib.util.find_spec(module) is None:
+        if os.environ.get(required) == "1":
+            pytest.fail(f"{path.name} needs {module}, which {required} says is installed")
+        pytest.skip(f"docs/{path.name} runs in {venv} (make test runs it there)")
+    if module is not None:
         with warnings.catch_warnings():  # torchrl 0.14.1 deprecates its own weight updaters on import
             warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated",
                                     category=DeprecationWarning)
             import torchrl.collectors  # noqa: F401
     monkeypatch.chdir(tmp_path)
-    run_blocks(path.read_text(), path.name)
+    with warnings.catch_warnings():
+        for message, category in LIBRARY_WARNINGS.get(path.name, ()):
+            warnings.filterwarnings("ignore", message=message, category=category)
+        run_blocks(path.read_text(), path.name)
 
 
 def run_blocks(text: str, name: str) -> None:
