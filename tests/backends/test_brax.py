@@ -429,6 +429,7 @@ class _Grows(Drift):
 
 def test_render():
     env = BraxWrapper(Drift())
+    assert not env.renders
     with pytest.raises(NotImplementedError, match="Drift has no MuJoCo model to render"):
         env.render()
 
@@ -436,6 +437,7 @@ def test_render():
 def test_render_physics_env_headless(built):
     env = built("hopper_3x1")
     env.reset()
+    assert env.renders
     with pytest.raises(IndexError, match=r"env_index must be an int in \[0, 2\), got 5"):
         env.render(5)
     try:

@@ -358,6 +358,7 @@ def test_benchmark_rows():
 def test_render_draws_envs_built_for_it_and_names_render_mode_otherwise():
     env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0)
     env.reset()
+    assert not env.renders  # what a trainer reads before asking for frames (BenchMARL's has_render)
     with pytest.raises(ValueError, match=r"render\(\) draws PettingZoo envs built with render_mode='rgb_array'; these "
                                          r"have render_mode=None: build them with marl_envs.make\(name, ..., "
                                          r"render_mode='rgb_array'\)"):
@@ -366,6 +367,7 @@ def test_render_draws_envs_built_for_it_and_names_render_mode_otherwise():
         env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0, render_mode="rgb_array",
                              num_workers=workers)
         env.reset()
+        assert env.renders
         frame = env.render(1)
         assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[-1] == 3 and frame.any()
         env.close()

@@ -309,6 +309,16 @@ class BraxWrapper(JaxEnvBase):
         if self._flat is not None:
             self._flat = self._flat.detach()
 
+    @property
+    def _mj_model(self) -> Any:
+        """The MuJoCo model of a physics env, None for envs without one (custom envs, Brax's ``fast``)."""
+        return getattr(getattr(self.brax_env.unwrapped, "sys", None), "mj_model", None)
+
+    @property
+    def renders(self) -> bool:
+        """Whether ``render()`` gives images: physics envs (those with a MuJoCo model)."""
+        return self._mj_model is not None
+
     def _render(self, env_index: int, *, height: int = 240, width: int = 320, camera: str | int | None = None
                 ) -> np.ndarray:
         """An ``(height, width, 3)`` uint8 image of env ``env_index``, rendered headless by MuJoCo.
@@ -320,8 +330,7 @@ class BraxWrapper(JaxEnvBase):
         prepare_mujoco_gl()
         import mujoco
 
-        sys_ = getattr(self.brax_env.unwrapped, "sys", None)
-        model = getattr(sys_, "mj_model", None)
+        model = self._mj_model
         if model is None:
             raise NotImplementedError(
                 f"{type(self.brax_env.unwrapped).__name__} has no MuJoCo model to render (an env without a physics "
