@@ -136,8 +136,9 @@ def _hand_off(device: str) -> str:
     return "zero-copy (DLPack: the tensor reads JAX's buffer)"
 
 
-def _jax_memory(rows: list[Row], torch_gpu: bool) -> None:
-    """JAX's GPU memory settings in force, what they mean beside torch, and whether marl-envs set one."""
+def _jax_memory(rows: list[Row], torch_gpu: bool) -> str:
+    """A row per JAX GPU memory setting, what it means beside torch, and whether marl-envs set it; what is in
+    force."""
     from .backends.jax import JAX_GPU_MEMORY_VARS, PREALLOCATE_VAR, share_gpu_memory
 
     set_here = share_gpu_memory()  # as a JAX-family env would, before JAX starts
@@ -146,13 +147,11 @@ def _jax_memory(rows: list[Row], torch_gpu: bool) -> None:
         by = " (set by marl-envs: torch sees a GPU)" if set_here and var == "XLA_PYTHON_CLIENT_PREALLOCATE" else ""
         rows.append(Row("jax-memory", var, NOTE, f"{value if value is not None else 'unset'}{by}: {meaning}"))
     if not torch_gpu:
-        note = "torch sees no CUDA GPU: JAX's defaults stand (they matter only on a GPU)"
-    elif os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0"):
-        note = "JAX allocates as it needs beside torch"
-    else:
-        note = (f"JAX takes 75% of the GPU when it starts, torch gets the rest ({PREALLOCATE_VAR}=1 or a variable "
-                f"above set by the user)")
-    rows.append(Row("jax-memory", "in-force", NOTE, note))
+        return "torch sees no CUDA GPU: JAX's defaults stand (they matter only on a GPU)"
+    if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower() in ("false", "0"):
+        return "JAX allocates as it needs beside torch"
+    return (f"JAX takes 75% of the GPU when it starts, torch gets the rest ({PREALLOCATE_VAR}=1 or a variable "
+            f"above set by the user)")
 
 
 def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = None) -> Report:
@@ -165,10 +164,8 @@ def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = N
 
     from ._validate import available_devices, check_device
 
-    report = Report()
-    for package in PACKAGES:
-        report.versions[package] = _version(package)
-    report.versions = {"python": platform.python_version(), "marl-envs": __version__, **report.versions}
+    report = Report(versions={"python": platform.python_version(), "marl-envs": __version__,
+                              **{package: _version(package) for package in PACKAGES}})
     torch_devices = available_devices()
     report.devices["torch"] = torch_devices
     chosen = list(devices) if devices is not None else torch_devices
@@ -183,7 +180,7 @@ def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = N
                     if b not in installed]
     jax_families = [b for b in installed if "jax" in registry._BACKENDS[b].packages]
     if jax_families:
-        _jax_memory(report.rows, torch.cuda.is_available())
+        _check(report.rows, "jax-memory", "in-force", lambda: _jax_memory(report.rows, torch.cuda.is_available()))
         _check(report.rows, "jax-devices", "all", lambda: _jax_devices(report))
     for backend in installed:
         name, kwargs = ENVS[backend]
