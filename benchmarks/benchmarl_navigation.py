@@ -1,7 +1,7 @@
 """MAPPO in BenchMARL on our ``vmas/navigation`` and on BenchMARL's own ``VmasTask.NAVIGATION``, side by side.
 
     python benchmarks/benchmarl_navigation.py                       # 300k frames, seed 0 (needs .venv-benchmarl)
-    python benchmarl_navigation.py --frames 600000 --seeds 0 1 2 --out runs/benchmarl_navigation
+    python benchmarks/benchmarl_navigation.py --frames 60000 --envs 600 --epochs 1 --seeds 1 2   # collection speed
 
 The same BenchMARL ``Experiment``, algorithm (``MappoConfig.get_from_yaml()``), models (``MlpConfig``), seed and
 experiment configuration (BenchMARL's ``base_experiment.yaml`` with the frames, envs per batch and devices set
@@ -34,12 +34,15 @@ SCALARS = ("collection_reward_episode_reward_mean", "timers_collection_time", "t
            "counters_total_frames")
 
 
-def config(frames: int, envs: int, folder: Path) -> ExperimentConfig:
-    """BenchMARL's default experiment, on the CPU, with the frames and envs of this comparison, CSV logs only."""
+def config(frames: int, envs: int, epochs: int | None, folder: Path) -> ExperimentConfig:
+    """BenchMARL's default experiment, on the CPU, with the frames, envs (and epochs) of this comparison, CSV logs
+    only."""
     cfg = ExperimentConfig.get_from_yaml()
     cfg.sampling_device = cfg.train_device = cfg.buffer_device = "cpu"
     cfg.max_n_frames = frames
     cfg.on_policy_n_envs_per_worker = envs
+    if epochs is not None:
+        cfg.on_policy_n_minibatch_iters = epochs
     cfg.evaluation = False
     cfg.render = False
     cfg.loggers = ["csv"]
@@ -59,7 +62,7 @@ def scalars(experiment: Experiment) -> dict[str, list[float]]:
     return series
 
 
-def run(which: str, seed: int, frames: int, envs: int, out: Path) -> dict[str, list[float]]:
+def run(which: str, seed: int, frames: int, envs: int, epochs: int | None, out: Path) -> dict[str, list[float]]:
     keywords = VmasTask.NAVIGATION.get_from_yaml().config  # BenchMARL's task keywords, for both tasks
     chosen = task("vmas/navigation", **keywords) if which == "marl-envs" else VmasTask.NAVIGATION.get_from_yaml()
     folder = out / f"{which}_seed{seed}"
@@ -67,7 +70,7 @@ def run(which: str, seed: int, frames: int, envs: int, out: Path) -> dict[str, l
     start = time.perf_counter()
     experiment = Experiment(task=chosen, algorithm_config=MappoConfig.get_from_yaml(),
                             model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
-                            seed=seed, config=config(frames, envs, folder))
+                            seed=seed, config=config(frames, envs, epochs, folder))
     experiment.run()
     series = scalars(experiment)
     series["wall"] = [time.perf_counter() - start]
@@ -100,6 +103,8 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=300_000)
     parser.add_argument("--envs", type=int, default=60, help="envs per batch (BenchMARL's on_policy_n_envs_per_worker)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--epochs", type=int, help="on_policy_n_minibatch_iters, the same for both (default: "
+                        "BenchMARL's 45; fewer to time collection alone)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the same for both)")
     parser.add_argument("--out", type=Path, default=Path("runs/benchmarl_navigation"))
     args = parser.parse_args()
@@ -110,7 +115,7 @@ def main() -> None:
     results = {}
     for seed in args.seeds:
         for which in ("marl-envs", "BenchMARL"):
-            results[which, seed] = run(which, seed, args.frames, args.envs, args.out)
+            results[which, seed] = run(which, seed, args.frames, args.envs, args.epochs, args.out)
     with open(args.out / "curves.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["task", "seed", "frames", "episode_reward_mean", "collection_s", "training_s"])
