@@ -53,13 +53,20 @@ def config(frames: int, envs: int, epochs: int | None, folder: Path) -> Experime
 
 
 def scalars(experiment: Experiment) -> dict[str, list[float]]:
-    """The run's logged series (one value per iteration) that this comparison reads, from BenchMARL's CSV logs."""
+    """The run's logged series that this comparison reads, from BenchMARL's CSV logs, one value per iteration
+    (NaN where BenchMARL logged none: the episode reward of a batch in which no episode ended)."""
     folder = Path(experiment.folder_name) / experiment.name / "scalars"
     series = {}
     for name in SCALARS:
         with open(folder / f"{name}.csv") as f:
-            series[name] = [float(value) for _, value in csv.reader(f)]
+            logged = {int(step): float(value) for step, value in csv.reader(f)}
+        series[name] = [logged.get(i, float("nan")) for i in range(experiment.n_iters_performed)]
     return series
+
+
+def last(values: list[float]) -> float:
+    """The last logged value of a series."""
+    return next((v for v in reversed(values) if v == v), float("nan"))
 
 
 def run(which: str, seed: int, frames: int, envs: int, epochs: int | None, out: Path) -> dict[str, list[float]]:
@@ -87,8 +94,9 @@ def plot(results: dict[tuple[str, int], dict[str, list[float]]], path: Path) -> 
     colours = {"marl-envs": "tab:blue", "BenchMARL": "tab:orange"}
     for (which, seed), series in sorted(results.items()):
         label = f"{which} vmas/navigation" if seed == min(s for w, s in results if w == which) else None
-        ax.plot(series["counters_total_frames"], series["collection_reward_episode_reward_mean"],
-                color=colours[which], label=label, alpha=0.9)
+        points = [(x, y) for x, y in zip(series["counters_total_frames"],
+                                         series["collection_reward_episode_reward_mean"]) if y == y]
+        ax.plot(*zip(*points), color=colours[which], label=label, alpha=0.9)
     ax.set_xlabel("frames")
     ax.set_ylabel("mean episode reward (collected batches)")
     ax.set_title("BenchMARL MAPPO on VMAS navigation: our env vs BenchMARL's")
@@ -130,7 +138,7 @@ def main() -> None:
           f"{'training s':>10} {'wall s':>7}")
     for (which, seed), s in results.items():
         frames, collection = s["counters_total_frames"][-1], sum(s["timers_collection_time"])
-        print(f"{which:<10} {seed:>4} {s['collection_reward_episode_reward_mean'][-1]:>12.3f} "
+        print(f"{which:<10} {seed:>4} {last(s['collection_reward_episode_reward_mean']):>12.3f} "
               f"{frames / collection:>19.0f} {collection:>12.1f} {sum(s['timers_training_time']):>10.1f} "
               f"{s['wall'][0]:>7.0f}")
     print(f"curves: {args.out / 'curves.csv'}, plot: {args.out / 'benchmarl_navigation.png'}")
