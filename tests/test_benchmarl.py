@@ -146,6 +146,27 @@ def test_masked_turn_based_task():
         leduc.get_env_fun(num_envs=2, continuous_actions=True, seed=0, device="cpu")
 
 
+@_needs("pettingzoo/classic/tictactoe_v3")
+def test_boards_flattened_for_an_mlp(tmp_path):
+    """tictactoe's (3, 3, 2) int8 board: BenchMARL's MLP refuses it as it is, takes it flattened to 18 floats."""
+    board = task("pettingzoo/classic/tictactoe_v3", max_steps=9)
+
+    def experiment(chosen):
+        return Experiment(task=chosen, algorithm_config=MappoConfig.get_from_yaml(),
+                          model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
+                          seed=0, config=small_config(tmp_path))
+
+    with pytest.raises(ValueError, match=r"MLP input value \('agents', 'observation'\)"):
+        experiment(board)
+    flat = task("pettingzoo/classic/tictactoe_v3", max_steps=9, flatten_observations=True)
+    assert flat.config == board.config == {"max_steps": 9}  # not an env keyword
+    trained = experiment(flat)
+    observed = trained.observation_spec["agents", "observation"]
+    assert observed.shape == (2, 18) and observed.dtype == torch.float32
+    trained.run()
+    assert trained.total_frames == 400
+
+
 @_needs("brax/ant_4x2")
 def test_state_for_a_centralised_critic():
     ant = task("brax/ant_4x2", max_steps=20)

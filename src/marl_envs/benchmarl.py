@@ -27,12 +27,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import torch
 from tensordict import TensorDictBase
 
 try:
     from benchmarl.environments import TaskClass
     from torchrl.data import Composite
     from torchrl.envs import EnvBase as _TorchRLEnvBase
+    from torchrl.envs import DTypeCastTransform, FlattenObservation, Transform
 except ImportError as err:  # pragma: no cover - exercised by the import test in the venvs without BenchMARL
     raise ImportError(
         f"marl_envs.benchmarl needs BenchMARL, which could not be imported ({err}); "
@@ -94,11 +96,12 @@ class MarlEnvsTask(TaskClass):
     """
 
     def __init__(self, env_id: str, config: dict[str, Any], kinds: frozenset[str], eval_steps: int,
-                 switchable: bool):
+                 switchable: bool, flatten: bool = False):
         super().__init__(name=env_id.replace("/", "_"), config=config)
         self.env_id = env_id
         self.kinds = kinds
         self.eval_steps = eval_steps
+        self.flatten = flatten
         self._switchable = switchable  # the env takes continuous_actions=
 
     def get_env_fun(self, num_envs: int, continuous_actions: bool, seed: int | None,
@@ -117,6 +120,23 @@ class MarlEnvsTask(TaskClass):
         if self._switchable:
             kwargs["continuous_actions"] = continuous_actions
         return functools.partial(_build, self.env_id, kwargs, seed)
+
+    def get_env_transforms(self, env: _TorchRLEnvBase) -> list[Transform]:
+        """With ``flatten``: each observed entry made an MLP's input, its feature dims flattened to one and its
+        values cast to float32 (a board of int8 cells); BenchMARL reads the specs after these transforms."""
+        if not self.flatten:
+            return []
+        spec = env.full_observation_spec
+        transforms = []
+        for group in env.group_map:
+            for entry in self.observation_spec(env)[group].keys(True, True):
+                key = (group, *entry) if isinstance(entry, tuple) else (group, entry)
+                features = spec[key].ndim - 2  # less (num_envs, n_agents)
+                if features > 1:
+                    transforms.append(FlattenObservation(-features, -1, in_keys=[key]))
+                if spec[key].dtype != torch.float32:
+                    transforms.append(DTypeCastTransform(spec[key].dtype, torch.float32, in_keys=[key]))
+        return transforms
 
     def supports_continuous_actions(self) -> bool:
         return CONTINUOUS in self.kinds
@@ -192,7 +212,7 @@ class MarlEnvsTask(TaskClass):
         return env.render()
 
 
-def task(name: str, **env_kwargs: Any) -> MarlEnvsTask:
+def task(name: str, *, flatten_observations: bool = False, **env_kwargs: Any) -> MarlEnvsTask:
     """A BenchMARL ``TaskClass`` for ``marl_envs.make(name, **env_kwargs)``.
 
     The env is built once here, with one env, to check the name and keywords and to read its action kinds and
@@ -200,6 +220,9 @@ def task(name: str, **env_kwargs: Any) -> MarlEnvsTask:
 
     Args:
         name: any name ``marl_envs.make`` accepts (``"vmas/balance"``, ``"brax/ant_4x2"``, ...).
+        flatten_observations: make each observation an MLP's input: its feature dims (a board, an image) flattened
+            to one, its values cast to float32. BenchMARL's ``MlpConfig`` refuses other shapes (``CnnConfig``
+            takes images as they are).
         **env_kwargs: the env's keywords (``max_steps``, ``n_agents``, ...), less those BenchMARL sets
             (``SET_BY_BENCHMARL``).
 
@@ -232,6 +255,7 @@ def task(name: str, **env_kwargs: Any) -> MarlEnvsTask:
             kinds.add(action_kind(flipped))
             switchable = True
             flipped.close()
-        return MarlEnvsTask(name, dict(env_kwargs), frozenset(kinds), probe.max_steps, switchable)
+        return MarlEnvsTask(name, dict(env_kwargs), frozenset(kinds), probe.max_steps, switchable,
+                            flatten=flatten_observations)
     finally:
         probe.close()
