@@ -126,10 +126,10 @@ class MarlEnvsTask(TaskClass):
         values cast to float32 (a board of int8 cells); BenchMARL reads the specs after these transforms."""
         if not self.flatten:
             return []
-        spec = env.full_observation_spec
+        spec, observed = env.full_observation_spec, self.observation_spec(env)
         transforms = []
         for group in env.group_map:
-            for entry in self.observation_spec(env)[group].keys(True, True):
+            for entry in observed[group].keys(True, True):
                 key = (group, *entry) if isinstance(entry, tuple) else (group, entry)
                 features = spec[key].ndim - 2  # less (num_envs, n_agents)
                 if features > 1:
