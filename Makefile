@@ -77,7 +77,7 @@ demo: $(STAMP)
 REQUIRE_OLD := MARL_ENVS_REQUIRE_TORCHRL=1 MARL_ENVS_REQUIRE_BENCHMARL=1
 OLD_TORCHRL_TESTS := tests/test_benchmarl.py tests/test_torchrl.py tests/test_env.py tests/test_specs.py tests/test_checks.py \
 	tests/test_fuzz.py tests/test_registry.py tests/test_keywords.py tests/backends/test_vmas.py \
-	tests/backends/test_pettingzoo.py
+	tests/backends/test_pettingzoo.py 'tests/test_docs.py::test_doc_blocks_run[docs/benchmarl.md]'
 test: $(STAMP) $(TORCHRL_STAMP) $(TORCHRL_OLD_STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile
