@@ -20,7 +20,8 @@ if os.environ.get("MARL_ENVS_REQUIRE_BENCHMARL") != "1":
     pytest.importorskip("benchmarl", reason="the BenchMARL tasks are tested in .venv-benchmarl (make test)")
 
 with warnings.catch_warnings():  # TorchRL deprecates its own weight updaters while BenchMARL imports its collectors
-    warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated",
+                            category=DeprecationWarning)
     from benchmarl.algorithms import IppoConfig, IqlConfig, MaddpgConfig, MappoConfig, MasacConfig, QmixConfig
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models import MlpConfig

@@ -103,7 +103,7 @@ def _step_env(name: str, kwargs: dict[str, Any], device: str) -> str:
         td = env.reset()
         for _ in range(STEPS):
             data, td = env.step_and_maybe_reset(env.rand_action(td))
-        rewards = [data.get(("next", *key) if isinstance(key, tuple) else ("next", key)) for key in env.reward_keys]
+        rewards = [data["next"].get(key) for key in env.reward_keys]
         wrong = [str(r.device) for r in rewards if r.device != torch.device(device)]
         if wrong:
             raise RuntimeError(f"rewards on {wrong[0]}, the env was built on {device}")

@@ -19,7 +19,7 @@ from ._transfer import Transfer
 
 __all__ = [
     "ASYNC_VAR", "CACHE_DIR_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "FunctionalState",
-    "JaxCore", "JaxEnvBase", "JaxFunctions", "StateMismatch", "StatePacking", "Transfer", "caching_enabled", "check_name", "configure_jax",
-    "enable_compilation_cache", "env_flag", "env_keys", "export_platform", "inline_cpu_dispatch", "jax_started",
-    "quiet_tracing", "share_gpu_memory", "strong", "tree_paths",
+    "JaxCore", "JaxEnvBase", "JaxFunctions", "StateMismatch", "StatePacking", "Transfer", "caching_enabled",
+    "check_name", "configure_jax", "enable_compilation_cache", "env_flag", "env_keys", "export_platform",
+    "inline_cpu_dispatch", "jax_started", "quiet_tracing", "share_gpu_memory", "strong", "tree_paths",
 ]
