@@ -51,12 +51,22 @@ def test_missing_backend_is_exit_code_1(capsys, monkeypatch):
                                        "installed; install it with: pip install 'marl-envs[vmas]'\n")
 
 
+def test_keywords_may_follow_the_options(monkeypatch):
+    seen = []
+    monkeypatch.setattr(cli, "_cmd_bench", seen.append)
+    assert cli.main(["bench", "brax/ant_4x2", "--num-envs", "8", "backend=spring", "--steps", "5", "n=3"]) == 0
+    assert seen[0].kwargs == [("backend", "spring"), ("n", 3)] and (seen[0].num_envs, seen[0].steps) == (8, 5)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["info", "test/predator_prey", "n_predators"],
      "marl-envs info: error: argument KEY=VALUE: expected KEY=VALUE, got 'n_predators' (e.g. n_agents=3)"),
     (["info"], "marl-envs info: error: the following arguments are required: name"),
     (["lst"], "marl-envs: error: argument command: invalid choice: 'lst'"),
     (["list", "--verbose"], "marl-envs: error: unrecognized arguments: --verbose"),
+    (["list", "vmas", "n=3"], "marl-envs: error: unrecognized arguments: n=3"),
+    (["bench", "vmas/balance", "--steps", "5", "3=n"],
+     "marl-envs: error: expected KEY=VALUE, got '3=n' (e.g. n_agents=3)"),
     ([], "marl-envs: error: the following arguments are required: command"),
 ])
 def test_usage_errors_are_exit_code_2(capsys, argv, message):

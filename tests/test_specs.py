@@ -124,3 +124,15 @@ def test_composite_nesting_and_values():
         spec["agents", "reward"] = Unbounded((3, 1))
     del spec["agents", "action"]
     assert ("agents", "action") not in spec
+
+
+def test_cuda_without_an_index_is_the_current_gpu(monkeypatch):
+    """Tensors made on ``"cuda"`` report ``cuda:<current>``; so do the specs, or no action would match its spec."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    cuda1 = torch.device("cuda", 1)
+    assert Unbounded((2,), device="cuda").device == cuda1
+    spec = Composite(obs=Unbounded((3, 2)), shape=(3,))
+    assert spec.to("cuda").device == cuda1 and spec.to("cuda")["obs"].device == cuda1
+    assert Composite(device="cuda:0").device == torch.device("cuda", 0)  # an explicit index stays
+    assert Unbounded((2,)).device == torch.device("cpu")

@@ -19,6 +19,16 @@ def _size(shape: ShapeLike) -> torch.Size:
     return torch.Size([shape]) if isinstance(shape, int) else torch.Size(shape)
 
 
+def ordinal_device(device: torch.device | str | int | None) -> torch.device:
+    """``torch.device(device)`` (the CPU for None) with the index made explicit where torch would fill it in:
+    ``"cuda"`` is ``cuda:<current device>``, the device every tensor made there reports, so that a spec's device
+    compares equal to its tensors' devices."""
+    dev = torch.device(device if device is not None else "cpu")
+    if dev.type == "cuda" and dev.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:
     return (key,) if isinstance(key, str) else tuple(key)
 
@@ -42,7 +52,7 @@ class TensorSpec:
     def __init__(self, shape: ShapeLike, dtype: torch.dtype, device: torch.device | str | None = None):
         self.shape = _size(shape)
         self.dtype = dtype
-        self.device = torch.device(device if device is not None else "cpu")
+        self.device = ordinal_device(device)
 
     # -- domain ---------------------------------------------------------------------------------------
     def in_domain(self, value: torch.Tensor) -> torch.Tensor:
@@ -81,7 +91,7 @@ class TensorSpec:
     def _rebuild(self, shape: torch.Size, device: torch.device, **tensors: torch.Tensor) -> TensorSpec:
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
-        new.shape, new.device = torch.Size(shape), torch.device(device)
+        new.shape, new.device = torch.Size(shape), ordinal_device(device)
         for name, tensor in tensors.items():
             setattr(new, name, tensor)
         return new

@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from ._messages import did_you_mean, unknown_name
+from ._leaf_specs import ordinal_device
 from .specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
 __all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devices", "check_actions", "check_carried",
@@ -215,7 +216,7 @@ def check_device(device: Any) -> torch.device:
     elif dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {device!r} is not available: torch sees no MPS device; this machine has "
                          f"{available_devices()}")
-    return dev
+    return ordinal_device(dev)
 
 
 def available_devices() -> list[str]:

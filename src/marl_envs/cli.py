@@ -163,8 +163,19 @@ def _message(err: Exception) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``marl-envs`` on ``argv`` (default ``sys.argv[1:]``) and return its exit status (``EPILOG``)."""
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        # argparse takes a command's KEY=VALUE words only before its options: the ones after them come back here
+        keywords = [word for word in extra if "=" in word and not word.startswith("-")]
+        if keywords and hasattr(args, "kwargs"):
+            try:
+                args.kwargs = [*args.kwargs, *map(keyword, keywords)]
+            except argparse.ArgumentTypeError as err:
+                parser.error(str(err))
+            extra = [word for word in extra if word not in keywords]
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as done:  # argparse exits: 0 after --help or --version, 2 for a usage error (reported)
         return EXIT_OK if done.code is None else int(done.code)
     start = time.perf_counter()

@@ -168,9 +168,8 @@ def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = N
                               **{package: _version(package) for package in PACKAGES}})
     torch_devices = available_devices()
     report.devices["torch"] = torch_devices
-    chosen = list(devices) if devices is not None else torch_devices
-    for device in chosen:
-        check_device(device)
+    # "cuda" is checked as the GPU it means (cuda:<current>), the device its tensors report
+    chosen = [str(check_device(d)) for d in devices] if devices is not None else torch_devices
     wanted = list(backends) if backends is not None else registry.available_backends()
     for backend in wanted:
         if backend not in ENVS:

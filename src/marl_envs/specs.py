@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from ._leaf_specs import (
     Binary, Bounded, Categorical, MultiCategorical, NestedKey, OneHot, ShapeLike, TensorSpec, Unbounded, _as_tuple,
-    _expanded_shape, _key_str, _size,
+    _expanded_shape, _key_str, _size, ordinal_device,
 )
 
 __all__ = [
@@ -50,7 +50,7 @@ class Composite:
     def __init__(self, specs: Mapping[str, TensorSpec | Composite] | None = None, *, shape: ShapeLike = (),
                  device=None, **kwargs: TensorSpec | Composite):
         self.shape = _size(shape)
-        self.device = torch.device(device if device is not None else "cpu")
+        self.device = ordinal_device(device)
         self._specs: dict[str, TensorSpec | Composite] = {}
         for name, spec in {**(specs or {}), **kwargs}.items():
             self[name] = spec
@@ -159,7 +159,7 @@ class Composite:
         return self._map(lambda s: s.clone(), self.shape, self.device)
 
     def to(self, device) -> Composite:
-        return self._map(lambda s: s.to(device), self.shape, torch.device(device))
+        return self._map(lambda s: s.to(device), self.shape, ordinal_device(device))
 
     def __eq__(self, other: object) -> bool:
         return (
