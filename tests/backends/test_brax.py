@@ -699,3 +699,20 @@ def test_building_halfcheetah_is_quiet_and_writes_no_mujoco_log(tmp_path, monkey
     BraxEnv("halfcheetah", requires_grad=True).close()  # requires_grad: built from Brax, never from an export
     assert list(tmp_path.iterdir()) == []
     assert "settotalmass" not in capfd.readouterr().err
+
+
+def test_no_egl_library_leaves_mujoco_gl_unset():
+    """A headless machine without libEGL (a GPU server without libegl1): MuJoCo's import breaks on
+    ``MUJOCO_GL=egl`` there, so it is not set, and the env builds and steps."""
+    script = (
+        "import ctypes.util, os\n"
+        "ctypes.util.find_library = lambda name: None\n"
+        "import marl_envs\n"
+        "env = marl_envs.make('brax/fast', num_envs=2, max_steps=3, requires_grad=True)  # built from Brax\n"
+        "env.rollout(4, break_when_any_done=False)\n"
+        "import sys\n"
+        "print('mujoco' in sys.modules, os.environ.get('MUJOCO_GL'))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY")}
+    out = subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1] == "True None"

@@ -3,8 +3,10 @@
 Three adjustments, each made only when needed and documented in the Brax backend's page:
 
 - **Headless rendering.** MuJoCo picks its OpenGL backend when it is imported. On a Linux machine without a
-  display, ``MUJOCO_GL=egl`` is set just before Brax (or, for an env loaded from its export, the renderer)
-  first imports MuJoCo, unless ``MUJOCO_GL`` is set already or MuJoCo was imported by someone else.
+  display that has EGL's library (``libEGL``), ``MUJOCO_GL=egl`` is set just before Brax (or, for an env
+  loaded from its export, the renderer) first imports MuJoCo, unless ``MUJOCO_GL`` is set already or MuJoCo was
+  imported by someone else. Without ``libEGL`` it is left unset: MuJoCo 4.0's import breaks on ``egl`` then
+  (seen on a GPU server without ``libegl1``), and only rendering needs OpenGL.
 - **``jnp.clip`` shim.** Brax 0.14.2's ``brax/fluid.py`` (fluid drag, used by ``swimmer``) calls
   ``jnp.clip(..., a_min=...)``, a keyword JAX 0.10 removed. When the installed JAX lacks it, ``brax.fluid``'s
   ``jp`` is replaced by a proxy of ``jax.numpy`` whose ``clip`` still accepts ``a_min`` / ``a_max`` (also when
@@ -23,6 +25,7 @@ settings every JAX family shares (the compilation cache, JAX's CPU dispatch) are
 from __future__ import annotations
 
 import contextlib
+import ctypes.util
 import inspect
 import os
 import re
@@ -41,7 +44,8 @@ __all__ = [
 
 def prepare_mujoco_gl() -> None:
     """Set ``MUJOCO_GL=egl`` for headless rendering before MuJoCo is first imported (see the module docstring)."""
-    if sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY"):
+    if (sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY")
+            and ctypes.util.find_library("EGL") is not None):
         os.environ.setdefault("MUJOCO_GL", "egl")
 
 
