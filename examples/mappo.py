@@ -10,7 +10,13 @@ else the group's concatenated observations (MAPPO), or a per-agent critic (IPPO)
     torchrun --standalone --nproc_per_node 2 examples/mappo.py --env vmas/navigation --num-envs 30
 
 Writes ``OUT/metrics.csv``, ``OUT/timings.csv``, ``OUT/summary.json``, ``OUT/learning_curve.png`` and, for
-envs that render, ``OUT/policy.gif``.
+envs that render, ``OUT/policy.gif``. Info entries the env reports (``(group, "info", key)``) are logged at
+episode ends: SMAX's ``won`` is the ``won`` column, the win rate.
+
+Every ``--checkpoint-every`` iterations (default 10) ``OUT/checkpoint.pt`` holds what the run needs to go on;
+``--resume OUT`` continues a stopped or killed run from it, with its settings, and its ``metrics.csv`` continues
+where the checkpoint left it. The envs restart from fresh episodes (their state is not saved), seeded from the
+seed and the iteration: a resumed run follows another trajectory than an uninterrupted one, to the same result.
 
 Reproducible: the same seed, ``--threads`` and machine (CPU, torch and backend versions) give the same
 ``metrics.csv`` bit for bit; wall times go to ``timings.csv`` (see docs/mappo.md).
@@ -229,21 +235,27 @@ def set_deterministic(actors, flag: bool) -> None:
 # Collection and episode accounting
 # ---------------------------------------------------------------------------------------------------
 class EpisodeTracker:
-    """Per-agent return summed over an episode, averaged over agents and finished episodes, per group.
+    """Per-agent return summed over an episode, averaged over agents and finished episodes, per group; and each
+    of the group's info entries (``(group, "info", key)``) averaged over the steps that end an episode: SMAX's
+    ``won`` so becomes the win rate.
 
-    ``update`` returns each group's sum and count of finished-episode returns, so that ranks can add theirs up
-    before dividing (:func:`episode_means`).
+    ``update`` returns each group's sums and count, so that ranks can add theirs up before dividing
+    (:func:`episode_means`).
     """
 
     def __init__(self, env: marl_envs.EnvBase, keys: list[GroupKeys]):
         self.names = list(env.group_map) or ["agent"]
         self.keys = keys
+        self.infos = [[k for k in env.observation_keys if isinstance(k, tuple) and k[:2] == (name, "info")]
+                      for name in self.names]
         self.running = [None] * len(keys)
 
     def update(self, data: TensorDictBase) -> torch.Tensor:
-        """Feed a (B, T) batch; return ``(groups, 2)``: each group's sum and count of finished-episode returns."""
+        """Feed a (B, T) batch; return ``(groups, 2 + infos)``: each group's sum and count of finished-episode
+        returns, then the sum of each of its infos at those episodes' last steps (zero-padded across groups)."""
         out = []
         done = data.get(("next", "done")).squeeze(-1)  # the env is the unit of episodes
+        width = 2 + max(map(len, self.infos))
         for i, (name, keys) in enumerate(zip(self.names, self.keys)):
             reward = data.get(("next", *as_tuple(keys.reward)))
             reward = reward.flatten(2).mean(-1)  # (B, T): mean over agents
@@ -255,16 +267,40 @@ class EpisodeTracker:
                 running = torch.where(done[:, t], 0.0, running)
             self.running[i] = running
             ended = torch.cat(finished)
-            out.append(torch.stack([ended.sum(), ended.new_tensor(ended.numel())]))
+            row = [ended.sum(), ended.new_tensor(ended.numel())]
+            row += [data.get(("next", *key)).flatten(2).float().mean(-1)[done].sum() for key in self.infos[i]]
+            out.append(torch.stack(row + [ended.new_zeros(())] * (width - len(row))))
         return torch.stack(out)
 
 
-def episode_means(names: list[str], sums_counts: torch.Tensor, info: distributed.RankInfo) -> dict[str, float]:
-    """Each group's mean finished-episode reward over all ranks (nan where no episode finished)."""
+def episode_means(names: list[str], sums_counts: torch.Tensor, info: distributed.RankInfo,
+                  infos: list[list[tuple]] | None = None) -> dict[str, float]:
+    """Each group's mean finished-episode reward over all ranks (nan where no episode finished); with ``infos``
+    (the tracker's), also each info's mean at episode ends, as ``"<group>/<key>"``."""
     if info.world_size > 1:
         dist.all_reduce(sums_counts)
     means = (sums_counts[:, 0] / sums_counts[:, 1]).tolist()  # nan where no episode finished
-    return dict(zip(names, means))
+    out = dict(zip(names, means))
+    for g, (name, keys) in enumerate(zip(names, infos or [])):
+        for j, key in enumerate(keys):
+            out[f"{name}/{'/'.join(key[2:])}"] = (sums_counts[g, 2 + j] / sums_counts[g, 1]).item()
+    return out
+
+
+def split_means(per_group: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """``episode_means``' dict as (rewards per group, infos per ``group/key``)."""
+    return ({k: v for k, v in per_group.items() if "/" not in k}, {k: v for k, v in per_group.items() if "/" in k})
+
+
+def info_columns(infos: dict[str, float], groups: int) -> dict[str, float]:
+    """Info means as metrics columns: ``<key>`` for an env of one group, else ``<key>_<group>``."""
+    return {(key if groups == 1 else f"{key}_{group}"): value
+            for group, key in (k.split("/", 1) for k in infos) for value in [infos[f"{group}/{key}"]]}
+
+
+def last_finite(rows: list[dict], column: str) -> float:
+    """The last value of ``column`` that is not nan (an iteration in which no episode ended has nan)."""
+    return next((row[column] for row in reversed(rows) if not math.isnan(row.get(column, math.nan))), math.nan)
 
 
 def mean_of(per_group: dict[str, float]) -> float:
@@ -282,21 +318,48 @@ def collect(env, td, act, steps: int) -> tuple[TensorDictBase, TensorDictBase]:
     return torch.stack(out, dim=1), td
 
 
-def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int, info: distributed.RankInfo) -> float:
-    """The same accounting as training, over ``frames`` frames (all ranks) of uniformly random actions."""
+def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int, info: distributed.RankInfo
+                         ) -> tuple[float, dict[str, float]]:
+    """The same accounting as training, over ``frames`` frames (all ranks) of uniformly random actions: the mean
+    episode reward, and the info columns (``info_columns``)."""
     env.set_seed(distributed.rank_seed(12345, info.rank, info.world_size))
     tracker = EpisodeTracker(env, keys)
-    td, rewards = env.reset(), []
+    td, rewards, totals = env.reset(), [], None
     for _ in range(max(1, frames // (info.world_size * env.num_envs * steps))):
         data, td = collect(env, td, env.rand_action, steps)
-        rewards.append(mean_of(episode_means(tracker.names, tracker.update(data), info)))
+        sums = tracker.update(data)
+        rewards.append(mean_of(split_means(episode_means(tracker.names, sums.clone(), info))[0]))
+        totals = sums if totals is None else totals + sums
     finite = [r for r in rewards if not math.isnan(r)]
-    return sum(finite) / len(finite) if finite else float("nan")
+    infos = split_means(episode_means(tracker.names, totals, info, tracker.infos))[1]
+    return sum(finite) / len(finite) if finite else float("nan"), info_columns(infos, len(tracker.names))
 
 
 # ---------------------------------------------------------------------------------------------------
 # Training
 # ---------------------------------------------------------------------------------------------------
+def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
+    """``--checkpoint-every N`` and ``--resume DIR`` (this example's and the TorchRL variant's)."""
+    p.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
+                   help="write OUT/checkpoint.pt (and metrics.csv so far) every N iterations; 0: never")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the run whose --out was DIR from DIR/checkpoint.pt, with that run's settings")
+
+
+def resumed_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """Check ``--checkpoint-every``; with ``--resume DIR``, give ``args`` the settings of the run saved in DIR (how
+    this process shows its progress stays its own) and say so."""
+    if args.checkpoint_every < 0:
+        p.error(f"--checkpoint-every must be 0 (never) or more, got {args.checkpoint_every}")
+    if args.resume is None:
+        return False
+    for name, value in read_checkpoint(Path(args.resume))["args"].items():
+        if name not in ("resume", "quiet", "no_gif", "checkpoint_every"):
+            setattr(args, name, value)
+    args.out = Path(args.resume)
+    return True
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="vmas/navigation", help="any name marl_envs.make accepts")
@@ -323,9 +386,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--no-gif", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_checkpoint_arguments(p)
     args = p.parse_args(argv)
     if args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
+    if resumed_args(p, args):
+        return args
     preset = {**GENERIC, **PRESETS.get(args.env, {})}
     args.env_kwargs = parse_kwargs(args.env_kwargs) if args.env_kwargs is not None else dict(preset["env_kwargs"])
     for name in ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch", "lr"):
@@ -340,6 +406,56 @@ def pick_device(requested: str | None, info: distributed.RankInfo) -> torch.devi
     if requested == "cuda" or (requested is None and info.launched):
         return distributed.rank_device(info, cuda=True if requested else None)
     return torch.device(requested or "cpu")
+
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def read_checkpoint(out: Path) -> dict:
+    """``out/checkpoint.pt``, or a ``FileNotFoundError`` that says what to pass."""
+    path = out / CHECKPOINT
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume {out}: no {CHECKPOINT} there; pass the --out folder of a run that wrote "
+                                f"one (every --checkpoint-every iterations, default 10)")
+    return torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are not tensors
+
+
+def save_checkpoint(args, rows: list[dict], frames: int, iterations: int, wall: float, model: nn.Module,
+                    optim: torch.optim.Optimizer) -> None:
+    """Everything a resumed run continues from: the settings, the iterations done and their frames, wall time and
+    metrics rows, the policies' and critics' parameters, the optimiser's state and every random generator's
+    state. Written to a temporary file, then renamed: a run killed while writing keeps the previous checkpoint.
+    ``metrics.csv`` and ``timings.csv`` are written with it, so a killed run's curve so far is on disk."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    state = {
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "iterations": iterations, "frames": frames, "wall_s": wall, "rows": rows,
+        "model": model.state_dict(), "optim": optim.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
+    }
+    tmp = args.out / f".{CHECKPOINT}.tmp"
+    torch.save(state, tmp)
+    tmp.replace(args.out / CHECKPOINT)
+    write_metrics(args, rows)
+
+
+def load_checkpoint(args, model: nn.Module, optim: torch.optim.Optimizer, world_size: int
+                    ) -> tuple[list[dict], int, int, float]:
+    """Restore ``save_checkpoint``'s state into the freshly built run; ``(rows, frames, iterations, wall_s)``."""
+    if world_size > 1:
+        raise ValueError("--resume under torchrun is not supported: each rank's random state would be needed, and "
+                         "a checkpoint holds one process's")
+    state = read_checkpoint(args.out)
+    model.load_state_dict(state["model"])
+    optim.load_state_dict(state["optim"])
+    rng = state["rng"]
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return state["rows"], state["frames"], state["iterations"], state["wall_s"]
 
 
 def seed_everything(seed: int) -> None:
@@ -406,15 +522,21 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
 
         bar = tqdm(total=iterations * info.world_size * args.num_envs * steps, unit="frame", unit_scale=True,
                    desc=args.env)
-    rows, start, frames = [], time.perf_counter(), 0
+    rows, frames, done_iterations, spent = [], 0, 0, 0.0
+    if args.resume:
+        rows, frames, done_iterations, spent = load_checkpoint(args, loss_fn, optim, info.world_size)
+        env.set_seed(distributed.rank_seed(args.seed + done_iterations, info.rank, info.world_size))
+        if bar is not None:
+            bar.update(frames)
+    start = time.perf_counter() - spent  # wall time counts on from the checkpoint's
     td = env.reset()
-    for iteration in range(iterations):
+    for iteration in range(done_iterations, iterations):
         with torch.no_grad():
             data, td = collect(env, td, act, steps)
             for critic, k in zip(critics, keys):
                 gae(data, k, critic, gamma=args.gamma, lmbda=args.lmbda)
         frames += data.numel() * info.world_size
-        per_group = episode_means(tracker.names, tracker.update(data), info)
+        per_group, infos = split_means(episode_means(tracker.names, tracker.update(data), info, tracker.infos))
         flat = data.reshape(-1)
         n_minibatches = max(1, flat.shape[0] // minibatch)
         for _ in range(args.epochs):
@@ -429,9 +551,12 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
         row = {"frames": frames, "mean_episode_reward": mean_of(per_group), "wall_s": round(wall, 2)}
         if len(per_group) > 1:
             row.update({f"reward_{name}": value for name, value in per_group.items()})
+        row.update(info_columns(infos, len(per_group)))
         rows.append(row)
         if callback is not None:
             callback(iteration, data, loss_fn)
+        if args.checkpoint_every and (iteration + 1) % args.checkpoint_every == 0 and info.is_main:
+            save_checkpoint(args, rows, frames, iteration + 1, wall, loss_fn, optim)
         if bar is not None:
             bar.update(data.numel() * info.world_size)
             bar.set_postfix(episode_reward=f"{row['mean_episode_reward']:.3f}", fps=f"{frames / wall:,.0f}")
@@ -439,15 +564,17 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
         bar.close()
     wall = time.perf_counter() - start
 
-    finite = [r["mean_episode_reward"] for r in rows if not math.isnan(r["mean_episode_reward"])]
+    random_reward, random_infos = random_policy_reward(env, keys, frames, steps, info)
     summary = {
         "env": args.env,
         "env_kwargs": args.env_kwargs,
         "algorithm": "IPPO" if args.ippo else "MAPPO",
         "frames": frames,
         "wall_s": round(wall, 2),
-        "final_mean_episode_reward": finite[-1] if finite else float("nan"),
-        "random_policy_reward": random_policy_reward(env, keys, frames, steps, info),
+        "final_mean_episode_reward": last_finite(rows, "mean_episode_reward"),
+        "random_policy_reward": random_reward,
+        **{f"final_{key}": last_finite(rows, key) for key in random_infos},
+        **{f"random_policy_{key}": value for key, value in random_infos.items()},
         "seed": args.seed,
         "threads": args.threads,
         "world_size": info.world_size,

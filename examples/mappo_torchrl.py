@@ -9,8 +9,10 @@ Every key (actions, rewards, done flags, observations, action masks) is read fro
     python examples/mappo_torchrl.py --env vmas/navigation --out runs/torchrl_navigation
     python examples/mappo_torchrl.py --env brax/ant_4x2 --out runs/torchrl_ant
 
-Writes ``OUT/metrics.csv`` (frames and rewards), ``OUT/timings.csv`` (wall times), ``OUT/summary.json`` (final
-mean episode reward, the same for a random policy, wall time) and ``OUT/learning_curve.png``. Needs the torchrl extra (``pip install 'marl-envs[torchrl]'``).
+Writes ``OUT/metrics.csv`` (frames, rewards and the env's infos at episode ends: SMAX's ``won`` is the win rate),
+``OUT/timings.csv`` (wall times), ``OUT/summary.json`` (final mean episode reward, the same for a random policy,
+wall time) and ``OUT/learning_curve.png``; ``OUT/checkpoint.pt`` every ``--checkpoint-every`` iterations, from
+which ``--resume OUT`` continues a stopped or killed run (as ``examples/mappo.py``). Needs the torchrl extra (``pip install 'marl-envs[torchrl]'``).
 
 On N processes, CPUs or GPUs, as ``examples/mappo.py`` (``docs/scaling.md``):
 
@@ -53,7 +55,10 @@ from torchrl.modules import (
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
 import marl_envs
-from mappo import as_tuple, write_metrics, write_outputs  # examples/mappo.py: key helper, metrics.csv, plot
+from mappo import (  # examples/mappo.py: key helper, info columns, checkpoints, metrics.csv, plot
+    add_checkpoint_arguments, as_tuple, info_columns, load_checkpoint, resumed_args, save_checkpoint, write_metrics,
+    write_outputs,
+)
 from marl_envs import distributed
 from marl_envs.cli import parse_kwargs
 from marl_envs.torchrl import COLLECTOR_KWARGS, to_torchrl
@@ -90,6 +95,7 @@ class Group:
         self.log_prob, self.value = at("action_log_prob"), at("state_value")
         self.advantage, self.value_target = at("advantage"), at("value_target")
         self.episode_reward = at("episode_reward")
+        self.infos = [k for k in env.observation_keys if as_tuple(k)[:len(self.prefix) + 1] == (*self.prefix, "info")]
 
 
 def policy_module(env, g: Group, hidden: int) -> ProbabilisticActor:
@@ -173,6 +179,25 @@ def episode_rewards(data, groups: list[Group], info: distributed.RankInfo | None
     return {g.name: s / c if c else float("nan") for g, (s, c) in zip(groups, totals.tolist())}
 
 
+def episode_infos(data, groups: list[Group], info: distributed.RankInfo | None = None) -> dict[str, float]:
+    """Each group's info entries averaged over the steps that end an episode (of every rank), as
+    ``"<group>/<key>"``: SMAX's ``won`` is the win rate."""
+    done = data.get(("next", "done"))[..., 0]
+    names, sums_counts = [], []
+    for g in groups:
+        for key in g.infos:
+            value = data.get(("next", *as_tuple(key)))
+            per_env = value.flatten(done.ndim).float().mean(-1)[done]
+            names.append(f"{g.name}/{'/'.join(as_tuple(key)[len(g.prefix) + 1:])}")
+            sums_counts.append(torch.stack([per_env.sum(), torch.tensor(float(per_env.numel()), device=done.device)]))
+    if not names:
+        return {}
+    totals = torch.stack(sums_counts)
+    if info is not None and info.world_size > 1:
+        dist.all_reduce(totals)
+    return {name: s / c if c else float("nan") for name, (s, c) in zip(names, totals.tolist())}
+
+
 def mean_of(values) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) / len(finite) if finite else float("nan")
@@ -210,7 +235,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", help="default: cpu; under torchrun cuda:LOCAL_RANK when CUDA is available, else cpu")
     p.add_argument("--out", default=None, help="output folder (default runs/torchrl_<env>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_checkpoint_arguments(p)
     args = p.parse_args(argv)
+    if resumed_args(p, args):
+        return args
     preset = {**GENERIC, **PRESETS.get(args.env, {})}
     args.env_kwargs = parse_kwargs(args.env_kwargs) if args.env_kwargs is not None else dict(preset["env_kwargs"])
     for name in ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch"):
@@ -271,8 +299,14 @@ def train(args) -> dict:
         for p in params:
             dist.broadcast(p.data, src=0)
     optim = torch.optim.Adam(params, lr=args.lr)
+    model = nn.ModuleList(losses)  # the policies and critics (shared modules once in its state)
+    rows, frames, done_iterations, spent = [], 0, 0, 0.0
+    if args.resume:
+        rows, frames, done_iterations, spent = load_checkpoint(args, model, optim, info.world_size)
+        env.set_seed(seed + done_iterations)  # fresh episodes: the envs' state is not in the checkpoint
     collector = Collector(env, TensorDictSequential(*actors), frames_per_batch=frames_per_batch,
-                          total_frames=iterations * frames_per_batch, device=args.device, **COLLECTOR_KWARGS)
+                          total_frames=max(1, iterations - done_iterations) * frames_per_batch, device=args.device,
+                          **COLLECTOR_KWARGS)
     buffer = ReplayBuffer(storage=LazyTensorStorage(frames_per_batch, device=args.device),
                           sampler=SamplerWithoutReplacement(), batch_size=minibatch)
 
@@ -281,9 +315,11 @@ def train(args) -> dict:
         from tqdm import tqdm
 
         bar = tqdm(total=iterations * info.world_size * frames_per_batch, unit="frame", unit_scale=True,
-                   desc=args.env)
-    rows, start, frames = [], time.perf_counter(), 0
-    for data in collector:
+                   desc=args.env, initial=frames)
+    start = time.perf_counter() - spent  # wall time counts on from the checkpoint's
+    for iteration, data in enumerate(collector, start=done_iterations):
+        if iteration >= iterations:  # a run resumed after its last iteration: nothing left to train
+            break
         expand_done(data, groups)
         with torch.no_grad():
             for loss in losses:
@@ -291,6 +327,7 @@ def train(args) -> dict:
                                      target_params=loss.target_critic_network_params)
         frames += data.numel() * info.world_size
         per_group = episode_rewards(data, groups, info)
+        infos = episode_infos(data, groups, info)
         buffer.extend(data.reshape(-1))
         for _ in range(args.epochs):
             for _ in range(max(1, frames_per_batch // minibatch)):
@@ -310,9 +347,12 @@ def train(args) -> dict:
         row = {"frames": frames, "mean_episode_reward": mean_of(per_group.values()), "wall_s": round(wall, 2)}
         if len(per_group) > 1:
             row.update({f"reward_{name}": value for name, value in per_group.items()})
+        row.update(info_columns(infos, len(per_group)))
         rows.append(row)
         if info.is_main:
             write_metrics(args, rows)  # every iteration: a run stopped early still leaves its curve
+            if args.checkpoint_every and (iteration + 1) % args.checkpoint_every == 0:
+                save_checkpoint(args, rows, frames, iteration + 1, wall, model, optim)
         if bar is not None:
             bar.update(data.numel() * info.world_size)
             bar.set_postfix(episode_reward=f"{row['mean_episode_reward']:.3f}")

@@ -4,7 +4,10 @@ import csv
 import importlib
 import json
 import os
+import signal
+import subprocess
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from envs import Drift, PredatorPreyCount
 
 import marl_envs
 from marl_envs import registry
+from marl_envs.specs import Composite, Unbounded
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import mappo  # noqa: E402
@@ -166,6 +170,22 @@ def test_mappo_torchrl_runs_tiny(mappo_torchrl, tmp_path, env, extra, groups):
     assert not any(value != value for value in (summary["final_mean_episode_reward"], summary["random_policy_reward"]))
 
 
+def test_mappo_torchrl_resumes_from_its_checkpoint_and_logs_infos(mappo_torchrl, tmp_path):
+    """A 5-iteration run checkpoints after its 3rd; resumed from there, it trains iterations 4 and 5 again and
+    the file keeps the first 3 rows. The prey's ``won`` info is logged at episode ends (1.0 by construction)."""
+    marl_envs.register("test/prey_wins", PreyWins)
+    argv = ["--env", "test/prey_wins", "--env-kwargs", "max_steps=10", "--out", str(tmp_path), "--steps-per-batch",
+            "10", *TINY[:2], "--frames", "300", *TINY[4:], "--checkpoint-every", "3"]
+    mappo_torchrl.main(argv)
+    first = (tmp_path / "metrics.csv").read_text().splitlines()
+    summary = mappo_torchrl.main(["--resume", str(tmp_path), "--quiet"])
+    again = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert again[:4] == first[:4] and len(again) == len(first) == 6 and summary["frames"] == 300
+    rows = list(csv.DictReader(again))
+    assert [int(r["frames"]) for r in rows] == [60, 120, 180, 240, 300]
+    assert {r["won_prey"] for r in rows} == {"1.0"}
+
+
 def test_mappo_torchrl_gae_flags_or_the_root_end_into_a_group_s_own(mappo_torchrl):
     from types import SimpleNamespace
 
@@ -204,3 +224,65 @@ def test_mappo_torchrl_under_torchrun_two_ranks(mappo_torchrl, tmp_path):
     assert summary["world_size"] == 2 and summary["frames"] == 120  # 2 iterations of 2 ranks x 3 envs x 10 steps
     rows = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
     assert [row["frames"] for row in rows] == ["60", "120"]
+
+
+class PreyWins(PredatorPreyCount):
+    """``(prey, "info", "won")``: 1.0 on the step that ends the episode, 0.0 on every other step."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        B, device = self.num_envs, self.device
+        spec = self.full_observation_spec
+        spec["prey", "info"] = Composite(won=Unbounded((B, 1, 1), device=device), shape=(B, 1), device=device)
+        self.full_observation_spec = spec
+
+    def _observe(self):
+        out = super()._observe()
+        out["prey", "info", "won"] = (self.count >= self.threshold).float().view(self.num_envs, 1, 1)
+        return out
+
+
+def test_infos_are_logged_at_episode_ends(tmp_path, monkeypatch):
+    """An info's column is its mean over the steps that end an episode: the win rate for a win signal (1.0 here,
+    where the mean over every step would be far below)."""
+    marl_envs.register("test/prey_wins", PreyWins)
+    summary = mappo.main(["--env", "test/prey_wins", "--out", str(tmp_path), "--steps-per-batch", "10", *TINY,
+                          "--env-kwargs", "max_steps=10"])
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
+    assert [row["won_prey"] for row in rows] == ["1.0"] * 4 and "won_predator" not in rows[0]
+    assert summary["final_won_prey"] == summary["random_policy_won_prey"] == 1.0
+
+
+RESUMABLE = ["--env", "test/drift", "--env-kwargs", "max_steps=10", "--steps-per-batch", "10", "--num-envs", "6",
+             "--frames", "1200", "--epochs", "1", "--minibatch", "20", "--hidden", "16", "--quiet", "--no-gif",
+             "--checkpoint-every", "3"]
+
+
+def test_a_run_killed_mid_way_resumes_from_its_checkpoint(tmp_path):
+    """SIGKILL in the 8th of 20 iterations (the last checkpoint after the 6th); ``--resume`` continues the file:
+    the rows written before the kill stay, the frame count goes on exactly, and the run ends at its budget."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(mappo.__file__).parent)!r}]
+        import marl_envs, mappo
+        from envs import Drift
+        marl_envs.register("test/drift", Drift)
+        kill = lambda iteration, data, loss: iteration == 7 and os.kill(os.getpid(), signal.SIGKILL)
+        mappo.train(mappo.parse_args(sys.argv[1:]), callback=kill)
+    """)
+    killed = subprocess.run([sys.executable, "-c", script, *RESUMABLE, "--out", str(tmp_path)], capture_output=True,
+                            text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    before = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert [int(row.split(",")[0]) for row in before[1:]] == [60, 120, 180, 240, 300, 360]
+    summary = mappo.main(["--resume", str(tmp_path), "--quiet", "--no-gif"])
+    after = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert after[:7] == before
+    assert [int(row.split(",")[0]) for row in after[1:]] == [60 * (i + 1) for i in range(20)]
+    assert summary["frames"] == 1200 and summary["env"] == "test/drift"
+
+
+def test_resume_without_a_checkpoint_says_what_to_pass(tmp_path):
+    with pytest.raises(FileNotFoundError, match=rf"--resume {tmp_path}: no checkpoint.pt there; pass the --out "
+                                                r"folder of a run that wrote one"):
+        mappo.main(["--resume", str(tmp_path)])

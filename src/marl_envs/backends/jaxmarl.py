@@ -16,6 +16,9 @@ key                        shape           spec
 ``(g, "action_mask")``     ``(B, n, k)``   bool, ``get_avail_actions`` (envs with discrete actions)
 ``("next", g, "reward")``  ``(B, n, 1)``   ``Unbounded`` float32
 ``(g, "terminated")``      ``(B, n, 1)``   the agent's own done (SMAX, JaxNav: agents that end separately)
+``(g, "info", "won")``     ``(B, n, 1)``   float32, SMAX and HeuristicEnemySMAX: 1.0 on the step the agent's team
+                                           wins (the other team wiped out, one of its own alive), else 0.0; its
+                                           mean over the steps that end episodes is the win rate
 ========================== =============== ===============================================================
 
 The root ``terminated`` is ``dones["__all__"]``. JaxMARL has no truncation flag; ``truncated`` is derived: an
@@ -64,6 +67,7 @@ UNAVAILABLE = {
 ``jaxrobotarium`` package, which is not on PyPI: they are listed by ``unavailable()``)."""
 _TIME_LIMITED = ("coin_game", "storm", "storm_2p", "storm_np")  # episodes end by their step counts only
 _SEPARATE_ENDS = ("SMAX", "HeuristicEnemySMAX", "jaxnav")  # agents end on their own (units die, robots arrive)
+_BATTLES = ("SMAX", "HeuristicEnemySMAX")  # a team wins when the other is wiped out: the "won" info
 
 
 # JaxMARL prints about its optional submodules when imported and when some envs are built: nothing to act on
@@ -144,6 +148,8 @@ class _JaxMarlCore(JaxCore):
     def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
                  discrete: list[bool], masks: bool, separate: bool, num_envs: int, device):
         self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
+        # SMAX's agents: the allies first, then the enemies (JaxMARL's numbering); the win is read off the state
+        self._allies = [str(a).startswith("ally") for a in agents] if name in _BATTLES else None
         self.name = name
         self._offsets = np.concatenate([[0], np.cumsum(widths)]).astype(int)
         self._discrete, self._masks, self._separate = discrete, masks, separate
@@ -174,6 +180,13 @@ class _JaxMarlCore(JaxCore):
             for members in self.groups:
                 parts += [jnp.asarray(_agent_entry(avail, self.agents, i)).reshape(-1).astype(jnp.float32)
                           for i in members]
+        if self._allies is not None:
+            alive = getattr(state, "state", state).unit_alive  # HeuristicEnemySMAX wraps SMAX's state
+            allies, enemies = alive[:self.env.num_allies].any(), alive[self.env.num_allies:].any()
+            won = [(allies & ~enemies).astype(jnp.float32).reshape(1),
+                   (enemies & ~allies).astype(jnp.float32).reshape(1)]
+            for members in self.groups:
+                parts += [won[0] if self._allies[i] else won[1] for i in members]
         return parts
 
     def reset_one(self, key):
@@ -263,6 +276,8 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
                 entries["action_mask"] = Binary(tuple(_agent_entry(avail, agents, i).shape), device=dev)
             if separate:
                 entries["terminated"] = Binary((1,), device=dev)
+            if env_name in _BATTLES:
+                entries["info"] = Composite(won=Unbounded((1,), device=dev), device=dev)
             specs[names_[i]] = Composite(entries, device=dev)
             widths.append(math.prod(action.shape))
             discrete.append(isinstance(action, (Categorical, MultiCategorical)))
@@ -284,6 +299,8 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         obs = [((g, "observation"), tuple(s["observation"].shape), torch.float32) for g, s in groups.items()]
         if masks:
             obs += [((g, "action_mask"), tuple(s["action_mask"].shape), torch.bool) for g, s in groups.items()]
+        if env_name in _BATTLES:
+            obs += [((g, "info", "won"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
         per_step = [((g, "reward"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
         if separate:
             per_step += [((g, "terminated"), (*s.shape, 1), torch.bool) for g, s in groups.items()]
