@@ -630,17 +630,26 @@ def write_outputs(args, rows: list[dict], summary: dict, title: str = "") -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    wins = [k for k in fields if k == "won" or k.startswith("won_")]  # a win signal gets a panel of its own
+    fig, axes = plt.subplots(1, 2 if wins else 1, figsize=(10.5 if wins else 6, 3.6), squeeze=False)
+    ax = axes[0, 0]
     frames = [r["frames"] for r in rows]
     for col in [k for k in fields if k.startswith("reward_")] or ["mean_episode_reward"]:
         label = col.removeprefix("reward_") if col.startswith("reward_") else summary["algorithm"]
         ax.plot(frames, [r[col] for r in rows], marker="o", ms=3, label=label)
     ax.axhline(summary["random_policy_reward"], color="grey", ls="--", label="random policy")
-    ax.set_xlabel("frames")
     ax.set_ylabel("mean episode reward")
-    ax.set_title(title or f"{summary['algorithm']} on {summary['env']} ({summary['wall_s']:.0f} s)")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    if wins:
+        for col in wins:
+            axes[0, 1].plot(frames, [r[col] for r in rows], marker="o", ms=3,
+                            label=col.removeprefix("won_") if col != "won" else summary["algorithm"])
+        axes[0, 1].set_ylabel("win rate (episodes won)")
+        axes[0, 1].set_ylim(-0.02, 1.02)
+    for axis in axes[0]:
+        axis.set_xlabel("frames")
+        axis.legend()
+        axis.grid(alpha=0.3)
+    fig.suptitle(title or f"{summary['algorithm']} on {summary['env']} ({summary['wall_s']:.0f} s)")
     fig.tight_layout()
     fig.savefig(args.out / "learning_curve.png", dpi=110)
     plt.close(fig)

@@ -140,7 +140,9 @@ def test_same_seed_writes_the_same_metrics(tmp_path, capsys, env):
                     "10", "--no-gif", *TINY])
         assert (tmp_path / run / "summary.json").read_text() == _printed_summary(capsys) + "\n"
     metrics = [(tmp_path / run / "metrics.csv").read_text() for run in ("a", "b")]
-    assert metrics[0] == metrics[1] and metrics[0].startswith("frames,mean_episode_reward\n")
+    header = {"test/drift": "frames,mean_episode_reward",  # VMAS's infos, at episode ends, after the reward
+              "vmas/navigation": "frames,mean_episode_reward,pos_rew,final_rew,agent_collisions"}[env]
+    assert metrics[0] == metrics[1] and metrics[0].splitlines()[0] == header
     assert (tmp_path / "a" / "timings.csv").read_text().startswith("frames,wall_s\n")
 
 

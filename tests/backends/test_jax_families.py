@@ -190,7 +190,8 @@ def test_smax_time_limit_is_truncated(name):
 def test_heuristic_enemy_smax_rewards_focus_fire_over_random():
     """Reward semantics seen through a scripted policy: allies that advance (action 1: east) and all shoot the
     first enemy in range win battles (+1 on top of the enemy health they removed, a fraction per episode) and
-    earn far more than random allies, who never win against the heuristic enemy."""
+    earn far more than random allies, who never win against the heuristic enemy; the ``won`` info says which
+    battles were won."""
     env = marl_envs.make("jaxmarl/HeuristicEnemySMAX", num_envs=16, seed=0, scenario="3m")
 
     def focus_fire(td):
@@ -207,6 +208,11 @@ def test_heuristic_enemy_smax_rewards_focus_fire_over_random():
         assert data["agents", "action_mask"].gather(-1, data["agents", "action"].unsqueeze(-1)).all()
         reward, done = data["next", "agents", "reward"][..., 0, 0], data["next", "done"][..., 0]
         results[name] = (reward.sum() / done.sum()).item(), (reward[done] >= 1).float().mean().item()
+        # the "won" info: every ally's, on the step that ends a battle the allies win (JaxMARL's own baselines read
+        # a win off that step's reward, >= 1), nowhere else
+        won = data["next", "agents", "info", "won"][..., 0]  # (B, T, n)
+        assert torch.equal(won[done], (reward[done] >= 1).float().unsqueeze(-1).expand(-1, 3))
+        assert not won[~done].any()
     (scripted, scripted_wins), (random, random_wins) = results["scripted"], results["random"]
     assert scripted > 1.0 > 0.5 > random and scripted_wins > 0.3 and random_wins < 0.05
 
