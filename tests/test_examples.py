@@ -288,3 +288,22 @@ def test_resume_without_a_checkpoint_says_what_to_pass(tmp_path):
     with pytest.raises(FileNotFoundError, match=rf"--resume {tmp_path}: no checkpoint.pt there; pass the --out "
                                                 r"folder of a run that wrote one"):
         mappo.main(["--resume", str(tmp_path)])
+
+
+def test_plot_runs_draws_the_mean_and_the_seed_band(tmp_path, capsys):
+    import plot_runs
+
+    for seed, (reward, won) in enumerate([(1.0, 0.5), (3.0, 0.9)]):
+        run = tmp_path / f"s{seed}"
+        run.mkdir()
+        (run / "metrics.csv").write_text(f"frames,mean_episode_reward,won\n100,0.0,nan\n200,{reward},{won}\n")
+        (run / "summary.json").write_text('{"env": "jaxmarl/HeuristicEnemySMAX", "algorithm": "MAPPO"}')
+    finals = plot_runs.main([str(tmp_path / "s0"), str(tmp_path / "s1"), "--reference", "random policy=0.18",
+                             "--out", str(tmp_path / "fig.png")])
+    assert finals == {"MAPPO jaxmarl/HeuristicEnemySMAX": {"mean_episode_reward": (2.0, 1.0, 3.0),
+                                                           "won": (0.7, 0.5, 0.9)}}
+    assert (tmp_path / "fig.png").read_bytes()[:4] == b"\x89PNG"
+    assert "final mean_episode_reward 2.000 [1.000, 3.000], won 0.700 [0.500, 0.900]" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        plot_runs.main([str(tmp_path / "s0"), "--label", "a", "b", "--out", str(tmp_path / "x.png")])
+    assert "--label takes one label per run: 1 runs, 2 labels" in capsys.readouterr().err

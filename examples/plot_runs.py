@@ -1,0 +1,134 @@
+"""One figure of several training runs of ``examples/mappo.py`` (seeds of one setting, or several settings).
+
+Runs with the same label (``--label``, default: the run's env and algorithm) are drawn as one curve: their mean
+at each frame count, and the band from the lowest to the highest seed. A run that stopped early (fewer rows)
+counts where it has data. A column that a SMAX run writes, ``won``, gets a panel of its own (the win rate).
+
+    python examples/plot_runs.py runs/smax_s0 runs/smax_s1 runs/smax_s2 --out docs/img/smax_3m.png
+    python examples/plot_runs.py runs/a* runs/b* --label MAPPO MAPPO MAPPO IPPO IPPO IPPO --out fig.png
+
+``--reference LABEL=VALUE`` draws a horizontal line (a published final figure, a random policy), e.g.
+``--reference "random policy=0.18"``; ``--reference-panel won`` puts those lines on the win-rate panel.
+Prints, per label, the final value of each plotted column: mean, lowest and highest over the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def read_run(folder: Path) -> tuple[dict, list[dict[str, float]]]:
+    """A run's ``summary.json`` (empty for a run without one yet) and ``metrics.csv`` rows (floats)."""
+    metrics = folder / "metrics.csv"
+    if not metrics.is_file():
+        raise FileNotFoundError(f"{folder}: no metrics.csv; pass the --out folder of an examples/mappo.py run")
+    summary_file = folder / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    with open(metrics, newline="") as f:
+        rows = [{k: float(v) if v not in ("", "nan") else math.nan for k, v in row.items()} for row in csv.DictReader(f)]
+    return summary, rows
+
+
+def band(runs: list[list[dict[str, float]]], column: str) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Frames, and the mean, lowest and highest of ``column`` over the runs at each frame count (nan skipped)."""
+    at: dict[float, list[float]] = defaultdict(list)
+    for rows in runs:
+        for row in rows:
+            if column in row and not math.isnan(row[column]):
+                at[row["frames"]].append(row[column])
+    frames = sorted(at)
+    return (frames, [sum(at[f]) / len(at[f]) for f in frames], [min(at[f]) for f in frames],
+            [max(at[f]) for f in frames])
+
+
+def final(rows: list[dict[str, float]], column: str) -> float:
+    return next((row[column] for row in reversed(rows) if not math.isnan(row.get(column, math.nan))), math.nan)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="+", type=Path, help="the --out folders of examples/mappo.py runs")
+    p.add_argument("--label", nargs="*", help="one label per run (default: env and algorithm from summary.json)")
+    p.add_argument("--reference", nargs="*", default=[], metavar="LABEL=VALUE", help="horizontal lines")
+    p.add_argument("--reference-panel", default="reward", choices=["reward", "won"],
+                   help="the panel the --reference lines go on")
+    p.add_argument("--title", default="")
+    p.add_argument("--out", type=Path, required=True, help="the figure (.png)")
+    args = p.parse_args(argv)
+    if args.label is not None and len(args.label) != len(args.runs):
+        p.error(f"--label takes one label per run: {len(args.runs)} runs, {len(args.label)} labels")
+    for ref in args.reference:
+        name, sep, value = ref.rpartition("=")
+        try:
+            float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            p.error(f"--reference takes LABEL=VALUE with a number, got {ref!r}")
+    return args
+
+
+def main(argv=None) -> dict[str, dict[str, tuple[float, float, float]]]:
+    args = parse_args(argv)
+    groups: dict[str, list[list[dict[str, float]]]] = defaultdict(list)
+    for i, folder in enumerate(args.runs):
+        summary, rows = read_run(folder)
+        label = args.label[i] if args.label else f"{summary.get('algorithm', 'run')} {summary.get('env', folder.name)}"
+        groups[label].append(rows)
+    columns = {"reward": "mean_episode_reward", "won": "won"}
+    has_won = any("won" in rows[0] for runs in groups.values() for rows in runs if rows)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = ["reward", "won"] if has_won else ["reward"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.6), squeeze=False)
+    finals: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for label, runs in groups.items():
+        finals[label] = {}
+        for ax, panel in zip(axes[0], panels):
+            frames, mean, low, high = band(runs, columns[panel])
+            if not frames:
+                continue
+            seeds = f" ({len(runs)} runs)" if len(runs) > 1 else ""
+            (line,) = ax.plot(frames, mean, label=label + seeds)
+            if len(runs) > 1:
+                ax.fill_between(frames, low, high, color=line.get_color(), alpha=0.2, lw=0)
+            values = [final(rows, columns[panel]) for rows in runs]
+            values = [v for v in values if not math.isnan(v)]
+            if values:
+                finals[label][columns[panel]] = (sum(values) / len(values), min(values), max(values))
+    for ref in args.reference:
+        name, _, value = ref.rpartition("=")
+        ax = axes[0][panels.index(args.reference_panel) if args.reference_panel in panels else 0]
+        ax.axhline(float(value), ls="--", color="grey" if "random" in name else None, label=name)
+    for ax, panel in zip(axes[0], panels):
+        ax.set_xlabel("frames")
+        ax.set_ylabel("mean episode reward" if panel == "reward" else "win rate (episodes won)")
+        if panel == "won":
+            ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if args.title:
+        fig.suptitle(args.title)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=110)
+    plt.close(fig)
+    for label, values in finals.items():
+        cells = ", ".join(f"{col} {m:.3f} [{lo:.3f}, {hi:.3f}]" for col, (m, lo, hi) in values.items())
+        print(f"{label}: final {cells} (mean [lowest, highest] over runs)")
+    print(f"figure: {args.out}")
+    return finals
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
