@@ -125,7 +125,7 @@ def test_done_entries_at_every_level(name):
         steps[nxt["done"][:, 0]] = 0
     assert limit_hits > 0
     if name == "jaxmarl/SMAX":
-        assert groups == ["agents"]
+        assert groups == ["ally", "enemy"]
 
 
 @pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1"])
@@ -164,11 +164,12 @@ def test_mpe_ends_by_time_limit_with_terminal_observation():
 
 def test_smax_masks_and_separate_ends():
     env = marl_envs.make("jaxmarl/SMAX", num_envs=2, seed=0)
-    assert ("agents", "action_mask") in env.observation_keys
-    assert ("agents", "terminated") in env.done_keys
+    assert env.group_map == {"ally": [f"ally_{i}" for i in range(5)], "enemy": [f"enemy_{i}" for i in range(5)]}
     td = env.reset()
-    assert td["agents", "action_mask"].dtype == torch.bool
-    assert td["agents", "action_mask"].shape == (2, 10, env.full_action_spec["agents", "action"].n)
+    for team in ("ally", "enemy"):  # the teams are the groups (same specs: the default rule would make one)
+        assert (team, "action_mask") in env.observation_keys and (team, "terminated") in env.done_keys
+        assert td[team, "action_mask"].dtype == torch.bool
+        assert td[team, "action_mask"].shape == (2, 5, env.full_action_spec[team, "action"].n)
 
 
 @pytest.mark.parametrize("name", ["SMAX", "HeuristicEnemySMAX"])
@@ -179,7 +180,8 @@ def test_smax_time_limit_is_truncated(name):
     env = marl_envs.make(f"jaxmarl/{name}", num_envs=2, seed=0, scenario="3m", map_width=400, map_height=400)
 
     def hold(td):
-        td["agents", "action"] = torch.full(td["agents", "action_mask"].shape[:2], 4)  # 4: stop
+        for group in env.group_map:
+            td[group, "action"] = torch.full(td[group, "action_mask"].shape[:2], 4)  # 4: stop
         return td
 
     data = env.rollout(101, hold, break_when_any_done=False)

@@ -6,7 +6,8 @@
 {'agents': ['agent_0', 'agent_1', 'agent_2']}
 
 For a group ``g`` of ``n`` agents (the default grouping rule over the agents' specs; heterogeneous agents get
-their own dense groups, never padding):
+their own dense groups, never padding; ``SMAX``'s two teams are the groups ``ally`` and ``enemy``: one policy
+playing both sides of a battle learns no skill, see the JAX families' page):
 
 ========================== =============== ===============================================================
 key                        shape           spec
@@ -286,6 +287,8 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
             for s in specs.values():
                 if "action_mask" in s:
                     del s["action_mask"]
+        if group_map is None and env_name == "SMAX":  # two opposing teams: a group each, never one shared policy
+            group_map = {team: [a for a in names_ if a.startswith(team)] for team in ("ally", "enemy")}
         groups = self._group_agents(specs, group_map)
         index = {a: i for i, a in enumerate(names_)}
         members = [[index[a] for a in m] for m in self.group_map.values()]
