@@ -149,7 +149,8 @@ class _JaxMarlCore(JaxCore):
     def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
                  discrete: list[bool], masks: bool, separate: bool, num_envs: int, device):
         self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
-        # SMAX's agents: the allies first, then the enemies (JaxMARL's numbering); the win is read off the state
+        # which of the agents (in group order) are allies; a team's win is read off the state (``unit_alive``,
+        # the allies' units first, as JaxMARL numbers them)
         self._allies = [str(a).startswith("ally") for a in agents] if name in _BATTLES else None
         self.name = name
         self._offsets = np.concatenate([[0], np.cumsum(widths)]).astype(int)
