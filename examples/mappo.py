@@ -294,8 +294,11 @@ def split_means(per_group: dict[str, float]) -> tuple[dict[str, float], dict[str
 
 def info_columns(infos: dict[str, float], groups: int) -> dict[str, float]:
     """Info means as metrics columns: ``<key>`` for an env of one group, else ``<key>_<group>``."""
-    return {(key if groups == 1 else f"{key}_{group}"): value
-            for group, key in (k.split("/", 1) for k in infos) for value in [infos[f"{group}/{key}"]]}
+    columns = {}
+    for name, value in infos.items():
+        group, key = name.split("/", 1)
+        columns[key if groups == 1 else f"{key}_{group}"] = value
+    return columns
 
 
 def last_finite(rows: list[dict], column: str) -> float:
