@@ -351,13 +351,14 @@ def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
 
 def resumed_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
     """Check ``--checkpoint-every``; with ``--resume DIR``, give ``args`` the settings of the run saved in DIR (how
-    this process shows its progress stays its own) and say so."""
+    this process shows its progress stays its own, and a ``--frames`` given sets a new budget) and say so."""
     if args.checkpoint_every < 0:
         p.error(f"--checkpoint-every must be 0 (never) or more, got {args.checkpoint_every}")
     if args.resume is None:
         return False
+    own = {"resume", "quiet", "no_gif", "checkpoint_every"} | ({"frames"} if args.frames is not None else set())
     for name, value in read_checkpoint(Path(args.resume))["args"].items():
-        if name not in ("resume", "quiet", "no_gif", "checkpoint_every"):
+        if name not in own:
             setattr(args, name, value)
     args.out = Path(args.resume)
     return True

@@ -282,6 +282,8 @@ def test_a_run_killed_mid_way_resumes_from_its_checkpoint(tmp_path):
     assert after[:7] == before
     assert [int(row.split(",")[0]) for row in after[1:]] == [60 * (i + 1) for i in range(20)]
     assert summary["frames"] == 1200 and summary["env"] == "test/drift"
+    longer = mappo.main(["--resume", str(tmp_path), "--quiet", "--no-gif", "--frames", "1500"])  # a new budget
+    assert longer["frames"] == 1500 and len((tmp_path / "metrics.csv").read_text().splitlines()) == 26
 
 
 def test_resume_without_a_checkpoint_says_what_to_pass(tmp_path):
