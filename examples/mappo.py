@@ -63,7 +63,7 @@ PRESETS: dict[str, dict] = {
     "jaxmarl/MPE_simple_spread_v3": {"env_kwargs": {}, "num_envs": 60, "frames": 360_000},
     # SMAX's 3m map, the allies against JaxMARL's heuristic enemy (jaxmarl/SMAX makes both sides agents: one group
     # would play itself, and its reward averaged over both sides does not measure skill)
-    "jaxmarl/HeuristicEnemySMAX": {"env_kwargs": {"scenario": "3m"}, "num_envs": 60, "frames": 540_000,
+    "jaxmarl/HeuristicEnemySMAX": {"env_kwargs": {"scenario": "3m"}, "num_envs": 120, "frames": 1_500_000,
                                    "epochs": 5, "minibatch": 1500, "lr": 1e-3},
 }
 GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
