@@ -647,6 +647,9 @@ def write_outputs(args, rows: list[dict], summary: dict, title: str = "") -> Non
         for col in wins:
             axes[0, 1].plot(frames, [r[col] for r in rows], marker="o", ms=3,
                             label=col.removeprefix("won_") if col != "won" else summary["algorithm"])
+        random_wins = [summary[f"random_policy_{col}"] for col in wins if f"random_policy_{col}" in summary]
+        if random_wins:
+            axes[0, 1].axhline(sum(random_wins) / len(random_wins), color="grey", ls="--", label="random policy")
         axes[0, 1].set_ylabel("win rate (episodes won)")
         axes[0, 1].set_ylim(-0.02, 1.02)
     for axis in axes[0]:
