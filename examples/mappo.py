@@ -559,7 +559,8 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
         rows.append(row)
         if callback is not None:
             callback(iteration, data, loss_fn)
-        if args.checkpoint_every and (iteration + 1) % args.checkpoint_every == 0 and info.is_main:
+        last = iteration + 1 == iterations  # a finished run keeps its end too: --resume --frames extends it
+        if args.checkpoint_every and ((iteration + 1) % args.checkpoint_every == 0 or last) and info.is_main:
             save_checkpoint(args, rows, frames, iteration + 1, wall, loss_fn, optim)
         if bar is not None:
             bar.update(data.numel() * info.world_size)

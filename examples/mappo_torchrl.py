@@ -351,7 +351,8 @@ def train(args) -> dict:
         rows.append(row)
         if info.is_main:
             write_metrics(args, rows)  # every iteration: a run stopped early still leaves its curve
-            if args.checkpoint_every and (iteration + 1) % args.checkpoint_every == 0:
+            last = iteration + 1 == iterations  # a finished run keeps its end too: --resume --frames extends it
+            if args.checkpoint_every and ((iteration + 1) % args.checkpoint_every == 0 or last):
                 save_checkpoint(args, rows, frames, iteration + 1, wall, model, optim)
         if bar is not None:
             bar.update(data.numel() * info.world_size)
