@@ -12,7 +12,8 @@ Every key (actions, rewards, done flags, observations, action masks) is read fro
 Writes ``OUT/metrics.csv`` (frames, rewards and the env's infos at episode ends: SMAX's ``won`` is the win rate),
 ``OUT/timings.csv`` (wall times), ``OUT/summary.json`` (final mean episode reward, the same for a random policy,
 wall time) and ``OUT/learning_curve.png``; ``OUT/checkpoint.pt`` every ``--checkpoint-every`` iterations, from
-which ``--resume OUT`` continues a stopped or killed run (as ``examples/mappo.py``). Needs the torchrl extra (``pip install 'marl-envs[torchrl]'``).
+which ``--resume OUT`` continues a stopped or killed run (as ``examples/mappo.py``). Needs the torchrl extra
+(``pip install 'marl-envs[torchrl]'``).
 
 On N processes, CPUs or GPUs, as ``examples/mappo.py`` (``docs/scaling.md``):
 

@@ -31,7 +31,8 @@ def read_run(folder: Path) -> tuple[dict, list[dict[str, float]]]:
     summary_file = folder / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
     with open(metrics, newline="") as f:
-        rows = [{k: float(v) if v not in ("", "nan") else math.nan for k, v in row.items()} for row in csv.DictReader(f)]
+        rows = [{k: float(v) if v not in ("", "nan") else math.nan for k, v in row.items()}
+                for row in csv.DictReader(f)]
     return summary, rows
 
 

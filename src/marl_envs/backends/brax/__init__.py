@@ -50,10 +50,10 @@ same arguments loads them and finds their compiled code in JAX's cache, so it ne
 (``benchmarks/compile_once.py`` measures it; ``_exports`` says what the saved files are keyed on).
 
 **Rendering** uses MuJoCo's renderer; on a Linux machine without a display but with EGL's library, ``MUJOCO_GL=egl``
-is set before MuJoCo is first imported by this backend (unless MUJOCO_GL is set or MuJoCo was already imported). EGL needs the
-Debian packages ``libegl1 libegl-mesa0 libgl1-mesa-dri`` (software rendering, no GPU needed);
-``MUJOCO_GL=osmesa`` needs ``libosmesa6``. That and the ``jnp.clip`` shim for ``swimmer`` are applied when the
-first Brax env is built, never at import (``_compat``).
+is set before MuJoCo is first imported by this backend (unless MUJOCO_GL is set or MuJoCo was already imported). EGL
+needs the Debian packages ``libegl1 libegl-mesa0 libgl1-mesa-dri`` (software rendering, no GPU needed);
+``MUJOCO_GL=osmesa`` needs ``libosmesa6``. That and the ``jnp.clip`` shim for ``swimmer`` are applied when the first
+Brax env is built, never at import (``_compat``).
 
 Brax's ``brax/envs`` is no longer maintained upstream; the construction-time ``UserWarning`` Brax emits about
 it is silenced here (only that one).
