@@ -65,9 +65,16 @@ PRESETS: dict[str, dict] = {
     # would play itself, and its reward averaged over both sides does not measure skill)
     "jaxmarl/HeuristicEnemySMAX": {"env_kwargs": {"scenario": "3m"}, "num_envs": 120, "frames": 1_500_000,
                                    "epochs": 5, "minibatch": 1500, "lr": 1e-3},
+    # EPyMARL's tasks report the team's return (summed over the agents), as the papers do
+    "lbforaging/Foraging-8x8-2p-2f-coop-v3": {"num_envs": 64, "frames": 1_000_000, "epochs": 5, "minibatch": 1600,
+                                              "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True,
+                                              "team_return": True},
+    "rware/rware-tiny-2ag-v2": {"num_envs": 32, "frames": 1_000_000, "steps_per_batch": 100, "epochs": 5,
+                                "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True,
+                                "team_return": True},
 }
 GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
-           "minibatch": 400, "lr": 3e-4}
+           "minibatch": 400, "lr": 3e-4, "entropy": 1e-4, "normalize_advantage": False, "team_return": False}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -235,7 +242,8 @@ def set_deterministic(actors, flag: bool) -> None:
 # Collection and episode accounting
 # ---------------------------------------------------------------------------------------------------
 class EpisodeTracker:
-    """Per-agent return summed over an episode, averaged over agents and finished episodes, per group; and each
+    """Per-agent return summed over an episode, averaged over agents (summed with ``team=True``: the team's return,
+    as EPyMARL's papers report it) and finished episodes, per group; and each
     of the group's info entries (``(group, "info", key)``) averaged over the steps that end an episode: SMAX's
     ``won`` so becomes the win rate.
 
@@ -243,8 +251,9 @@ class EpisodeTracker:
     (:func:`episode_means`).
     """
 
-    def __init__(self, env: marl_envs.EnvBase, keys: list[GroupKeys]):
+    def __init__(self, env: marl_envs.EnvBase, keys: list[GroupKeys], team: bool = False):
         self.names = list(env.group_map) or ["agent"]
+        self.team = team
         self.keys = keys
         self.infos = [[k for k in env.observation_keys if isinstance(k, tuple) and k[:2] == (name, "info")]
                       for name in self.names]
@@ -258,7 +267,7 @@ class EpisodeTracker:
         width = 2 + max(map(len, self.infos))
         for i, (name, keys) in enumerate(zip(self.names, self.keys)):
             reward = data.get(("next", *as_tuple(keys.reward)))
-            reward = reward.flatten(2).mean(-1)  # (B, T): mean over agents
+            reward = reward.flatten(2).sum(-1) if self.team else reward.flatten(2).mean(-1)  # (B, T): over agents
             running = self.running[i] if self.running[i] is not None else torch.zeros_like(reward[:, 0])
             finished = []
             for t in range(reward.shape[1]):
@@ -321,12 +330,12 @@ def collect(env, td, act, steps: int) -> tuple[TensorDictBase, TensorDictBase]:
     return torch.stack(out, dim=1), td
 
 
-def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int, info: distributed.RankInfo
-                         ) -> tuple[float, dict[str, float]]:
+def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int, info: distributed.RankInfo,
+                         team: bool = False) -> tuple[float, dict[str, float]]:
     """The same accounting as training, over ``frames`` frames (all ranks) of uniformly random actions: the mean
     episode reward, and the info columns (``info_columns``)."""
     env.set_seed(distributed.rank_seed(12345, info.rank, info.world_size))
-    tracker = EpisodeTracker(env, keys)
+    tracker = EpisodeTracker(env, keys, team)
     td, rewards, totals = env.reset(), [], None
     for _ in range(max(1, frames // (info.world_size * env.num_envs * steps))):
         data, td = collect(env, td, env.rand_action, steps)
@@ -386,8 +395,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--lmbda", type=float, default=0.9)
     p.add_argument("--clip", type=float, default=0.2)
-    p.add_argument("--entropy", type=float, default=1e-4)
+    p.add_argument("--entropy", type=float, help="entropy bonus coefficient (default 1e-4)")
     p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--normalize-advantage", action="store_true", default=None,
+                   help="standardise the advantages of each minibatch (for sparse, small rewards)")
+    p.add_argument("--team-return", action="store_true", default=None,
+                   help="an episode's return is its agents' sum (EPyMARL's tasks), not their mean")
     p.add_argument("--no-gif", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_checkpoint_arguments(p)
@@ -398,7 +411,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         return args
     preset = {**GENERIC, **PRESETS.get(args.env, {})}
     args.env_kwargs = parse_kwargs(args.env_kwargs) if args.env_kwargs is not None else dict(preset["env_kwargs"])
-    for name in ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch", "lr"):
+    for name in ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch", "lr", "entropy", "normalize_advantage",
+                 "team_return"):
         if getattr(args, name) is None:
             setattr(args, name, preset[name])
     args.out = Path(args.out or Path("runs") / args.env.replace("/", "_"))
@@ -502,7 +516,8 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
     env.set_seed(seed)
     steps = args.steps_per_batch or env.max_steps or 100
     actors, critics, keys = build_agents(env, args.hidden, centralised=not args.ippo)
-    loss_fn = PPOLoss(actors, critics, keys, clip=args.clip, entropy_coef=args.entropy).to(device)
+    loss_fn = PPOLoss(actors, critics, keys, clip=args.clip, entropy_coef=args.entropy,
+                      normalize_advantage=bool(args.normalize_advantage)).to(device)
     objective = loss_fn
     if info.world_size > 1:  # rank 0's initial parameters are copied to every rank; backward averages gradients
         ddp = nn.parallel.DistributedDataParallel
@@ -511,7 +526,7 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
         objective = ddp(loss_fn, device_ids=[device] if device.type == "cuda" else None,
                         **{no_sync or "broadcast_buffers": False})
     optim = torch.optim.Adam(loss_fn.parameters(), lr=args.lr)
-    tracker = EpisodeTracker(env, keys)
+    tracker = EpisodeTracker(env, keys, bool(args.team_return))
     iterations = max(1, args.frames // (info.world_size * args.num_envs * steps))
     minibatch = args.minibatch // info.world_size  # per rank
 
@@ -569,7 +584,7 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
         bar.close()
     wall = time.perf_counter() - start
 
-    random_reward, random_infos = random_policy_reward(env, keys, frames, steps, info)
+    random_reward, random_infos = random_policy_reward(env, keys, frames, steps, info, bool(args.team_return))
     summary = {
         "env": args.env,
         "env_kwargs": args.env_kwargs,

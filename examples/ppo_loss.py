@@ -82,13 +82,17 @@ class PPOLoss(nn.Module):
             log-probability of ``sample`` and the entropy.
         critics: per group, a ``TensorDictModule`` writing ``keys.value``.
         keys: per group, the ``GroupKeys`` read from the env.
+        normalize_advantage: standardise the advantages of each minibatch (per group): with sparse, small rewards
+            (Level-Based Foraging's) the policy gradient would otherwise vanish beside the entropy bonus.
     """
 
     def __init__(self, actors: list[TensorDictModule], critics: list[TensorDictModule], keys: list[GroupKeys],
-                 clip: float = 0.2, entropy_coef: float = 1e-4, value_coef: float = 1.0):
+                 clip: float = 0.2, entropy_coef: float = 1e-4, value_coef: float = 1.0,
+                 normalize_advantage: bool = False):
         super().__init__()
         self.actors, self.critics, self.keys = nn.ModuleList(actors), nn.ModuleList(critics), keys
         self.clip, self.entropy_coef, self.value_coef = clip, entropy_coef, value_coef
+        self.normalize_advantage = normalize_advantage
 
     def forward(self, batch: TensorDictBase) -> torch.Tensor:
         total = 0.0
@@ -97,6 +101,8 @@ class PPOLoss(nn.Module):
             log_prob, entropy = actor.module.evaluate(*inputs, sample=batch.get(keys.sample))
             ratio = (log_prob - batch.get(keys.log_prob)).exp()
             advantage = batch.get(keys.advantage)
+            if self.normalize_advantage:
+                advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
             clipped = ratio.clamp(1 - self.clip, 1 + self.clip)
             policy_loss = -torch.minimum(ratio * advantage, clipped * advantage).mean()
             value = critic(batch.clone(False)).get(keys.value)

@@ -39,6 +39,14 @@ _BACKENDS: dict[str, _Backend] = {
     "pettingzoo": _Backend("marl_envs.backends.pettingzoo", ("pettingzoo",), "pettingzoo"),
     "jaxmarl": _Backend("marl_envs.backends.jaxmarl", ("jax", "jaxmarl"), "jaxmarl", checks_names=True),
     "gymnax": _Backend("marl_envs.backends.gymnax", ("jax", "gymnax"), "gymnax"),
+    # every registry id builds by name; the listed names are the EPyMARL benchmark's tasks
+    "lbforaging": _Backend("marl_envs.backends.lbforaging", ("pettingzoo", "lbforaging"), "lbforaging",
+                           checks_names=True),
+    "rware": _Backend("marl_envs.backends.rware", ("pettingzoo", "rware"), "rware", checks_names=True),
+    "magent2": _Backend("marl_envs.backends.magent2", ("pettingzoo", "magent2"), "magent2", checks_names=True),
+    "mamujoco": _Backend("marl_envs.backends.mamujoco", ("pettingzoo", "gymnasium_robotics"), "mamujoco",
+                         checks_names=True),
+    "openspiel": _Backend("marl_envs.backends.openspiel", ("pettingzoo", "pyspiel"), "openspiel", checks_names=True),
 }
 _USER_ENVS: dict[str, Callable[..., EnvBase]] = {}
 _NAME_CACHE: dict[str, list[str]] = {}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 from tensordict import TensorDictBase
 
-from ..backends.pettingzoo import ACTION_MASK, PettingZooEnv, make_env
+from ..backends.pettingzoo import ACTION_MASK, PettingZooEnv
 from . import Loop, OursLoop, References
 
 
@@ -27,7 +27,7 @@ class _ByHand:
     def __init__(self, env: PettingZooEnv, plan: Sequence[TensorDictBase]):
         self.parallel = env.parallel
         # only the instances are used: the same task, keywords included
-        self.instances = make_env(env.task, num_envs=env.num_envs, seed=0, **env.task_kwargs).envs
+        self.instances = type(env)(env.task, num_envs=env.num_envs, seed=0, **env.task_kwargs).envs
         for i, instance in enumerate(self.instances):
             instance.reset(seed=i)
         keys = env.action_keys
@@ -62,7 +62,7 @@ def _loops(env: PettingZooEnv, plan: Sequence[TensorDictBase], chunks: Sequence[
     loops: dict[str, Loop] = {"raw PettingZoo loop": _ByHand(env, plan)}
     workers = min(os.cpu_count() or 1, env.num_envs)
     if workers > 1 and env.num_workers == 0:  # ours again, the instances in worker processes
-        twin = make_env(env.task, num_envs=env.num_envs, seed=0, num_workers=workers, **env.task_kwargs)
+        twin = type(env)(env.task, num_envs=env.num_envs, seed=0, num_workers=workers, **env.task_kwargs)
         loops[f"marl_envs PettingZooEnv, num_workers={workers}"] = OursLoop(twin, plan)
     return loops, {}
 

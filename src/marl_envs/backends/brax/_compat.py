@@ -2,11 +2,8 @@
 
 Three adjustments, each made only when needed and documented in the Brax backend's page:
 
-- **Headless rendering.** MuJoCo picks its OpenGL backend when it is imported. On a Linux machine without a
-  display that has EGL's library (``libEGL``), ``MUJOCO_GL=egl`` is set just before Brax (or, for an env
-  loaded from its export, the renderer) first imports MuJoCo, unless ``MUJOCO_GL`` is set already or MuJoCo was
-  imported by someone else. Without ``libEGL`` it is left unset: MuJoCo 4.0's import breaks on ``egl`` then
-  (seen on a GPU server without ``libegl1``), and only rendering needs OpenGL.
+- **Headless rendering.** ``MUJOCO_GL=egl`` where EGL's library is there, set just before Brax (or, for an env
+  loaded from its export, the renderer) first imports MuJoCo (``marl_envs._mujoco.prepare_mujoco_gl``).
 - **``jnp.clip`` shim.** Brax 0.14.2's ``brax/fluid.py`` (fluid drag, used by ``swimmer``) calls
   ``jnp.clip(..., a_min=...)``, a keyword JAX 0.10 removed. When the installed JAX lacks it, ``brax.fluid``'s
   ``jp`` is replaced by a proxy of ``jax.numpy`` whose ``clip`` still accepts ``a_min`` / ``a_max`` (also when
@@ -14,9 +11,7 @@ Three adjustments, each made only when needed and documented in the Brax backend
 - **Quiet import.** MuJoCo's MJX prints "Failed to import warp" lines (an optional GPU package) when Brax is
   imported; those lines are dropped, anything else printed is passed on. Building a Brax env
   (``quiet_brax_build``) drops Brax's warning that it is unmaintained and MuJoCo's notices about Brax's own
-  model files (halfcheetah's deprecated ``settotalmass``), through a MuJoCo warning handler set for the build:
-  unhandled, MuJoCo prints them on the process's stderr and appends them to ``MUJOCO_LOG.TXT`` in the working
-  directory.
+  model files (``marl_envs._mujoco.quiet_model_build``).
 
 Also here: what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes). The JAX
 settings every JAX family shares (the compilation cache, JAX's CPU dispatch) are ``marl_envs.backends.jax``'s.
@@ -25,28 +20,20 @@ settings every JAX family shares (the compilation cache, JAX's CPU dispatch) are
 from __future__ import annotations
 
 import contextlib
-import ctypes.util
 import inspect
-import os
 import re
 import sys
-import warnings
 from typing import Any
 
 import jax.numpy as jnp
 
+from ..._mujoco import prepare_mujoco_gl, quiet_model_build
 from ..._quiet import Filter, ignored_warnings, quiet_import
 from ...distributed import jax_device  # torch cuda:k -> the JAX GPU of CUDA id k (public, checked)
 
 __all__ = [
     "checked_env", "import_brax", "jax_device", "prepare_mujoco_gl", "quiet_brax_build",
 ]
-
-def prepare_mujoco_gl() -> None:
-    """Set ``MUJOCO_GL=egl`` for headless rendering before MuJoCo is first imported (see the module docstring)."""
-    if (sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY")
-            and ctypes.util.find_library("EGL") is not None):
-        os.environ.setdefault("MUJOCO_GL", "egl")
 
 
 class _ClipWithBounds:
@@ -64,32 +51,14 @@ _OPTIONAL_GPU_NOTICES = re.compile(r"^Failed to import (mujoco_)?warp: .*\n?", r
 _JAXOPT_UNMAINTAINED: Filter = ("JAXopt is no longer maintained", DeprecationWarning)  # brax imports jaxopt
 # Brax's warning, on building any of its envs, that it is not maintained (we pin the version we test)
 _UNMAINTAINED: Filter = (r"Brax System, piplines and environments are not actively being maintained", UserWarning)
-# MuJoCo's C compiler warns about attributes of Brax's own model files, e.g. halfcheetah's ``settotalmass``:
-# nothing a user can act on. Unhandled, MuJoCo prints its warnings on the process's stderr and appends them to a
-# MUJOCO_LOG.TXT it creates in the working directory.
-_MODEL_FILE_NOTICES = re.compile(r"compiler attribute '\w+' is deprecated")
-
-
-def _mujoco_warning(message: str) -> None:
-    """MuJoCo's warnings while a Brax env is built: the model-file notices dropped, the others Python warnings."""
-    if not _MODEL_FILE_NOTICES.search(message):
-        warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=2)
 
 
 @contextlib.contextmanager
 def quiet_brax_build():
     """Building Brax envs (ours, JaxMARL's MABrax): Brax's warning that it is unmaintained is off, and MuJoCo's
-    warnings go through a handler of ours (no MUJOCO_LOG.TXT in the working directory): its notices about Brax's
-    model files are dropped, the others become Python warnings. The previous handler is back afterwards."""
-    import mujoco
-
-    previous = mujoco.get_mju_user_warning()
-    mujoco.set_mju_user_warning(_mujoco_warning)
-    try:
-        with ignored_warnings(_UNMAINTAINED):
-            yield
-    finally:
-        mujoco.set_mju_user_warning(previous)
+    warnings go through our handler (``marl_envs._mujoco.quiet_model_build``)."""
+    with quiet_model_build(), ignored_warnings(_UNMAINTAINED):
+        yield
 
 
 def import_brax():

@@ -12,14 +12,14 @@ buffers that become tensors once per step (``torch.from_numpy``, no per-agent te
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from groupings import GroupMap, MarlGroupMapType
+from groupings import GroupMap, MarlGroupMapType, default_group_map
 
 from ..._agents import nest_keys
 from ..._env import EnvBase
@@ -30,10 +30,10 @@ from ..._validate import checked_keywords, env_keywords
 from ...specs import Binary, Composite, Unbounded
 from ._shard import BatchPlan, Buffers, Frame, Group, Shard, dead_message, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
-from ._tasks import SWIG_WARNINGS, resolve_task, tasks
+from ._tasks import SWIG_WARNINGS, Task, resolve_task, tasks
 from ._workers import WorkerPool, shared_zeros
 
-__all__ = ["PettingZooEnv", "PettingZooWrapper", "env_names", "make_env"]
+__all__ = ["PettingZooEnv", "PettingZooWrapper", "Task", "env_names", "make_env"]
 
 Factory = Callable[[], Any]
 
@@ -106,6 +106,8 @@ class PettingZooWrapper(EnvBase):
     """
 
     _masked_actions = True  # the actions of the agents a group's "mask" leaves out are not applied
+    #: group agents by name prefix even where all look alike (opposing teams: ``red_*`` and ``blue_*``)
+    teams_by_prefix: ClassVar[bool] = False
 
     @checked_keywords
     def __init__(self, env: Any | Factory, *, num_envs: int = 1, return_state: bool = False,
@@ -204,6 +206,8 @@ class PettingZooWrapper(EnvBase):
             for name in ("done", "terminated", "truncated"):
                 spec[name] = Binary((1,), device=device)
             agent_specs[agent] = spec
+        if group_map is None and self.teams_by_prefix:  # teams that look alike stay apart
+            group_map = default_group_map(self._agents, [agent.rpartition("_")[0] for agent in self._agents])
         specs = self._group_agents(agent_specs, group_map, bounds=False)
         groups = []
         for name, members in self.group_map.items():
@@ -399,24 +403,40 @@ class PettingZooEnv(PettingZooWrapper):
         TypeError: a keyword the task does not take.
     """
 
+    family: ClassVar[str] = "pettingzoo"  #: the backend whose tasks these are (``marl_envs.make("<family>/...")``)
+    #: ``use_mask`` and ``done_on_any`` where the caller leaves them None (None: :class:`PettingZooWrapper`'s rules)
+    default_use_mask: ClassVar[bool | None] = None
+    default_done_on_any: ClassVar[bool | None] = None
+
+    @classmethod
+    def known_tasks(cls) -> Mapping[str, Task]:
+        """The tasks of this family that build here, by name."""
+        return tasks()
+
     @checked_keywords
     def __init__(self, task: str, *, num_envs: int = 1, parallel: bool | None = None, return_state: bool = False,
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool | None = None,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
                  seed: int | None = None, device: torch.device | str = "cpu", num_workers: int = 0,
                  **task_kwargs: Any):
-        spec = resolve_task(task)
+        spec = resolve_task(task, self.known_tasks(), self.family)
         if parallel is None:
             parallel = spec.parallel is not None
         if use_mask is None:
-            use_mask = not parallel
+            use_mask = not parallel if self.default_use_mask is None else self.default_use_mask
+        if done_on_any is None:
+            done_on_any = self.default_done_on_any
         if parallel and spec.parallel is None:
             raise ValueError(
-                f"pettingzoo task {spec.name!r} is turn-based and has no parallel API; build it with "
+                f"{self.family} task {spec.name!r} is turn-based and has no parallel API; build it with "
                 f"parallel=False, use_mask=True (its defaults: leave both out)"
             )
+        if not parallel and spec.aec is None:
+            raise ValueError(f"{self.family} task {spec.name!r} has only a parallel API; build it with "
+                             f"parallel=True (its default: leave it out)")
         spec.check_kwargs(task_kwargs, env_keywords(PettingZooEnv))
         self.task = spec.name
+        self.task_spec = spec  #: the :class:`Task`: its constructors and keywords
         self.task_kwargs = dict(task_kwargs)  #: the task's own keywords
         creator = spec.parallel if parallel else spec.aec
         super().__init__(functools.partial(creator, **task_kwargs), num_envs=num_envs, return_state=return_state,

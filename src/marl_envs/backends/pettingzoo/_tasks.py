@@ -9,39 +9,69 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..._quiet import EVERY_WARNING, Filter, ignored_warnings, quiet_import
 from ..._validate import check_kwargs, did_you_mean, unknown_name
 
-__all__ = ["SWIG_WARNINGS", "Task", "resolve_task", "tasks"]
+__all__ = ["SWIG_WARNINGS", "Task", "resolve_task", "builds", "signature_keywords", "tasks"]
 
 
 @dataclass(frozen=True)
 class Task:
-    """A PettingZoo task: its name and constructors (``parallel`` is None for turn-based-only games)."""
+    """A task of the PettingZoo machinery: its name and constructors (``aec`` is None for parallel-only tasks,
+    ``parallel`` for turn-based-only games).
+
+    ``keywords`` gives the task's own keywords with their defaults (``inspect.Parameter.empty`` where required),
+    None where they cannot be told (a ``**kwargs``); left out, they are read from the signature of the module's
+    ``raw_env`` (PettingZoo's convention).
+    """
 
     name: str
-    aec: Callable[..., Any]
+    aec: Callable[..., Any] | None
     parallel: Callable[..., Any] | None
     module: str
+    keywords: Callable[[], Mapping[str, Any] | None] | None = None
+    render_modes: Callable[[], Sequence[str]] | None = None
+    family: str = "pettingzoo"  # the backend whose task it is, as errors name it
+
+    def own_keywords(self) -> Mapping[str, Any] | None:
+        """The task's keywords and their defaults, None where they cannot be told."""
+        if self.keywords is not None:
+            return self.keywords()
+        raw_env = getattr(importlib.import_module(self.module), "raw_env", None)
+        return None if raw_env is None else signature_keywords(raw_env)
 
     def check_kwargs(self, kwargs: dict[str, Any], env: Sequence[str]) -> None:
-        """Raise ``TypeError`` for a keyword the task's ``raw_env`` does not take (when its signature says), naming
-        the close match among its keywords and ``env`` (the env-level keywords taken beside them), and
-        ``ValueError`` for a ``render_mode`` the task does not offer."""
-        raw_env = getattr(importlib.import_module(self.module), "raw_env", None)
-        if raw_env is None:
-            return
-        check_kwargs(f"pettingzoo task {self.name!r}", raw_env, kwargs, env=env, kind="the task's")
-        modes = getattr(raw_env, "metadata", {}).get("render_modes")
+        """Raise ``TypeError`` for a keyword the task does not take (when that can be told), naming the close match
+        among its keywords and ``env`` (the env-level keywords taken beside them), and ``ValueError`` for a
+        ``render_mode`` the task does not offer."""
+        check_kwargs(f"{self.family} task {self.name!r}", self.own_keywords(), kwargs, env=env, kind="the task's")
+        if self.render_modes is not None:
+            modes = self.render_modes()
+        else:
+            modes = getattr(getattr(importlib.import_module(self.module), "raw_env", None), "metadata", {}).get(
+                "render_modes")
         mode = kwargs.get("render_mode")
         if mode is not None and modes and mode not in modes:
-            raise ValueError(f"pettingzoo task {self.name!r} has no render_mode {mode!r}"
+            raise ValueError(f"{self.family} task {self.name!r} has no render_mode {mode!r}"
                              f"{did_you_mean(mode, modes) or ';'} its render modes are {list(modes)}")
+
+
+def signature_keywords(factory: Callable[..., Any]) -> dict[str, Any] | None:
+    """The keywords ``factory`` takes and their defaults (``inspect.Parameter.empty`` where required), None when
+    it takes ``**kwargs``."""
+    params = {}
+    for name, param in inspect.signature(factory).parameters.items():
+        if param.kind is param.VAR_KEYWORD:
+            return None
+        if name != "self" and param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD):
+            params[name] = param.default
+    return params
 
 
 SWIG_WARNINGS: Filter = (r"builtin type .* has no __module__ attribute", DeprecationWarning)
@@ -57,7 +87,7 @@ def _entry_point(entry_point: str | Callable[..., Any]) -> tuple[Callable[..., A
     return getattr(quiet_import(module, SWIG_WARNINGS), attr), module
 
 
-def _builds(creator: Callable[..., Any]) -> bool:
+def builds(creator: Callable[..., Any]) -> bool:
     """True if an instance builds (the module may import lazily what it needs, e.g. Hanabi's open_spiel)."""
     try:
         with ignored_warnings(EVERY_WARNING):  # a probe, not the user's env: third-party chatter is not theirs
@@ -92,20 +122,25 @@ def tasks() -> dict[str, Task]:
             parallel = _entry_point(parallel_spec.entry_point)[0] if parallel_spec is not None else None
         except ImportError:
             continue
-        if _builds(aec):
+        if builds(aec):
             found[_normalise(env_id)] = Task(_normalise(env_id), aec, parallel, module)
     return dict(sorted(found.items()))
 
 
-def resolve_task(task: str) -> Task:
-    """The task called ``task`` (``"mpe/simple_spread_v3"``, ``"simple_spread_v3"`` or ``"classic/go-v5"``)."""
+def resolve_task(task: str, known: Mapping[str, Task] | None = None, family: str = "pettingzoo") -> Task:
+    """The task called ``task`` among ``known`` (default: PettingZoo's, where ``"mpe/simple_spread_v3"``,
+    ``"simple_spread_v3"``, ``"classic/go-v5"`` and ``"simple_spread"``, the version left out, name tasks);
+    ``family`` names them in errors."""
     if not isinstance(task, str):
-        raise TypeError(f"task must be a str like 'mpe/simple_spread_v3', got {task!r}")
-    known = tasks()
-    name = _normalise(task)
-    if name in known:
-        return known[name]
+        raise TypeError(f"task must be a str like {next(iter(known or tasks()), 'mpe/simple_spread_v3')!r}, "
+                        f"got {task!r}")
+    known = tasks() if known is None else known
+    for name in (task.strip(), _normalise(task)):
+        if name in known:
+            return known[name]
     by_module = {full.rpartition("/")[2]: full for full in known}
-    if name in by_module:
-        return known[by_module[name]]
-    raise unknown_name("pettingzoo task", task, list(known))
+    by_base = {re.sub(r"_v\d+$", "", short): full for short, full in by_module.items()}  # "battle": "battle_v4"
+    for short in (by_module, by_base):
+        if name in short:
+            return known[short[name]]
+    raise unknown_name(f"{family} task", task, list(known))

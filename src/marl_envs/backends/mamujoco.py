@@ -1,0 +1,100 @@
+"""MaMuJoCo (Gymnasium-Robotics' multi-agent MuJoCo): MuJoCo robots whose joints are split among agents, batched
+by the PettingZoo machinery.
+
+>>> import marl_envs
+>>> env = marl_envs.make("mamujoco/HalfCheetah_6x1", num_envs=2, seed=0)
+>>> env.reset()["agents", "observation"].shape
+torch.Size([2, 6, 9])
+
+Names are ``<robot>_<partition>``, MaMuJoCo's own partitions (``agent_conf``; its ``9|8`` is spelled ``9-8``).
+Keywords are MaMuJoCo's (``agent_obsk``, ``local_categories``, ...) and those of the Gymnasium MuJoCo env under it
+(``ctrl_cost_weight``, ...). The episodes are Gymnasium's (``-v5``): a robot that falls *terminates*, 1000 steps
+*truncate*. ``return_state=True`` adds the robot's full observation at the root (``env.state()``). Left out:
+``ManySegmentAnt`` / ``ManySegmentSwimmer``, whose model file MaMuJoCo writes into its own installed package at
+every build, and ``CoupledHalfCheetah_1p1``, which fails inside MaMuJoCo 1.4.2 when built with MuJoCo 4
+(``IndexError`` reading a tendon Jacobian in its observation code).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import re
+from typing import Any, ClassVar
+
+from .._mujoco import quiet_model_build
+from .._quiet import filtered_output
+from .pettingzoo import PettingZooEnv, Task
+
+__all__ = ["MaMuJoCoEnv", "PARTITIONS", "env_names", "make_env"]
+
+#: Each robot's partitions, as MaMuJoCo's ``get_parts_and_edges`` names them.
+PARTITIONS: dict[str, tuple[str, ...]] = {
+    "HalfCheetah": ("2x3", "6x1"), "Ant": ("2x4", "2x4d", "4x2"), "Hopper": ("3x1",), "Humanoid": ("9|8",),
+    "HumanoidStandup": ("9|8",), "Reacher": ("2x1",), "Pusher": ("3p",), "Swimmer": ("2x1",), "Walker2d": ("2x3",),
+}
+# Gymnasium-Robotics prints a notice about its Adroit hands' reward functions when imported
+_ADROIT_NOTICE = re.compile(r"^AdroitHand.* reward functions were updated.*\n?", re.M)
+
+
+def _module() -> Any:
+    with filtered_output("stderr", _ADROIT_NOTICE):  # printed on stderr, at its first import only
+        return importlib.import_module("gymnasium_robotics.envs.multiagent_mujoco.mamujoco_v1")
+
+
+def _build(api: str, robot: str, partition: str, **kwargs: Any) -> Any:
+    with quiet_model_build():
+        return getattr(_module(), api)(robot, partition, **kwargs)
+
+
+def _keywords(robot: str) -> dict[str, Any]:
+    """MaMuJoCo's keywords, the Gymnasium env's, and those its ``**kwargs`` pass on to ``MujocoEnv`` (less those the
+    env sets itself)."""
+    import gymnasium
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+
+    module, _, attr = gymnasium.spec(f"{robot}-v5").entry_point.partition(":")
+    keywords = {}
+    for factory, fixed in ((MujocoEnv, ("model_path", "frame_skip", "observation_space")),
+                           (getattr(importlib.import_module(module), attr), ()),
+                           (_module().raw_parallel_env, ("scenario", "agent_conf", "gym_env"))):
+        keywords.update((name, p.default) for name, p in inspect.signature(factory).parameters.items()
+                        if name != "self" and name not in fixed and p.kind is not p.VAR_KEYWORD)
+    return keywords
+
+
+@functools.cache
+def tasks() -> dict[str, Task]:
+    """Every robot and partition, by name (``HalfCheetah_6x1``)."""
+    found = {}
+    for robot, partitions in PARTITIONS.items():
+        for partition in partitions:
+            name = f"{robot}_{partition.replace('|', '-')}"
+            found[name] = Task(
+                name, functools.partial(_build, "env", robot, partition),
+                functools.partial(_build, "parallel_env", robot, partition), "gymnasium_robotics.envs.multiagent_mujoco.mamujoco_v1",
+                keywords=functools.partial(_keywords, robot),
+                render_modes=lambda: _module().raw_parallel_env.metadata["render_modes"], family="mamujoco")
+    return found
+
+
+class MaMuJoCoEnv(PettingZooEnv):
+    """A MaMuJoCo robot and partition by name, ``num_envs`` instances batched; the arguments are
+    :class:`~marl_envs.backends.pettingzoo.PettingZooEnv`'s."""
+
+    family: ClassVar[str] = "mamujoco"
+
+    @classmethod
+    def known_tasks(cls) -> dict[str, Task]:
+        return tasks()
+
+
+def env_names() -> list[str]:
+    """Every robot and partition."""
+    return list(tasks())
+
+
+def make_env(name: str, **kwargs: Any) -> MaMuJoCoEnv:
+    """``MaMuJoCoEnv(name, **kwargs)``: the factory behind ``marl_envs.make("mamujoco/<robot>_<partition>", ...)``."""
+    return MaMuJoCoEnv(name, **kwargs)

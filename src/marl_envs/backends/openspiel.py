@@ -1,0 +1,295 @@
+"""OpenSpiel games, batched by the PettingZoo machinery: turn-based games through PettingZoo's AEC API,
+simultaneous-move games through its parallel API.
+
+>>> import marl_envs
+>>> env = marl_envs.make("openspiel/kuhn_poker", num_envs=2, seed=0)
+>>> env.group_map
+{'agents': ['player_0', 'player_1']}
+>>> env.reset()["player", "action_mask"].shape
+torch.Size([2, 2, 2])
+
+Every game ``pyspiel.registered_games()`` lists that loads with its default parameters, has turn-based or
+simultaneous moves, an observation (or information-state) tensor, and explicit chance outcomes (or none); its
+parameters are keywords (``players=3``), checked against the game's own. Player ``p`` is the agent ``player_p``;
+the players form one group, ``agents`` (their specs are equal). Each game state is one env:
+
+- **Observations.** ``(group, "observation")`` is the player's ``observation_tensor`` (the
+  ``information_state_tensor`` for games without one), shaped as the game declares; ``(group, "action_mask")``
+  its legal actions (all True for a player with none at that node, whose action is ignored).
+- **Turns.** A turn-based game's ``(group, "mask")`` marks the player to act; one step applies its action. A
+  simultaneous node applies every player's action at once.
+- **Chance.** Chance nodes are resolved inside ``reset`` and ``step``: outcome ``k`` of ``state.chance_outcomes()``
+  drawn with probability ``p_k`` by ``numpy.random.default_rng(seed)`` of the instance (``rng.choice(len(outcomes),
+  p=probabilities)``), so that a raw ``pyspiel`` loop drawing the same way is reproduced exactly.
+  ``(group, "info", "chance")`` is the last outcome drawn in that reset or step (-1: none).
+- **Rewards.** Each step's change of ``state.returns()``: the terminal returns for games that score at the end.
+  The episode terminates at a terminal state (no truncation but ``max_steps``).
+
+Left out, with the reason: mean-field games, games with neither tensor (their observations are strings), games
+with sampled chance (``SAMPLED_STOCHASTIC``: the library draws the outcomes itself) and games that need parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv, ParallelEnv
+
+from .._quiet import filtered_output
+from .pettingzoo import PettingZooEnv, Task
+from .pettingzoo._spaces import ACTION_MASK
+
+__all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "make_env", "tasks"]
+
+CHANCE = "chance"
+#: What OpenSpiel prints on stderr while the games are listed: the errors of games that need parameters (raised as
+#: well, and caught), and notices (``quoridor``'s "has known issues"): dropped
+_LOAD_NOTICES = re.compile(r"^(OpenSpiel exception: |Warning! The implementation of ).*\n?", re.M)
+
+
+def _import_pyspiel() -> Any:
+    import pyspiel
+
+    return pyspiel
+
+
+class _Game:
+    """One OpenSpiel game state and what the PettingZoo views need of it (shared by the AEC and parallel views)."""
+
+    def __init__(self, name: str, params: dict[str, Any]):
+        pyspiel = _import_pyspiel()
+        self.game = pyspiel.load_game(name, params)
+        kind = self.game.get_type()
+        self.use_observation = kind.provides_observation_tensor
+        shape = (self.game.observation_tensor_shape() if self.use_observation
+                 else self.game.information_state_tensor_shape())
+        self.shape = tuple(shape)
+        self.n_actions = self.game.num_distinct_actions()
+        self.players = list(range(self.game.num_players()))
+        self.agents = [f"player_{p}" for p in self.players]
+        self.obs_space = spaces.Dict({
+            "observation": spaces.Box(-np.inf, np.inf, self.shape, np.float32),
+            ACTION_MASK: spaces.MultiBinary(self.n_actions),
+        })
+        self.act_space = spaces.Discrete(self.n_actions)
+        self.rng = np.random.default_rng()
+        self.state = self.game.new_initial_state()
+        self.returns = np.zeros(len(self.players))
+        self.chance = -1
+
+    def reset(self, seed: int | None) -> None:
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.state = self.game.new_initial_state()
+        self.returns = np.zeros(len(self.players))
+        self.chance = -1
+        self.resolve_chance()
+
+    def resolve_chance(self) -> None:
+        """Draw and apply chance outcomes until a player acts or the game ends."""
+        state = self.state
+        while state.is_chance_node():
+            outcomes, probabilities = zip(*state.chance_outcomes())
+            self.chance = int(outcomes[self.rng.choice(len(outcomes), p=np.asarray(probabilities))])
+            state.apply_action(self.chance)
+
+    def rewards(self) -> dict[str, float]:
+        """The change of every player's return since the last call."""
+        now = np.asarray(self.state.returns())
+        delta, self.returns = now - self.returns, now
+        return dict(zip(self.agents, delta.tolist()))
+
+    def observe(self, player: int) -> dict[str, np.ndarray]:
+        state = self.state
+        tensor = state.observation_tensor(player) if self.use_observation else state.information_state_tensor(player)
+        mask = np.zeros(self.n_actions, np.int8)
+        if not state.is_terminal():
+            legal = state.legal_actions(player)
+            if legal:
+                mask[legal] = 1
+            else:
+                mask[:] = 1  # not this player's move: whatever it sends is ignored
+        else:
+            mask[:] = 1
+        return {"observation": np.asarray(tensor, np.float32).reshape(self.shape), ACTION_MASK: mask}
+
+    def infos(self) -> dict[str, dict]:
+        return {agent: {CHANCE: self.chance} for agent in self.agents}
+
+    def render(self) -> str:
+        return str(self.state)
+
+
+class OpenSpielAEC(AECEnv):
+    """A turn-based OpenSpiel game through PettingZoo's AEC API (``agent_selection`` is the player to act)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "is_parallelizable": False}
+
+    def __init__(self, name: str, **params: Any):
+        super().__init__()
+        self.core = _Game(name, params)
+        self.possible_agents = list(self.core.agents)
+        self.agents = []
+        self.render_mode = None
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self.core.obs_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self.core.act_space
+
+    def observe(self, agent: str) -> dict[str, np.ndarray]:
+        return self.core.observe(self.possible_agents.index(agent))
+
+    def _sync(self) -> None:
+        core, state = self.core, self.core.state
+        self.rewards = core.rewards()
+        self._cumulative_rewards = dict(self.rewards)  # what last() reports: this step's
+        ended = state.is_terminal()
+        self.terminations = dict.fromkeys(self.agents, ended)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = core.infos()
+        if not ended:
+            self.agent_selection = self.possible_agents[state.current_player()]
+        elif self.agent_selection not in self.agents and self.agents:
+            self.agent_selection = self.agents[0]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.core.reset(seed)
+        self.agents = list(self.possible_agents)
+        self.agent_selection = self.agents[0]
+        self._sync()
+
+    def step(self, action: int | None) -> None:
+        core = self.core
+        if core.state.is_terminal():  # PettingZoo's dead step: the agent leaves
+            self.agents.remove(self.agent_selection)
+            self.rewards = dict.fromkeys(self.agents, 0.0)
+            if self.agents:
+                self.agent_selection = self.agents[0]
+            return
+        core.chance = -1
+        core.state.apply_action(int(action))
+        core.resolve_chance()
+        self._sync()
+
+    def render(self) -> str:
+        return self.core.render()
+
+    def close(self) -> None:
+        pass
+
+
+class OpenSpielParallel(ParallelEnv):
+    """A simultaneous-move OpenSpiel game through PettingZoo's parallel API (a turn-based node inside it applies
+    the acting player's action only)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "is_parallelizable": True}
+
+    def __init__(self, name: str, **params: Any):
+        self.core = _Game(name, params)
+        self.possible_agents = list(self.core.agents)
+        self.agents: list[str] = []
+        self.render_mode = None
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self.core.obs_space
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self.core.act_space
+
+    def _observations(self) -> dict[str, dict]:
+        return {agent: self.core.observe(p) for p, agent in enumerate(self.possible_agents)}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.core.reset(seed)
+        self.agents = list(self.possible_agents)
+        return self._observations(), self.core.infos()
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        core = self.core
+        state = core.state
+        core.chance = -1
+        if state.is_simultaneous_node():
+            state.apply_actions([int(actions[agent]) for agent in self.possible_agents])
+        else:
+            state.apply_action(int(actions[self.possible_agents[state.current_player()]]))
+        core.resolve_chance()
+        ended = state.is_terminal()
+        out = (self._observations(), core.rewards(), dict.fromkeys(self.possible_agents, ended),
+               dict.fromkeys(self.possible_agents, False), core.infos())
+        if ended:
+            self.agents = []
+        return out
+
+    def render(self) -> str:
+        return self.core.render()
+
+    def close(self) -> None:
+        pass
+
+
+def _left_out(game: Any) -> str | None:
+    """Why the loaded ``game`` is not offered, or None."""
+    pyspiel = _import_pyspiel()
+    kind = game.get_type()
+    if kind.dynamics not in (pyspiel.GameType.Dynamics.SEQUENTIAL, pyspiel.GameType.Dynamics.SIMULTANEOUS):
+        return "mean-field game"
+    if not (kind.provides_observation_tensor or kind.provides_information_state_tensor):
+        return "no observation tensor"
+    if kind.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC:
+        return "sampled chance"
+    if game.num_distinct_actions() < 1:
+        return "no actions"
+    return None
+
+
+def _parameters(name: str) -> dict[str, Any]:
+    return dict(_import_pyspiel().load_game(name).get_parameters())
+
+
+@functools.cache
+def tasks() -> dict[str, Task]:
+    """Every game offered (see the module docstring), by its short name."""
+    pyspiel = _import_pyspiel()
+    found = {}
+    with filtered_output("stderr", _LOAD_NOTICES):
+        for kind in pyspiel.registered_games():
+            try:
+                game = pyspiel.load_game(kind.short_name)
+            except (pyspiel.SpielError, IndexError):  # it needs parameters (nfg_game's missing file: IndexError)
+                continue
+            if _left_out(game) is not None:
+                continue
+            simultaneous = kind.dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS
+            aec = None if simultaneous else functools.partial(OpenSpielAEC, kind.short_name)
+            parallel = functools.partial(OpenSpielParallel, kind.short_name) if simultaneous else None
+            found[kind.short_name] = Task(kind.short_name, aec, parallel, __name__,
+                                          keywords=functools.partial(_parameters, kind.short_name),
+                                          render_modes=list, family="openspiel")
+    return found
+
+
+class OpenSpielEnv(PettingZooEnv):
+    """An OpenSpiel game by name, ``num_envs`` game states batched; the arguments are
+    :class:`~marl_envs.backends.pettingzoo.PettingZooEnv`'s, the keywords the game's parameters."""
+
+    family: ClassVar[str] = "openspiel"
+
+    @classmethod
+    def known_tasks(cls) -> dict[str, Task]:
+        return tasks()
+
+
+def env_names() -> list[str]:
+    """Every OpenSpiel game offered here."""
+    return sorted(tasks())
+
+
+def make_env(name: str, **kwargs: Any) -> OpenSpielEnv:
+    """``OpenSpielEnv(name, **kwargs)``: the factory behind ``marl_envs.make("openspiel/<game>", ...)``."""
+    return OpenSpielEnv(name, **kwargs)

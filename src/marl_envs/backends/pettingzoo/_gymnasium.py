@@ -1,0 +1,149 @@
+"""Gymnasium multi-agent envs whose spaces are per-agent tuples (Level-Based Foraging, RWARE) as PettingZoo
+parallel envs, so that the PettingZoo machinery batches them (instances, worker processes, seeding).
+
+Such an env takes a tuple of actions (one per agent) and gives a tuple of observations, a list of rewards and one
+``done`` for the whole team. Agent ``k`` becomes ``agent_k``. Neither library tells a time limit from the end of
+the task in its flags (both give ``truncated=False``), so each family says which it is from the env's state
+(``ends``): Level-Based Foraging terminates when no food is left, RWARE only ever stops at its step limit.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from pettingzoo import ParallelEnv
+
+from ..._quiet import quiet_import
+from . import PettingZooEnv
+from ._tasks import Task, signature_keywords
+
+__all__ = ["Ends", "TupleAgentsEnv", "TupleAgentsFamily", "gymnasium_tasks"]
+
+Ends = Callable[[Any, bool], tuple[bool, bool]]
+"""``ends(env, done)`` -> ``(terminated, truncated)`` of the team after a step that returned ``done``."""
+Forget = Callable[[Any], None]
+"""``forget(env)``: clear what the env keeps from its last episode that its seeded reset would read."""
+
+
+class TupleAgentsEnv(ParallelEnv):
+    """A Gymnasium env with per-agent ``Tuple`` spaces seen through PettingZoo's parallel API.
+
+    Args:
+        env: the Gymnasium env (its ``unwrapped`` core is stepped: no checker or order wrappers in the way).
+        ends: how a step's ``done`` splits into terminated and truncated (:data:`Ends`).
+        forget: run before each seeded reset (:data:`Forget`), so that a seeded reset gives what a fresh env
+            gives with that seed; unseeded resets follow the library as it is.
+    """
+
+    metadata: dict[str, Any] = {"is_parallelizable": True}
+
+    def __init__(self, env: Any, ends: Ends, forget: Forget | None = None):
+        self.env = env.unwrapped
+        self._ends, self._forget = ends, forget
+        self.possible_agents = [f"agent_{k}" for k in range(len(self.env.action_space.spaces))]
+        self.agents: list[str] = []
+        self._obs_spaces = dict(zip(self.possible_agents, self.env.observation_space.spaces))
+        self._act_spaces = dict(zip(self.possible_agents, self.env.action_space.spaces))
+        self.render_mode = getattr(self.env, "render_mode", None)
+
+    def observation_space(self, agent: str) -> Any:
+        return self._obs_spaces[agent]
+
+    def action_space(self, agent: str) -> Any:
+        return self._act_spaces[agent]
+
+    def _infos(self, info: dict) -> dict[str, dict]:
+        return {agent: info for agent in self.possible_agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None and self._forget is not None:
+            self._forget(self.env)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.agents = list(self.possible_agents)
+        return dict(zip(self.possible_agents, obs)), self._infos(info)
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rewards, done, truncated, info = self.env.step([actions[agent] for agent in self.possible_agents])
+        term, trunc = self._ends(self.env, bool(done)) if done or truncated else (False, False)
+        trunc = trunc or bool(truncated)
+        agents = self.possible_agents
+        out = (dict(zip(agents, obs)), dict(zip(agents, np.asarray(rewards, dtype=np.float32).tolist())),
+               dict.fromkeys(agents, term), dict.fromkeys(agents, trunc), self._infos(info))
+        if term or trunc:
+            self.agents = []  # PettingZoo's parallel convention: an ended episode has no agents left
+        return out
+
+    def state(self) -> np.ndarray:
+        raise NotImplementedError(f"{type(self.env).__name__} has no global state")
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _build(env_id: str, ends: Ends, forget: Forget | None, **kwargs: Any) -> TupleAgentsEnv:
+    # the env's class with the registered keywords and the caller's: ``gymnasium.make`` would take some of them as
+    # its own (``max_episode_steps``: a TimeLimit wrapper around the env, not the env's own limit)
+    registered = quiet_import("gymnasium").spec(env_id).kwargs
+    return TupleAgentsEnv(_entry_class(env_id)(**{**registered, **kwargs}), ends, forget)
+
+
+def _entry_class(env_id: str) -> type:
+    gymnasium = quiet_import("gymnasium")
+    module, _, attr = gymnasium.spec(env_id).entry_point.partition(":")
+    return getattr(quiet_import(module), attr)
+
+
+@functools.cache
+def gymnasium_tasks(family: str, package: str, prefix: str, ends: Ends, forget: Forget | None) -> dict[str, Task]:
+    """The Gymnasium ids that ``package`` registers, starting with ``prefix``, as tasks of ``family``: parallel
+    only, their keywords those of the env's class, with the registered ones as defaults."""
+    gymnasium = quiet_import("gymnasium")
+    quiet_import(package)  # registers its ids
+    ids = [env_id for env_id in gymnasium.registry if env_id.startswith(prefix)]
+    found = {}
+    for env_id in ids:
+        spec = gymnasium.spec(env_id)
+
+        def keywords(env_id: str = env_id, registered: dict = dict(spec.kwargs)) -> dict[str, Any] | None:
+            own = signature_keywords(_entry_class(env_id))
+            return None if own is None else {**own, **registered}
+
+        def modes(env_id: str = env_id) -> list[str]:
+            return list(getattr(_entry_class(env_id), "metadata", {}).get("render_modes", []))
+
+        found[env_id] = Task(env_id, None, functools.partial(_build, env_id, ends, forget), spec.entry_point.partition(":")[0],
+                             keywords=keywords, render_modes=modes, family=family)
+    return found
+
+
+class TupleAgentsFamily(PettingZooEnv):
+    """The envs of a library of :class:`TupleAgentsEnv` s by Gymnasium id, ``num_envs`` instances batched; the
+    arguments are :class:`~marl_envs.backends.pettingzoo.PettingZooEnv`'s, the task's keywords its env class's.
+
+    A family declares ``family`` (its backend name), ``package`` (the library that registers the ids), ``prefix``
+    (of its ids), ``ends`` (:data:`Ends`) and, where its seeded resets read the last episode, ``forget``
+    (:data:`Forget`).
+    """
+
+    package: ClassVar[str]
+    prefix: ClassVar[str]
+    forget: ClassVar[Forget | None] = None
+
+    @staticmethod
+    def ends(env: Any, done: bool) -> tuple[bool, bool]:
+        raise NotImplementedError
+
+    @classmethod
+    def known_tasks(cls) -> dict[str, Task]:
+        return gymnasium_tasks(cls.family, cls.package, cls.prefix, cls.ends, cls.forget)
+
+    @classmethod
+    def listed(cls, names: Sequence[str]) -> list[str]:
+        """Those of ``names`` that the installed registry has."""
+        return [name for name in names if name in cls.known_tasks()]

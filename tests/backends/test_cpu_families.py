@@ -1,0 +1,312 @@
+"""The CPU families batched by the PettingZoo machinery (Level-Based Foraging, RWARE, MAgent2, MaMuJoCo, OpenSpiel):
+exactness against each raw library over episode boundaries, their end flags, dead agents, chance and keywords."""
+
+from __future__ import annotations
+
+import resource
+
+import numpy as np
+import pytest
+import torch
+
+import marl_envs
+
+STEPS = 40
+
+
+def _installed(backend: str):
+    if not marl_envs.backend_installed(backend):
+        pytest.skip(f"{backend} is not installed")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Gymnasium envs with per-agent tuples: Level-Based Foraging and RWARE
+# ------------------------------------------------------------------------------------------------------
+def _gymnasium_raw(env_id: str, n: int, **kwargs):
+    """The library's env class with its registered keywords and ``kwargs`` (``gymnasium.make`` would take
+    ``max_episode_steps`` as its own)."""
+    import gymnasium
+
+    spec = gymnasium.spec(env_id)
+    module, _, attr = spec.entry_point.partition(":")
+    cls = getattr(__import__(module, fromlist=[attr]), attr)
+    return [cls(**{**spec.kwargs, **kwargs}) for _ in range(n)]
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("lbforaging/Foraging-5x5-2p-1f-coop-v3", {"max_episode_steps": 7}),
+    ("rware/rware-tiny-2ag-v2", {"max_steps": 6}),
+])
+def test_tuple_agent_envs_equal_the_library_across_episodes(name, kwargs):
+    """Our batch against the library's own envs stepped with the same actions: a raw loop resets an instance
+    when its step says ``done``, unseeded, as ours does."""
+    _installed(name.partition("/")[0])
+    B = 3
+    env = marl_envs.make(name, num_envs=B, seed=5, **kwargs)
+    raw = _gymnasium_raw(name.partition("/")[2], B, **kwargs)
+    obs = [instance.reset(seed=5 + i)[0] for i, instance in enumerate(raw)]
+    td = env.reset()
+    ends = 0
+    for _ in range(STEPS):
+        np.testing.assert_array_equal(td["agents", "observation"].numpy(), np.asarray(obs, np.float32))
+        td = env.rand_action(td)
+        actions = td["agents", "action"].tolist()
+        td, td_next = env.step_and_maybe_reset(td)
+        for i, instance in enumerate(raw):
+            o, reward, done, _, _ = instance.step(actions[i])
+            np.testing.assert_array_equal(td["next", "agents", "reward"][i, :, 0].numpy(),
+                                          np.asarray(reward, np.float32))
+            assert bool(td["next", "done"][i]) == done
+            if done:
+                ends += 1
+                o, _ = instance.reset()
+            obs[i] = o
+        td = td_next
+    assert ends >= B  # every instance crossed an episode boundary
+
+
+def test_lbforaging_terminates_when_cleared_and_truncates_at_its_step_limit():
+    """The library says ``done`` for both; a cleared field (the last food loaded: a reward) terminates, the
+    step limit truncates."""
+    _installed("lbforaging")
+    env = marl_envs.make("lbforaging/Foraging-5x5-2p-1f-v3", num_envs=16, seed=0, max_episode_steps=25)
+    data = env.rollout(200, break_when_any_done=False)
+    nxt = data["next"]
+    term, trunc = nxt["terminated"][..., 0], nxt["truncated"][..., 0]
+    team_reward = nxt["agents", "reward"].sum((-2, -1))
+    assert term.any() and trunc.any() and not (term & trunc).any()
+    assert (team_reward[term] > 0).all()  # the last food was loaded on that step
+    assert torch.equal(nxt["agents", "terminated"][..., 0, 0], term)
+
+
+def test_lbforaging_seeded_reset_is_a_function_of_the_seed():
+    """The library's own ``reset(seed=0)`` also depends on where the players stood when the last episode ended;
+    ours gives what a freshly built env gives with that seed."""
+    _installed("lbforaging")
+    env = marl_envs.make("lbforaging/Foraging-2s-8x8-2p-2f-coop-v3", num_envs=2)
+    fresh = _gymnasium_raw("Foraging-2s-8x8-2p-2f-coop-v3", 1)[0].reset(seed=0)[0]
+    for _ in range(3):
+        env.set_seed(0)
+        td = env.reset()
+        np.testing.assert_array_equal(td["agents", "observation"][0].numpy(), np.asarray(fresh, np.float32))
+        env.rollout(30, break_when_any_done=False, auto_reset=False, tensordict=td)
+
+
+def test_registry_ids_beyond_the_listed_tasks_build_by_name():
+    _installed("lbforaging")
+    assert "lbforaging/Foraging-5x5-3p-1f-v3" not in marl_envs.available_envs("lbforaging")
+    env = marl_envs.make("lbforaging/Foraging-5x5-3p-1f-v3", num_envs=2)
+    assert env.group_map == {"agents": ["agent_0", "agent_1", "agent_2"]}
+    with pytest.raises(ValueError, match=r"unknown lbforaging task 'Foraging-8x8-2p-2f-cop-v3'; did you mean "
+                                         r"'Foraging-8x8-2p-2f-coop-v3'"):
+        marl_envs.make("lbforaging/Foraging-8x8-2p-2f-cop-v3")
+    with pytest.raises(TypeError, match=r"lbforaging task 'Foraging-8x8-2p-2f-coop-v3' got an unexpected keyword "
+                                        r"argument 'max_episode_step'; did you mean 'max_episode_steps'\?"):
+        marl_envs.make("lbforaging/Foraging-8x8-2p-2f-coop-v3", max_episode_step=5)
+
+
+# ------------------------------------------------------------------------------------------------------
+# MAgent2: teams, dead agents
+# ------------------------------------------------------------------------------------------------------
+def test_magent2_equals_the_raw_parallel_loop_with_agents_dying():
+    """combined_arms (four groups, 162 agents that die from the first steps on) against raw PettingZoo instances:
+    every agent's observation, mask and reward, over an episode boundary (``max_cycles``)."""
+    _installed("magent2")
+    from magent2.environments import combined_arms_v6
+
+    B, kwargs = 2, {"max_cycles": 12}
+    env = marl_envs.make("magent2/combined_arms", num_envs=B, seed=3, **kwargs)
+    assert list(env.group_map) == ["redmelee", "redranged", "bluemelee", "blueranged"]
+    raw = [combined_arms_v6.parallel_env(**kwargs) for _ in range(B)]
+    obs = [instance.reset(seed=3 + i)[0] for i, instance in enumerate(raw)]
+    td = env.reset()
+    died = ends = 0
+    for _ in range(16):
+        for i, instance in enumerate(raw):
+            for group, members in env.group_map.items():
+                for j, agent in enumerate(members):
+                    alive = agent in instance.agents
+                    assert bool(td[group, "mask"][i, j]) == alive
+                    # an agent's last step still brings its observation; after that, zeros
+                    want = obs[i].get(agent, np.zeros_like(td[group, "observation"][i, j].numpy()))
+                    np.testing.assert_array_equal(td[group, "observation"][i, j].numpy(), want)
+        td = env.rand_action(td)
+        actions = {group: td[group, "action"].tolist() for group in env.group_map}
+        td, td_next = env.step_and_maybe_reset(td)
+        for i, instance in enumerate(raw):
+            step = {agent: actions[g][i][j] for g, members in env.group_map.items()
+                    for j, agent in enumerate(members) if agent in instance.agents}
+            o, reward, _, _, _ = instance.step(step)
+            for group, members in env.group_map.items():
+                got = td["next", group, "reward"][i, :, 0].numpy()
+                np.testing.assert_array_equal(got, np.asarray([reward.get(a, 0.0) for a in members], np.float32))
+            died += len(step) - len(instance.agents) if instance.agents else 0
+            if not instance.agents:
+                ends += 1
+                o, _ = instance.reset()
+            obs[i] = o
+        td = td_next
+    assert died > 0 and ends == 2 * B
+
+
+def test_magent2_battle_at_its_default_size_runs_1000_steps_with_dead_agents_masked():
+    """162 agents: agents die, their entries are zeros and their masks False; memory stays flat."""
+    _installed("magent2")
+    env = marl_envs.make("magent2/battle", num_envs=1, seed=0)
+    assert {g: len(m) for g, m in env.group_map.items()} == {"red": 81, "blue": 81}
+    td = env.reset()
+    dead_seen, rss = 0, []
+    for t in range(1000):
+        td, td_next = env.step_and_maybe_reset(env.rand_action(td))
+        for group in env.group_map:
+            dead = ~td["next", group, "mask"][0, :, 0]
+            gone = dead & ~td[group, "mask"][0, :, 0]  # dead before this step: its last one brought its observation
+            dead_seen = max(dead_seen, int(dead.sum()))
+            assert not td["next", group, "observation"][0][gone].any()
+            assert not td["next", group, "reward"][0][gone].any()
+            assert td["next", group, "done"][0][dead].all()
+        td = td_next
+        if t in (200, 999):
+            rss.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    assert dead_seen > 0
+    assert rss[1] - rss[0] < 20 * 1024  # KiB: flat after warm-up
+
+
+# ------------------------------------------------------------------------------------------------------
+# MaMuJoCo
+# ------------------------------------------------------------------------------------------------------
+def test_mamujoco_equals_the_raw_parallel_loop_across_falls():
+    """Hopper 3x1 falls under random actions (terminated): ours against raw MaMuJoCo instances."""
+    _installed("mamujoco")
+    from gymnasium_robotics.envs.multiagent_mujoco import mamujoco_v1
+
+    B = 2
+    env = marl_envs.make("mamujoco/Hopper_3x1", num_envs=B, seed=1)
+    raw = [mamujoco_v1.parallel_env("Hopper", "3x1") for _ in range(B)]
+    obs = [instance.reset(seed=1 + i)[0] for i, instance in enumerate(raw)]
+    agents = [a for members in env.group_map.values() for a in members]
+    td, falls = env.reset(), 0
+    for _ in range(80):
+        for i in range(B):
+            for g, members in env.group_map.items():
+                got = td[g, "observation"][i].numpy()
+                want = np.stack([obs[i][a] for a in members]).astype(np.float32)
+                np.testing.assert_array_equal(got, want)
+        td = env.rand_action(td)
+        actions = {g: td[g, "action"].numpy() for g in env.group_map}
+        td, td_next = env.step_and_maybe_reset(td)
+        for i, instance in enumerate(raw):
+            step = {a: actions[g][i][j] for g, members in env.group_map.items() for j, a in enumerate(members)}
+            o, reward, term, _, _ = instance.step(step)
+            np.testing.assert_array_equal(
+                np.asarray([float(td["next", g, "reward"][i, j]) for g, m in env.group_map.items()
+                            for j in range(len(m))], np.float32),
+                np.asarray([reward[a] for a in agents], np.float32))
+            assert bool(td["next", "terminated"][i]) == any(term.values())
+            if any(term.values()):
+                falls += 1
+                o, _ = instance.reset()
+            obs[i] = o
+        td = td_next
+    assert falls >= B
+
+
+def test_mamujoco_keywords_are_mamujocos_and_the_gymnasium_envs():
+    _installed("mamujoco")
+    env = marl_envs.make("mamujoco/Ant_2x4", num_envs=2, agent_obsk=0, ctrl_cost_weight=0.1)
+    assert env.reset()["agents", "observation"].shape[:2] == (2, 2)
+    with pytest.raises(TypeError, match=r"mamujoco task 'Ant_2x4' got an unexpected keyword argument "
+                                        r"'ctrl_cost_weigth'; did you mean 'ctrl_cost_weight'\?"):
+        marl_envs.make("mamujoco/Ant_2x4", ctrl_cost_weigth=0.1)
+
+
+# ------------------------------------------------------------------------------------------------------
+# OpenSpiel: chance, turns, simultaneous moves
+# ------------------------------------------------------------------------------------------------------
+class RawSpiel:
+    """A raw pyspiel loop: one game state, chance drawn as the module docstring of our backend says."""
+
+    def __init__(self, name: str, seed: int):
+        import pyspiel
+
+        self.game = pyspiel.load_game(name)
+        self.rng = np.random.default_rng(seed)
+        self.reset()
+
+    def chance(self):
+        while self.state.is_chance_node():
+            outcomes, probabilities = zip(*self.state.chance_outcomes())
+            self.state.apply_action(outcomes[self.rng.choice(len(outcomes), p=np.asarray(probabilities))])
+
+    def reset(self):
+        self.state = self.game.new_initial_state()
+        self.returns = np.zeros(self.game.num_players())
+        self.chance()
+
+    def step(self, actions: list[int]) -> np.ndarray:
+        if self.state.is_simultaneous_node():
+            self.state.apply_actions(actions)
+        else:
+            self.state.apply_action(actions[self.state.current_player()])
+        self.chance()
+        now = np.asarray(self.state.returns())
+        reward, self.returns = now - self.returns, now
+        return reward
+
+
+@pytest.mark.parametrize("name", ["kuhn_poker", "leduc_poker", "goofspiel"])
+def test_openspiel_equals_a_raw_pyspiel_loop_with_the_same_actions_and_chance(name):
+    """Turn-based poker with chance deals, and simultaneous goofspiel: observations, legal actions, whose turn,
+    rewards and ends, over several episodes."""
+    _installed("openspiel")
+    B = 3
+    env = marl_envs.make(f"openspiel/{name}", num_envs=B, seed=11)
+    (group, agents), = env.group_map.items()
+    raw = [RawSpiel(name, 11 + i) for i in range(B)]
+    td, episodes = env.reset(), 0
+    for _ in range(60):
+        for i, r in enumerate(raw):
+            for p in range(len(agents)):
+                tensor = (r.state.observation_tensor(p) if r.game.get_type().provides_observation_tensor
+                          else r.state.information_state_tensor(p))
+                np.testing.assert_array_equal(td[group, "observation"][i, p].flatten().numpy(),
+                                              np.asarray(tensor, np.float32))
+                legal = r.state.legal_actions(p) if not r.state.is_terminal() else []
+                if legal:
+                    assert td[group, "action_mask"][i, p].nonzero().flatten().tolist() == legal
+            if not env.parallel:
+                assert td[group, "mask"][i, :, 0].nonzero().flatten().tolist() == [r.state.current_player()]
+        td = env.rand_action(td)
+        actions = td[group, "action"].tolist()
+        td, td_next = env.step_and_maybe_reset(td)
+        for i, r in enumerate(raw):
+            reward = r.step(actions[i])
+            np.testing.assert_allclose(td["next", group, "reward"][i, :, 0].numpy(), reward.astype(np.float32))
+            assert bool(td["next", "terminated"][i]) == r.state.is_terminal()
+            if r.state.is_terminal():
+                episodes += 1
+                r.reset()
+        td = td_next
+    assert episodes >= 2 * B
+
+
+def test_openspiel_reports_chance_outcomes_and_never_plays_an_illegal_move():
+    _installed("openspiel")
+    env = marl_envs.make("openspiel/leduc_poker", num_envs=4, seed=0)
+    data = env.rollout(300, break_when_any_done=False)  # pyspiel raises on an illegal move
+    acting = data["agents", "mask"][..., 0]
+    chosen = data["agents", "action"]
+    legal = data["agents", "action_mask"].gather(-1, chosen.unsqueeze(-1))[..., 0]
+    assert legal[acting].all()
+    dealt = data["agents", "info", "chance"][..., 0, 0]  # the reset's deal: cards 0..5
+    assert ((dealt >= 0) & (dealt < 6)).all()
+    assert (data["next", "agents", "info", "chance"] >= 0).any()  # the public card, dealt mid-hand
+
+
+def test_openspiel_game_parameters_are_keywords():
+    _installed("openspiel")
+    env = marl_envs.make("openspiel/kuhn_poker", num_envs=2, players=3)
+    assert env.group_map == {"agents": ["player_0", "player_1", "player_2"]}
+    with pytest.raises(TypeError, match=r"openspiel task 'kuhn_poker' got an unexpected keyword argument "
+                                        r"'player'; did you mean 'players'\?"):
+        marl_envs.make("openspiel/kuhn_poker", player=3)
