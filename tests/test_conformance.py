@@ -77,8 +77,12 @@ JAX_DEFAULT = {"jaxmarl/MPE_simple_spread_v3", "jaxmarl/MPE_simple_adversary_v3"
                "jaxmarl/switch_riddle", "gymnax/CartPole-v1", "gymnax/Pendulum-v1", "gymnax/Breakout-MinAtar"}
 
 
+# bridge computes its double-dummy result at every deal (~10 ms a chance node, OpenSpiel's default): 20 s here
+HEAVY = {"openspiel/bridge"}
+
+
 def _param(name: str):
-    heavy = name.partition("/")[0] in ("jaxmarl", "gymnax") and name not in JAX_DEFAULT
+    heavy = (name.partition("/")[0] in ("jaxmarl", "gymnax") and name not in JAX_DEFAULT) or name in HEAVY
     return pytest.param(name, marks=pytest.mark.slow) if heavy else name
 
 
@@ -130,6 +134,45 @@ def test_pettingzoo_names_are_its_env_modules():
     ours = _ours("pettingzoo")
     assert ours <= modules
     assert modules - ours == {m for m in modules if m.startswith("atari/")}
+
+
+def test_openspiel_names_are_its_games_that_load_less_those_left_out():
+    """Every game ``pyspiel.registered_games()`` lists that loads with its defaults, less mean-field games, games
+    with no observation tensor and games with sampled chance (the reasons in the backend's docstring)."""
+    if not marl_envs.backend_installed("openspiel"):
+        pytest.skip("openspiel is not installed")
+    import pyspiel
+
+    loads, left_out = set(), set()
+    for kind in pyspiel.registered_games():
+        try:
+            game = pyspiel.load_game(kind.short_name)
+        except (pyspiel.SpielError, IndexError):
+            continue
+        loads.add(kind.short_name)
+        if (kind.dynamics.name == "MEAN_FIELD" or kind.chance_mode.name == "SAMPLED_STOCHASTIC"
+                or not (kind.provides_observation_tensor or kind.provides_information_state_tensor)
+                or game.num_distinct_actions() < 1):
+            left_out.add(kind.short_name)
+    assert {"kuhn_poker", "leduc_poker", "goofspiel", "mfg_garnet", "negotiation", "coin_game"} <= loads
+    assert {"mfg_garnet", "negotiation", "coin_game"} <= left_out
+    assert _ours("openspiel") == loads - left_out
+
+
+def test_magent2_and_mamujoco_names_are_their_envs():
+    """MAgent2's versioned env modules; MaMuJoCo's robots and partitions less the three left out with the reason
+    (``ManySegment*``: model files written into the installed package; ``CoupledHalfCheetah``: fails in MaMuJoCo
+    1.4.2 with MuJoCo 4)."""
+    if not (marl_envs.backend_installed("magent2") and marl_envs.backend_installed("mamujoco")):
+        pytest.skip("magent2 or mamujoco is not installed")
+    import magent2.environments
+
+    modules = {m.name for m in pkgutil.iter_modules(magent2.environments.__path__) if re.fullmatch(r".+_v\d+", m.name)}
+    assert _ours("magent2") == modules == {"battle_v4", "battlefield_v5", "adversarial_pursuit_v4",
+                                           "combined_arms_v6", "gather_v5", "tiger_deer_v4"}
+    assert _ours("mamujoco") == {"HalfCheetah_2x3", "HalfCheetah_6x1", "Ant_2x4", "Ant_2x4d", "Ant_4x2",
+                                 "Hopper_3x1", "Humanoid_9-8", "HumanoidStandup_9-8", "Reacher_2x1", "Pusher_3p",
+                                 "Swimmer_2x1", "Walker2d_2x3"}
 
 
 def _registry(backend: str, module: str) -> tuple[ModuleType, set[str]]:

@@ -146,7 +146,7 @@ def test_magent2_equals_the_raw_parallel_loop_with_agents_dying():
                 o, _ = instance.reset()
             obs[i] = o
         td = td_next
-    assert died > 0 and ends == 2 * B
+    assert died > 0 and ends == B
 
 
 def test_magent2_battle_at_its_default_size_runs_1000_steps_with_dead_agents_masked():

@@ -1,5 +1,6 @@
 """The PettingZoo reference loops of ``marl_envs.bench``: a hand-written loop over as many PettingZoo instances,
-and (on a machine with several cores) ours with the instances in worker processes."""
+and (on a machine with several cores) ours with the instances in worker processes. MAgent2 and MaMuJoCo are
+PettingZoo envs themselves: their references are these (``marl_envs.bench.magent2``, ``.mamujoco``)."""
 
 from __future__ import annotations
 
@@ -57,14 +58,18 @@ class _ByHand:
         """Nothing is queued: PettingZoo steps synchronously."""
 
 
-def _loops(env: PettingZooEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
-           ) -> tuple[dict[str, Loop], dict[str, float]]:
-    loops: dict[str, Loop] = {"raw PettingZoo loop": _ByHand(env, plan)}
+def with_workers(env: PettingZooEnv, plan: Sequence[TensorDictBase], loops: dict[str, Loop]) -> dict[str, Loop]:
+    """``loops`` and, on a machine with several cores, ours again with the instances in worker processes."""
     workers = min(os.cpu_count() or 1, env.num_envs)
     if workers > 1 and env.num_workers == 0:  # ours again, the instances in worker processes
         twin = type(env)(env.task, num_envs=env.num_envs, seed=0, num_workers=workers, **env.task_kwargs)
-        loops[f"marl_envs PettingZooEnv, num_workers={workers}"] = OursLoop(twin, plan)
-    return loops, {}
+        loops[f"marl_envs {type(env).__name__}, num_workers={workers}"] = OursLoop(twin, plan)
+    return loops
+
+
+def _loops(env: PettingZooEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
+           ) -> tuple[dict[str, Loop], dict[str, float]]:
+    return with_workers(env, plan, {"raw PettingZoo loop": _ByHand(env, plan)}), {}
 
 
 #: PettingZoo instances are Python objects, one per env: a small default batch.

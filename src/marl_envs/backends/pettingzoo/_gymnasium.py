@@ -20,7 +20,7 @@ from ..._quiet import quiet_import
 from . import PettingZooEnv
 from ._tasks import Task, signature_keywords
 
-__all__ = ["Ends", "TupleAgentsEnv", "TupleAgentsFamily", "gymnasium_tasks"]
+__all__ = ["Ends", "Forget", "TupleAgentsEnv", "TupleAgentsFamily", "gymnasium_tasks", "raw_env"]
 
 Ends = Callable[[Any, bool], tuple[bool, bool]]
 """``ends(env, done)`` -> ``(terminated, truncated)`` of the team after a step that returned ``done``."""
@@ -86,11 +86,16 @@ class TupleAgentsEnv(ParallelEnv):
         self.env.close()
 
 
-def _build(env_id: str, ends: Ends, forget: Forget | None, **kwargs: Any) -> TupleAgentsEnv:
-    # the env's class with the registered keywords and the caller's: ``gymnasium.make`` would take some of them as
-    # its own (``max_episode_steps``: a TimeLimit wrapper around the env, not the env's own limit)
+def raw_env(env_id: str, **kwargs: Any) -> Any:
+    """The library's env of ``env_id``: its class with the registered keywords and ``kwargs`` (``gymnasium.make``
+    would take some of them as its own: ``max_episode_steps``, a TimeLimit wrapper around the env rather than the
+    env's own limit)."""
     registered = quiet_import("gymnasium").spec(env_id).kwargs
-    return TupleAgentsEnv(_entry_class(env_id)(**{**registered, **kwargs}), ends, forget)
+    return _entry_class(env_id)(**{**registered, **kwargs})
+
+
+def _build(env_id: str, ends: Ends, forget: Forget | None, **kwargs: Any) -> TupleAgentsEnv:
+    return TupleAgentsEnv(raw_env(env_id, **kwargs), ends, forget)
 
 
 def _entry_class(env_id: str) -> type:

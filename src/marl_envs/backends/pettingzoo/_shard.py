@@ -8,6 +8,7 @@ memory (``_workers``): the same code either way, so the results are identical.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,9 +50,10 @@ class BatchPlan:
     state_dtype: Any = None
     done_on_any: bool = True  # an env is done when any agent is (else when all are): the rule of the root done
 
-    @property
+    @functools.cached_property
     def slots(self) -> list[tuple[int, int]]:
-        """Each agent's (group index, position in its group), in ``agents`` order."""
+        """Each agent's (group index, position in its group), in ``agents`` order (computed once: every step reads
+        it for every agent)."""
         where = {agent: (gi, j) for gi, g in enumerate(self.groups) for j, agent in enumerate(g.agents)}
         return [where[agent] for agent in self.agents]
 
@@ -221,30 +223,41 @@ class Shard:
         for agent in acting:
             acts[position[agent]] = True
         reward = f.reward[i]
-        for k, agent in enumerate(plan.agents):
-            value = agent_obs.get(agent)
-            if value is None:  # not (or no longer) in the episode
-                if not plan.use_mask:
-                    raise ValueError(dead_message(i, [agent]))
-                if seen[k] and not (term[k] or trunc[k]):
-                    term[k] = True  # left without saying why
-                continue
-            gi, j = plan.slots[k]
-            g = plan.groups[gi]
+        for gi, g in enumerate(plan.groups):  # one write per group and leaf: hundreds of agents in a group
+            values = [agent_obs.get(agent) for agent in g.agents]
+            js = [j for j, value in enumerate(values) if value is not None]
+            if len(js) < len(values):
+                for j, value in enumerate(values):
+                    if value is not None:
+                        continue
+                    if not plan.use_mask:  # not (or no longer) in the episode
+                        raise ValueError(dead_message(i, [g.agents[j]]))
+                    k = g.index[j]
+                    if seen[k] and not (term[k] or trunc[k]):
+                        term[k] = True  # left without saying why
+                if not js:
+                    continue
+            everyone = len(js) == len(values)
+            members = g.agents if everyone else [g.agents[j] for j in js]
+            present = values if everyone else [values[j] for j in js]
+            ks = g.index if everyone else g.index[js]
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
-                buf[i, j] = leaf.read(value)
-            seen[k] = True
-            term[k] = terms.get(agent, False)
-            trunc[k] = truncs.get(agent, False)
-            reward[k] = rewards.get(agent, 0.0)
-            info = agent_infos.get(agent) or {}
+                buf[i, slice(None) if everyone else js] = [leaf.read(value) for value in present]
+            seen[ks] = True
+            term[ks] = [terms.get(agent, False) for agent in members]
+            trunc[ks] = [truncs.get(agent, False) for agent in members]
+            reward[ks] = [rewards.get(agent, 0.0) for agent in members]
+            infos = [agent_infos.get(agent) or {} for agent in members]
             for (key, _), buf in zip(g.info, f.infos[gi]):
-                if key in info:
-                    buf[i, j] = info[key]
-            if g.mask_shape is not None and acts[k]:
-                mask = info.get(ACTION_MASK) if g.mask_from_info else g.obs.mask_leaf.read(value)
-                if mask is not None:
-                    f.action_mask[gi][i, j] = mask
+                for j, info in zip(js, infos):
+                    if key in info:
+                        buf[i, j] = info[key]
+            if g.mask_shape is not None:
+                for j, k, value, info in zip(js, ks, present, infos):
+                    if acts[k]:
+                        mask = info.get(ACTION_MASK) if g.mask_from_info else g.obs.mask_leaf.read(value)
+                        if mask is not None:
+                            f.action_mask[gi][i, j] = mask
         if f.state is not None:
             f.state[i] = state_of(env)
 
