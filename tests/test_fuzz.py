@@ -37,6 +37,12 @@ CASES = {
                                                     max_steps=MAX_STEPS, seed=1),
     "jaxmarl-mpe": lambda: marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=B, max_steps=MAX_STEPS, seed=1),
     "gymnax-continuous": lambda: marl_envs.make("gymnax/Pendulum-v1", num_envs=B, max_steps=MAX_STEPS, seed=1),
+    "openspiel-chance": lambda: marl_envs.make("openspiel/leduc_poker", num_envs=B, max_steps=MAX_STEPS, seed=1),
+    "magent2-teams": lambda: marl_envs.make("magent2/battle", num_envs=B, map_size=12, max_steps=MAX_STEPS, seed=1),
+    "mamujoco-continuous": lambda: marl_envs.make("mamujoco/Hopper_3x1", num_envs=B, max_steps=MAX_STEPS, seed=1),
+    "lbforaging-tuples": lambda: marl_envs.make("lbforaging/Foraging-5x5-2p-1f-v3", num_envs=B, max_steps=MAX_STEPS,
+                                                seed=1),
+    "rware-tuples": lambda: marl_envs.make("rware/rware-tiny-2ag-v2", num_envs=B, max_steps=MAX_STEPS, seed=1),
     "user-env": lambda: PredatorPreyCount(num_envs=B, max_steps=MAX_STEPS),
 }
 

@@ -44,14 +44,25 @@ DISTRIBUTIONS = {
     "pettingzoo": ("pettingzoo", "mpe2", "pygame-ce", "torch"),
     "jaxmarl": ("jaxmarl", "jax", "torch"),
     "gymnax": ("gymnax", "jax", "torch"),
+    "openspiel": ("open-spiel", "pettingzoo", "torch"),
+    "magent2": ("magent2", "pettingzoo", "pygame-ce", "torch"),
+    "mamujoco": ("gymnasium-robotics", "mujoco", "pettingzoo", "torch"),
+    "lbforaging": ("lbforaging", "pettingzoo", "pyglet", "torch"),
+    "rware": ("rware", "pettingzoo", "pyglet", "torch"),
 }
-BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo", "jaxmarl": "JaxMARL", "gymnax": "gymnax"}
+BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo", "jaxmarl": "JaxMARL", "gymnax": "gymnax",
+                  "openspiel": "OpenSpiel", "magent2": "MAgent2", "mamujoco": "MaMuJoCo",
+                  "lbforaging": "Level-Based Foraging", "rware": "RWARE"}
 #: The docs page of each backend (relative to ``docs/``).
 BACKEND_PAGES = {"vmas": "backends/vmas.md", "brax": "backends/brax.md", "pettingzoo": "backends/pettingzoo.md",
-                 "jaxmarl": "jax_families.md", "gymnax": "jax_families.md"}
+                 "jaxmarl": "jax_families.md", "gymnax": "jax_families.md", **dict.fromkeys(
+                     ("openspiel", "magent2", "mamujoco", "lbforaging", "rware"), "backends/cpu_families.md")}
+#: Backends built on the PettingZoo machinery: their instances draw frames only if built with ``render_mode``.
+PETTINGZOO_MACHINERY = ("pettingzoo", "openspiel", "magent2", "mamujoco", "lbforaging", "rware")
 #: Packages of ``marl_envs.backends`` besides the backend's own (``<backend>.py`` or ``<backend>/``) whose code a
 #: backend's entries run.
-SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",)}
+SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",),
+                  **{backend: ("pettingzoo",) for backend in PETTINGZOO_MACHINERY[1:]}}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -127,9 +138,10 @@ def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
         unwrapped = env.brax_env.unwrapped if backend == "brax" else env.jaxmarl_env
         target = type(unwrapped).__init__
         where = f"the signature of {type(unwrapped).__name__}.__init__"
-    else:
-        target = type(env.envs[0].unwrapped).__init__
-        where = f"the signature of {type(env.envs[0].unwrapped).__name__}.__init__"
+    else:  # the PettingZoo machinery: the task's own keywords
+        keywords = env.task_spec.own_keywords() or {}
+        return ([(name, "required" if default is inspect.Parameter.empty else repr(default))
+                 for name, default in keywords.items()], f"the keywords of {backend} task {env.task!r}")
     params = []
     for param in inspect.signature(target).parameters.values():
         if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -185,9 +197,14 @@ def compute_entry(name: str, folder: Path) -> dict:
     backend = name.partition("/")[0]
     start = time.perf_counter()
     build = {"num_envs": SETTINGS["num_envs"], "seed": SETTINGS["seed"]}
-    if backend == "pettingzoo":
-        build["render_mode"] = "rgb_array"  # PettingZoo draws frames only when asked at construction
-    env = marl_envs.make(name, **build)
+    if backend in PETTINGZOO_MACHINERY:  # PettingZoo draws frames only when asked at construction
+        try:
+            env = marl_envs.make(name, render_mode="rgb_array", **build)
+            build["render_mode"] = "rgb_array"
+        except ValueError:  # the task draws no frames (OpenSpiel's text, Level-Based Foraging's window)
+            env = marl_envs.make(name, **build)
+    else:
+        env = marl_envs.make(name, **build)
     try:
         entry = {
             "name": name,
