@@ -201,7 +201,7 @@ def compute_entry(name: str, folder: Path) -> dict:
         try:
             env = marl_envs.make(name, render_mode="rgb_array", **build)
             build["render_mode"] = "rgb_array"
-        except ValueError:  # the task draws no frames (OpenSpiel's text, Level-Based Foraging's window)
+        except (ValueError, TypeError):  # no frames: Level-Based Foraging draws in a window, OpenSpiel only text
             env = marl_envs.make(name, **build)
     else:
         env = marl_envs.make(name, **build)

@@ -303,6 +303,14 @@ def test_openspiel_reports_chance_outcomes_and_never_plays_an_illegal_move():
     assert (data["next", "agents", "info", "chance"] >= 0).any()  # the public card, dealt mid-hand
 
 
+def test_envs_that_draw_no_images_say_so():
+    _installed("openspiel")
+    env = marl_envs.make("openspiel/kuhn_poker", num_envs=2)
+    assert not env.renders
+    with pytest.raises(ValueError, match=r"these envs draw no images: their render modes are \[\] \(no 'rgb_array'\)"):
+        env.render()
+
+
 def test_openspiel_game_parameters_are_keywords():
     _installed("openspiel")
     env = marl_envs.make("openspiel/kuhn_poker", num_envs=2, players=3)

@@ -23,7 +23,7 @@ import inspect
 import re
 from typing import Any, ClassVar
 
-from .._mujoco import quiet_model_build
+from .._mujoco import prepare_mujoco_gl, quiet_model_build
 from .._quiet import filtered_output
 from .pettingzoo import PettingZooEnv, Task
 
@@ -39,6 +39,7 @@ _ADROIT_NOTICE = re.compile(r"^AdroitHand.* reward functions were updated.*\n?",
 
 
 def _module() -> Any:
+    prepare_mujoco_gl()  # before MuJoCo's first import: headless rendering
     with filtered_output("stderr", _ADROIT_NOTICE):  # printed on stderr, at its first import only
         return importlib.import_module("gymnasium_robotics.envs.multiagent_mujoco.mamujoco_v1")
 
@@ -51,6 +52,7 @@ def _build(api: str, robot: str, partition: str, **kwargs: Any) -> Any:
 def _keywords(robot: str) -> dict[str, Any]:
     """MaMuJoCo's keywords, the Gymnasium env's, and those its ``**kwargs`` pass on to ``MujocoEnv`` (less those the
     env sets itself)."""
+    own = _module().raw_parallel_env  # first: it sets up MuJoCo's rendering before MuJoCo's import
     import gymnasium
     from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 
@@ -58,7 +60,7 @@ def _keywords(robot: str) -> dict[str, Any]:
     keywords = {}
     for factory, fixed in ((MujocoEnv, ("model_path", "frame_skip", "observation_space")),
                            (getattr(importlib.import_module(module), attr), ()),
-                           (_module().raw_parallel_env, ("scenario", "agent_conf", "gym_env"))):
+                           (own, ("scenario", "agent_conf", "gym_env"))):
         keywords.update((name, p.default) for name, p in inspect.signature(factory).parameters.items()
                         if name != "self" and name not in fixed and p.kind is not p.VAR_KEYWORD)
     return keywords

@@ -133,6 +133,7 @@ class PettingZooWrapper(EnvBase):
         self.use_mask = bool(use_mask)
         self.render_mode = getattr(first, "render_mode", None)  #: the instances' (``"rgb_array"`` to render)
         self._declares_render_mode = hasattr(first, "render_mode")  # else render() is asked and must give a frame
+        self._render_modes = list((getattr(first, "metadata", None) or {}).get("render_modes", ["rgb_array"]))
         self.done_on_any = self.parallel if done_on_any is None else bool(done_on_any)
         self.return_state = bool(return_state)
         self.categorical_actions = bool(categorical_actions)
@@ -361,11 +362,16 @@ class PettingZooWrapper(EnvBase):
 
     @property
     def renders(self) -> bool:
-        """Whether ``render()`` gives images: instances built with ``render_mode="rgb_array"`` (or declaring none)."""
-        return self.render_mode == "rgb_array" or not self._declares_render_mode
+        """Whether ``render()`` gives images: instances built with ``render_mode="rgb_array"`` (or declaring none)
+        of an env that draws them."""
+        asked = self.render_mode == "rgb_array" or not self._declares_render_mode
+        return asked and "rgb_array" in self._render_modes
 
     def _render(self, env_index: int) -> Any:
         """``render()`` of instance ``env_index``: an image of instances built with ``render_mode="rgb_array"``."""
+        if "rgb_array" not in self._render_modes:
+            raise ValueError(f"these envs draw no images: their render modes are {self._render_modes} (no "
+                             f"'rgb_array'); env.renders says so beforehand")
         frame = self._runner.render(env_index) if self.renders else None
         if frame is None:  # "human" draws in a window of its own; None: the env was not built for frames
             raise ValueError(
