@@ -318,3 +318,32 @@ def test_openspiel_game_parameters_are_keywords():
     with pytest.raises(TypeError, match=r"openspiel task 'kuhn_poker' got an unexpected keyword argument "
                                         r"'player'; did you mean 'players'\?"):
         marl_envs.make("openspiel/kuhn_poker", player=3)
+
+
+@pytest.mark.filterwarnings("ignore:Brax System, piplines and environments:UserWarning")
+def test_our_brax_splits_drive_the_joints_of_mamujocos_partitions():
+    """Our Brax scenes derive each agent's joints from the model; MaMuJoCo lists its partitions by hand. Every
+    agent of ours drives the joints of one of MaMuJoCo's agents (joint names compared without underscores: Brax's
+    ant says ``hip_1``, Gymnasium's ``hip1``)."""
+    _installed("mamujoco")
+    _installed("brax")
+    import jax
+    from gymnasium_robotics.envs.multiagent_mujoco.obsk import get_parts_and_edges
+
+    from marl_envs.backends.brax import import_brax, quiet_brax_build
+    from marl_envs.backends.brax._scenes import SCENES, RobotModel, model_mapping
+
+    envs = import_brax()
+    pairs = {"halfcheetah_6x1": ("HalfCheetah", "6x1"), "hopper_3x1": ("Hopper", "3x1"),
+             "walker2d_2x3": ("Walker2d", "2x3"), "ant_4x2": ("Ant", "4x2"), "humanoid_9|8": ("Humanoid", "9|8")}
+    assert set(pairs) == set(SCENES)
+    for scene, (robot, partition) in pairs.items():
+        with quiet_brax_build():
+            brax_env = envs.get_environment(SCENES[scene].robot, backend="spring")
+        model = RobotModel.from_mj_model(brax_env.sys.mj_model)
+        obs_size = jax.eval_shape(brax_env.reset, jax.random.PRNGKey(0)).obs.shape[-1]  # traced, not compiled
+        mapping = model_mapping(scene, model, obs_size)
+        ours = {frozenset(model.joint_names[model.actuator_joint[a]].replace("_", "") for a in indices)
+                for indices in mapping.action_indices.values()}
+        parts = get_parts_and_edges(robot, partition)[0]
+        assert ours == {frozenset(node.label.replace("_", "") for node in part) for part in parts}, scene
