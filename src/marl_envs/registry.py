@@ -53,7 +53,7 @@ _NAME_CACHE: dict[str, list[str]] = {}
 
 
 def available_backends() -> list[str]:
-    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo", "jaxmarl", "gymnax"]``)."""
+    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo", ...]``)."""
     return list(_BACKENDS)
 
 

@@ -347,3 +347,12 @@ def test_our_brax_splits_drive_the_joints_of_mamujocos_partitions():
                 for indices in mapping.action_indices.values()}
         parts = get_parts_and_edges(robot, partition)[0]
         assert ours == {frozenset(node.label.replace("_", "") for node in part) for part in parts}, scene
+
+
+@pytest.mark.parametrize("backend", ["openspiel", "magent2", "mamujoco", "lbforaging", "rware"])
+def test_module_docstring_examples(backend):
+    import doctest
+
+    _installed(backend)
+    result = doctest.testmod(marl_envs.registry.backend_module(backend), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

@@ -2,9 +2,9 @@
 by the PettingZoo machinery.
 
 >>> import marl_envs
->>> env = marl_envs.make("mamujoco/HalfCheetah_6x1", num_envs=2, seed=0)
+>>> env = marl_envs.make("mamujoco/HalfCheetah_2x3", num_envs=2, seed=0)
 >>> env.reset()["agents", "observation"].shape
-torch.Size([2, 6, 9])
+torch.Size([2, 2, 12])
 
 Names are ``<robot>_<partition>``, MaMuJoCo's own partitions (``agent_conf``; its ``9|8`` is spelled ``9-8``).
 Keywords are MaMuJoCo's (``agent_obsk``, ``local_categories``, ...) and those of the Gymnasium MuJoCo env under it

@@ -5,7 +5,7 @@ simultaneous-move games through its parallel API.
 >>> env = marl_envs.make("openspiel/kuhn_poker", num_envs=2, seed=0)
 >>> env.group_map
 {'agents': ['player_0', 'player_1']}
->>> env.reset()["player", "action_mask"].shape
+>>> env.reset()["agents", "action_mask"].shape
 torch.Size([2, 2, 2])
 
 Every game ``pyspiel.registered_games()`` lists that loads with its default parameters, has turn-based or
