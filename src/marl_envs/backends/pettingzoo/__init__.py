@@ -150,7 +150,9 @@ class PettingZooWrapper(EnvBase):
         self._groups = self._build_groups(group_map, infos, first)
         plan = BatchPlan(tuple(self._agents), tuple(self._groups), self.parallel, self.use_mask, self._state_shape,
                          self._state_dtype, self.done_on_any)
-        self._buffers = Buffers(plan, num_envs, shared_zeros if num_workers else np.zeros)
+        # in this process, one shard writes new arrays at every step, handed to torch as they are
+        self._buffers = Buffers(plan, num_envs, shared_zeros if num_workers else np.zeros, fresh=not num_workers)
+        self._own = (lambda array: array) if self._buffers.fresh else np.copy  # frames are reused: copy them
         if num_workers:
             first.close()  # a probe: the workers build the instances
             self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, plan, self._buffers)
@@ -323,18 +325,20 @@ class PettingZooWrapper(EnvBase):
         return decoded
 
     def _to_tensordict(self, frame: Frame, with_reward: bool = False) -> TensorDictBase:
-        """The one output builder: a frame the shards wrote -> one TensorDict (copied: the frames are reused)."""
+        """The one output builder: a frame the shards wrote -> one TensorDict (its arrays copied where the frames are
+        reused: worker processes)."""
         B, f, cpu = self.num_envs, frame, torch.device("cpu")
         obs, infos, action_mask, acting = f.obs, f.infos, f.action_mask, f.acting
         reward = f.reward if with_reward else None
         term, trunc = f.term.copy(), f.trunc.copy()
         out: dict[str, Any] = {}
+        own = self._own
         for gi, g in enumerate(self._groups):
             idx = g.index
-            flat = {leaf.key: torch.from_numpy(buf.copy()) for leaf, buf in zip(g.obs.leaves, obs[gi])}
-            flat.update({("info", key): torch.from_numpy(buf.copy()) for (key, _), buf in zip(g.info, infos[gi])})
+            flat = {leaf.key: torch.from_numpy(own(buf)) for leaf, buf in zip(g.obs.leaves, obs[gi])}
+            flat.update({("info", key): torch.from_numpy(own(buf)) for (key, _), buf in zip(g.info, infos[gi])})
             if action_mask[gi] is not None:
-                flat[(ACTION_MASK,)] = torch.from_numpy(action_mask[gi].copy())
+                flat[(ACTION_MASK,)] = torch.from_numpy(own(action_mask[gi]))
             if self.use_mask:
                 flat[("mask",)] = torch.from_numpy(acting[:, idx, None])
             if reward is not None:
@@ -346,7 +350,7 @@ class PettingZooWrapper(EnvBase):
         out["terminated"] = torch.from_numpy(root_term[:, None])
         out["truncated"] = torch.from_numpy(root_trunc[:, None])
         if f.state is not None:
-            out["state"] = torch.from_numpy(f.state.copy())
+            out["state"] = torch.from_numpy(own(f.state))
         td = unchecked_tensordict(out, torch.Size((B,)), cpu)  # built to fit: every step, no checks
         return td if self.device.type == "cpu" else td.to(self.device)
 

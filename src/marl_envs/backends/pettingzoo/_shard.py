@@ -60,10 +60,22 @@ class BatchPlan:
 
 class Frame:
     """The arrays one reset or one step writes (``obs``, ``infos``, ``action_mask``, ``reward``, ``acting``,
-    ``state``, and the agents' ``term`` / ``trunc`` flags as they stood after it), all with the batch first."""
+    ``state``, and the agents' ``term`` / ``trunc`` flags as they stood after it), all with the batch first.
 
-    def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc):
+    A ``fresh`` frame (one shard over the whole batch, in this process) gets new arrays at every ``clear``, so
+    that the wrapper can hand the last ones to torch without copying them: for hundreds of agents with image
+    observations (MAgent2) that copy was the largest cost of a step. Frames in shared memory (worker processes)
+    are cleared in place and copied by the wrapper.
+    """
+
+    def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc, fresh: bool = False):
+        self.plan, self.num_envs, self.alloc, self.fresh = plan, num_envs, alloc, fresh
         B, N = num_envs, len(plan.agents)
+        self._outputs(alloc)
+        self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
+
+    def _outputs(self, alloc: Alloc) -> None:
+        plan, B, N = self.plan, self.num_envs, len(self.plan.agents)
         self.obs = [[alloc((B, len(g.agents), *leaf.shape), leaf.dtype) for leaf in g.obs.leaves]
                     for g in plan.groups]
         self.infos = [[alloc((B, len(g.agents), *shape), np.float32) for _, shape in g.info] for g in plan.groups]
@@ -72,10 +84,15 @@ class Frame:
         self.reward = alloc((B, N), np.float32)
         self.acting = alloc((B, N), bool)
         self.state = None if plan.state_shape is None else alloc((B, *plan.state_shape), plan.state_dtype)
-        self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
 
     def clear(self, lo: int, hi: int) -> None:
-        """Rows ``[lo, hi)`` back to their defaults (zeros; action masks all True)."""
+        """Rows ``[lo, hi)`` back to their defaults (zeros; action masks all True): new arrays if ``fresh``."""
+        if self.fresh:
+            self._outputs(np.zeros)
+            for mask in self.action_mask:
+                if mask is not None:
+                    mask[:] = True
+            return
         for array in [*(a for group in self.obs + self.infos for a in group), self.reward, self.acting]:
             array[lo:hi] = 0
         for mask in self.action_mask:
@@ -91,17 +108,19 @@ class Buffers:
     In: ``actions`` (per group, the codec's wire array; None for ``Dict`` action spaces, whose decoded values
     are passed along instead) and ``ends`` (rows to reset after a fused step whatever their flags:
     ``max_steps``). Out: the frames of the last step and of the last reset (``step``, ``reset``; a fused
-    step-and-reset writes both) and ``reset_rows``, the rows the last fused step-and-reset reset. Kept: the
+    step-and-reset writes both; ``fresh``: see :class:`Frame`) and ``reset_rows``, the rows the last fused
+    step-and-reset reset. Kept: the
     episodes' flags (``term``, ``trunc``: last end flags, kept once an agent left; ``seen``: the agent has been in
     this episode; ``live``: it is in the instance's ``agents`` now).
     """
 
-    def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc = np.zeros):
+    def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc = np.zeros, fresh: bool = False):
         B, N = num_envs, len(plan.agents)
         self.actions = [None if g.codec.wire_shape is None else
                         alloc((B, len(g.agents), *g.codec.wire_shape), g.codec.wire_dtype) for g in plan.groups]
         self.ends = alloc((B,), bool)
-        self.step, self.reset = Frame(plan, B, alloc), Frame(plan, B, alloc)
+        self.step, self.reset = Frame(plan, B, alloc, fresh), Frame(plan, B, alloc, fresh)
+        self.fresh = fresh  #: the frames' arrays are new at every step / reset: the wrapper need not copy them
         self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
         self.seen = alloc((B, N), bool)
         self.live = alloc((B, N), bool)
@@ -242,7 +261,11 @@ class Shard:
             present = values if everyone else [values[j] for j in js]
             ks = g.index if everyone else g.index[js]
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
-                buf[i, slice(None) if everyone else js] = [leaf.read(value) for value in present]
+                values = [leaf.read(value) for value in present]
+                if everyone and leaf.shape:  # straight into the buffer's row: one pass over the data
+                    np.stack(values, out=buf[i], casting="unsafe")
+                else:
+                    buf[i, slice(None) if everyone else js] = values
             seen[ks] = True
             term[ks] = [terms.get(agent, False) for agent in members]
             trunc[ks] = [truncs.get(agent, False) for agent in members]
