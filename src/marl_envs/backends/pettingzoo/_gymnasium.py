@@ -38,11 +38,11 @@ class TupleAgentsEnv(ParallelEnv):
             gives with that seed; unseeded resets follow the library as it is.
     """
 
-    metadata: dict[str, Any] = {"is_parallelizable": True}
-
     def __init__(self, env: Any, ends: Ends, forget: Forget | None = None):
         self.env = env.unwrapped
         self._ends, self._forget = ends, forget
+        self.metadata = {"is_parallelizable": True,
+                         "render_modes": list(getattr(self.env, "metadata", {}).get("render_modes", []))}
         self.possible_agents = [f"agent_{k}" for k in range(len(self.env.action_space.spaces))]
         self.agents: list[str] = []
         self._obs_spaces = dict(zip(self.possible_agents, self.env.observation_space.spaces))
