@@ -172,6 +172,15 @@ def test_magent2_battle_at_its_default_size_runs_1000_steps_with_dead_agents_mas
     assert rss[1] - rss[0] < 20 * 1024  # KiB: flat after warm-up
 
 
+def test_magent2_keywords_include_the_rewards_its_config_takes():
+    _installed("magent2")
+    env = marl_envs.make("magent2/battle", num_envs=1, map_size=12, attack_penalty=-0.2)
+    assert {"map_size", "max_cycles", "step_reward", "attack_penalty"} <= set(env.task_spec.own_keywords())
+    with pytest.raises(TypeError, match=r"magent2 task 'battle_v4' got an unexpected keyword argument 'map_sze'; "
+                                        r"did you mean 'map_size'\?"):
+        marl_envs.make("magent2/battle", map_sze=20)
+
+
 # ------------------------------------------------------------------------------------------------------
 # MaMuJoCo
 # ------------------------------------------------------------------------------------------------------

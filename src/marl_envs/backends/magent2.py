@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import pkgutil
 import re
 from typing import Any, ClassVar
@@ -24,6 +25,20 @@ from .pettingzoo import PettingZooEnv, Task
 from .pettingzoo._tasks import builds
 
 __all__ = ["MAgent2Env", "env_names", "make_env", "tasks"]
+
+
+def _keywords(module: str) -> dict[str, Any]:
+    """An env's keywords: its ``parallel_env``'s, and the rewards its ``**reward_args`` pass on to its module's
+    ``get_config`` (``step_reward``, ``attack_penalty``, ...). ``seed`` is left out: the env's own ``seed`` seeds
+    the instances."""
+    parallel_env = importlib.import_module(module).parallel_env
+    keywords = {}
+    for factory in (parallel_env, getattr(inspect.getmodule(parallel_env), "get_config", None)):
+        if factory is not None:
+            for name, p in inspect.signature(factory).parameters.items():
+                if name != "seed" and p.kind is not p.VAR_KEYWORD:
+                    keywords.setdefault(name, p.default)
+    return keywords
 
 
 @functools.cache
@@ -37,7 +52,8 @@ def tasks() -> dict[str, Task]:
             continue
         mod = importlib.import_module(f"{package.__name__}.{module.name}")
         if builds(mod.env):
-            found[module.name] = Task(module.name, mod.env, mod.parallel_env, mod.__name__, family="magent2")
+            found[module.name] = Task(module.name, mod.env, mod.parallel_env, mod.__name__,
+                                      keywords=functools.partial(_keywords, mod.__name__), family="magent2")
     return found
 
 
