@@ -365,3 +365,21 @@ def test_module_docstring_examples(backend):
     _installed(backend)
     result = doctest.testmod(marl_envs.registry.backend_module(backend), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("name, kwargs", [("lbforaging/Foraging-5x5-2p-1f-v3", {"max_episode_steps": 6}),
+                                          ("openspiel/leduc_poker", {}),
+                                          ("magent2/combined_arms", {"max_cycles": 5})])
+def test_worker_processes_give_the_same_data(name, kwargs):
+    """The new families run in worker processes like PettingZoo's own (their instances built in the workers)."""
+    _installed(name.partition("/")[0])
+    serial = marl_envs.make(name, num_envs=4, seed=2, **kwargs)
+    workers = marl_envs.make(name, num_envs=4, seed=2, num_workers=2, **kwargs)
+    try:
+        torch.manual_seed(0)
+        a = serial.rollout(12, break_when_any_done=False)
+        torch.manual_seed(0)
+        b = workers.rollout(12, break_when_any_done=False)
+        assert (a == b).all()
+    finally:
+        workers.close()
