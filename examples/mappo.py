@@ -397,10 +397,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--clip", type=float, default=0.2)
     p.add_argument("--entropy", type=float, help="entropy bonus coefficient (default 1e-4)")
     p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--normalize-advantage", action="store_true", default=None,
-                   help="standardise the advantages of each minibatch (for sparse, small rewards)")
-    p.add_argument("--team-return", action="store_true", default=None,
-                   help="an episode's return is its agents' sum (EPyMARL's tasks), not their mean")
+    p.add_argument("--normalize-advantage", action=argparse.BooleanOptionalAction, default=None,
+                   help="standardise the advantages of each minibatch (for sparse, small rewards; default: the "
+                        "env's preset, else off)")
+    p.add_argument("--team-return", action=argparse.BooleanOptionalAction, default=None,
+                   help="an episode's return is its agents' sum (EPyMARL's tasks), not their mean (default: the "
+                        "env's preset, else off)")
     p.add_argument("--no-gif", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_checkpoint_arguments(p)

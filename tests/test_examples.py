@@ -63,6 +63,26 @@ def test_single_agent_root_keys(tmp_path):
     _check_outputs(_run(tmp_path, "test/drift", ["--env-kwargs", "single_agent=True", "max_steps=10"]), "test/drift")
 
 
+def test_epymarl_presets_sum_the_team_return_and_standardise_advantages():
+    args = mappo.parse_args(["--env", "lbforaging/Foraging-8x8-2p-2f-coop-v3"])
+    assert args.team_return is True and args.normalize_advantage is True
+    args = mappo.parse_args(["--env", "lbforaging/Foraging-8x8-2p-2f-coop-v3", "--no-normalize-advantage"])
+    assert args.team_return is True and args.normalize_advantage is False
+    args = mappo.parse_args(["--env", "vmas/navigation", "--team-return"])
+    assert args.team_return is True and args.normalize_advantage is False
+
+
+def test_team_return_sums_the_agents_rewards(tmp_path):
+    """The same run, its episode returns summed over the group's agents rather than averaged: exactly the number
+    of agents times as large (the run is the same: only the accounting differs)."""
+    common = ["--env-kwargs", "max_steps=10", "--seed", "3"]
+    mean = _check_outputs(_run(tmp_path / "mean", "test/drift", common), "test/drift")
+    team = _check_outputs(_run(tmp_path / "team", "test/drift", [*common, "--team-return"]), "test/drift")
+    n = len(marl_envs.make("test/drift", num_envs=1).group_map["agents"])
+    assert n > 1
+    assert team["final_mean_episode_reward"] == pytest.approx(n * mean["final_mean_episode_reward"], rel=1e-5)
+
+
 def test_gae_ends_every_agent_where_the_env_episode_ends():
     """A group with its own done flags: an agent whose own flag stays False when the env's episode terminates
     (a SMAX unit alive when its side wins) is not bootstrapped and its chain does not run into the next
