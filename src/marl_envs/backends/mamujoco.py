@@ -34,6 +34,7 @@ PARTITIONS: dict[str, tuple[str, ...]] = {
     "HalfCheetah": ("2x3", "6x1"), "Ant": ("2x4", "2x4d", "4x2"), "Hopper": ("3x1",), "Humanoid": ("9|8",),
     "HumanoidStandup": ("9|8",), "Reacher": ("2x1",), "Pusher": ("3p",), "Swimmer": ("2x1",), "Walker2d": ("2x3",),
 }
+_MODULE = "gymnasium_robotics.envs.multiagent_mujoco.mamujoco_v1"
 # Gymnasium-Robotics prints a notice about its Adroit hands' reward functions when imported
 _ADROIT_NOTICE = re.compile(r"^AdroitHand.* reward functions were updated.*\n?", re.M)
 
@@ -41,7 +42,7 @@ _ADROIT_NOTICE = re.compile(r"^AdroitHand.* reward functions were updated.*\n?",
 def _module() -> Any:
     prepare_mujoco_gl()  # before MuJoCo's first import: headless rendering
     with filtered_output("stderr", _ADROIT_NOTICE):  # printed on stderr, at its first import only
-        return importlib.import_module("gymnasium_robotics.envs.multiagent_mujoco.mamujoco_v1")
+        return importlib.import_module(_MODULE)
 
 
 def _build(api: str, robot: str, partition: str, **kwargs: Any) -> Any:
@@ -75,7 +76,7 @@ def tasks() -> dict[str, Task]:
             name = f"{robot}_{partition.replace('|', '-')}"
             found[name] = Task(
                 name, functools.partial(_build, "env", robot, partition),
-                functools.partial(_build, "parallel_env", robot, partition), "gymnasium_robotics.envs.multiagent_mujoco.mamujoco_v1",
+                functools.partial(_build, "parallel_env", robot, partition), _MODULE,
                 keywords=functools.partial(_keywords, robot),
                 render_modes=lambda: _module().raw_parallel_env.metadata["render_modes"], family="mamujoco")
     return found
