@@ -243,9 +243,8 @@ def set_deterministic(actors, flag: bool) -> None:
 # ---------------------------------------------------------------------------------------------------
 class EpisodeTracker:
     """Per-agent return summed over an episode, averaged over agents (summed with ``team=True``: the team's return,
-    as EPyMARL's papers report it) and finished episodes, per group; and each
-    of the group's info entries (``(group, "info", key)``) averaged over the steps that end an episode: SMAX's
-    ``won`` so becomes the win rate.
+    as EPyMARL's papers report it) and finished episodes, per group; and each of the group's info entries
+    (``(group, "info", key)``) averaged over the steps that end an episode: SMAX's ``won`` so becomes the win rate.
 
     ``update`` returns each group's sums and count, so that ranks can add theirs up before dividing
     (:func:`episode_means`).
@@ -395,7 +394,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--lmbda", type=float, default=0.9)
     p.add_argument("--clip", type=float, default=0.2)
-    p.add_argument("--entropy", type=float, help="entropy bonus coefficient (default 1e-4)")
+    p.add_argument("--entropy", type=float, help="entropy bonus coefficient (default: the env's preset, else 1e-4)")
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--normalize-advantage", action=argparse.BooleanOptionalAction, default=None,
                    help="standardise the advantages of each minibatch (for sparse, small rewards; default: the "

@@ -69,7 +69,7 @@ class Frame:
     """
 
     def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc, fresh: bool = False):
-        self.plan, self.num_envs, self.alloc, self.fresh = plan, num_envs, alloc, fresh
+        self.plan, self.num_envs, self.fresh = plan, num_envs, fresh
         B, N = num_envs, len(plan.agents)
         self._outputs(alloc)
         self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
@@ -109,9 +109,8 @@ class Buffers:
     are passed along instead) and ``ends`` (rows to reset after a fused step whatever their flags:
     ``max_steps``). Out: the frames of the last step and of the last reset (``step``, ``reset``; a fused
     step-and-reset writes both; ``fresh``: see :class:`Frame`) and ``reset_rows``, the rows the last fused
-    step-and-reset reset. Kept: the
-    episodes' flags (``term``, ``trunc``: last end flags, kept once an agent left; ``seen``: the agent has been in
-    this episode; ``live``: it is in the instance's ``agents`` now).
+    step-and-reset reset. Kept: the episodes' flags (``term``, ``trunc``: last end flags, kept once an agent left;
+    ``seen``: the agent has been in this episode; ``live``: it is in the instance's ``agents`` now).
     """
 
     def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc = np.zeros, fresh: bool = False):
@@ -261,11 +260,11 @@ class Shard:
             present = values if everyone else [values[j] for j in js]
             ks = g.index if everyone else g.index[js]
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
-                values = [leaf.read(value) for value in present]
+                read = [leaf.read(value) for value in present]
                 if everyone and leaf.shape:  # straight into the buffer's row: one pass over the data
-                    np.stack(values, out=buf[i], casting="unsafe")
+                    np.stack(read, out=buf[i], casting="unsafe")
                 else:
-                    buf[i, slice(None) if everyone else js] = values
+                    buf[i, slice(None) if everyone else js] = read
             seen[ks] = True
             term[ks] = [terms.get(agent, False) for agent in members]
             trunc[ks] = [truncs.get(agent, False) for agent in members]

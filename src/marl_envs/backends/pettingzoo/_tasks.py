@@ -18,7 +18,7 @@ from typing import Any
 from ..._quiet import EVERY_WARNING, Filter, ignored_warnings, quiet_import
 from ..._validate import check_kwargs, did_you_mean, unknown_name
 
-__all__ = ["SWIG_WARNINGS", "Task", "resolve_task", "builds", "signature_keywords", "tasks"]
+__all__ = ["SWIG_WARNINGS", "Task", "builds", "resolve_task", "signature_keywords", "tasks"]
 
 
 @dataclass(frozen=True)
