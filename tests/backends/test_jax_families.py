@@ -172,6 +172,29 @@ def test_smax_masks_and_separate_ends():
         assert td[team, "action_mask"].shape == (2, 5, env.full_action_spec[team, "action"].n)
 
 
+def test_hanabi_masks_its_legal_moves():
+    """JaxMARL's Hanabi raises NotImplementedError in get_avail_actions; its get_legal_moves is the mask, so
+    random actions are legal moves over 1,000 steps of play (games end and restart on the way)."""
+    env = marl_envs.make("jaxmarl/hanabi", num_envs=2, seed=0)
+    data = env.rollout(1000, break_when_any_done=False)
+    mask, action = data["agents", "action_mask"], data["agents", "action"]
+    assert mask.gather(-1, action.unsqueeze(-1)).all()
+    # the player to move has several moves, the other only its no-op: a real mask, not all True
+    legal = mask.sum(-1)
+    assert (legal.min(-1).values == 1).all() and (legal.max(-1).values > 1).all()
+    assert data["next", "done"].any()
+    # the mask is get_legal_moves of the raw JaxMARL state, read through the functional face
+    functions, rng = env.jax_functions(), np.random.default_rng(0)
+    step, legal_moves = jax.jit(functions.step_autoreset), jax.jit(env.jaxmarl_env.get_legal_moves)
+    state, obs = functions.reset(jax.random.PRNGKey(3))
+    for _ in range(60):
+        mask = np.asarray(obs["agents"]["action_mask"])
+        raw = legal_moves(state.env)
+        np.testing.assert_array_equal(mask, np.stack([np.asarray(raw[a]) for a in env.group_map["agents"]]) > 0)
+        action = jnp.asarray([rng.choice(np.flatnonzero(m)) for m in mask])
+        state, _, obs = step(state, {"agents": {"action": action}})
+
+
 @pytest.mark.parametrize("name", ["SMAX", "HeuristicEnemySMAX"])
 def test_smax_time_limit_is_truncated(name):
     """Units that hold still on a wide map never meet: the battle ends by SMAX's 100-step limit (after step 101,

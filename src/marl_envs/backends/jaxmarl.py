@@ -14,7 +14,7 @@ key                        shape           spec
 ========================== =============== ===============================================================
 ``(g, "observation")``     ``(B, n, *o)``  ``Unbounded`` float32 (the env's observation, cast)
 ``(g, "action")``          ``(B, n, ...)`` ``Categorical`` (``Discrete``), ``MultiCategorical``, ``Bounded`` (``Box``)
-``(g, "action_mask")``     ``(B, n, k)``   bool, ``get_avail_actions`` (envs with discrete actions)
+``(g, "action_mask")``     ``(B, n, k)``   bool, ``get_avail_actions`` (``get_legal_moves``: Hanabi)
 ``("next", g, "reward")``  ``(B, n, 1)``   ``Unbounded`` float32
 ``(g, "terminated")``      ``(B, n, 1)``   the agent's own done (SMAX, JaxNav: agents that end separately)
 ``(g, "info", "won")``     ``(B, n, 1)``   float32, SMAX and HeuristicEnemySMAX: 1.0 on the step the agent's team
@@ -77,6 +77,19 @@ def import_jaxmarl():
     """``jaxmarl``, imported quietly, after JAX is configured (importing it starts JAX)."""
     configure_jax()
     return quiet_import("jaxmarl", EVERY_WARNING, drop=EVERYTHING)
+
+
+def _mask_source(env: Any, state: Any) -> tuple[str | None, Any]:
+    """The method of ``env`` that gives its agents' action masks from a state, and their shapes: JaxMARL's
+    ``get_avail_actions``; where that raises ``NotImplementedError`` (Hanabi), ``get_legal_moves``; (None, None)
+    for an env with neither."""
+    for method in ("get_avail_actions", "get_legal_moves"):
+        if hasattr(env, method):
+            try:
+                return method, jax.eval_shape(getattr(env, method), state)
+            except NotImplementedError:
+                continue
+    return None, None
 
 
 def unavailable() -> dict[str, str]:
@@ -147,7 +160,7 @@ class _JaxMarlCore(JaxCore):
     fused_reset = True  # as JaxMARL's own auto-reset: step and reset in one call (SMAX battles end often)
 
     def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
-                 discrete: list[bool], masks: bool, separate: bool, num_envs: int, device):
+                 discrete: list[bool], masks: str | None, separate: bool, num_envs: int, device):
         self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
         # which of the agents (in group order) are allies; a team's win is read off the state (``unit_alive``,
         # the allies' units first, as JaxMARL numbers them)
@@ -178,7 +191,7 @@ class _JaxMarlCore(JaxCore):
         for members in self.groups:
             parts += [_agent_entry(obs, self.agents, i).reshape(-1).astype(jnp.float32) for i in members]
         if self._masks:
-            avail = self.env.get_avail_actions(state)
+            avail = getattr(self.env, self._masks)(state)
             for members in self.groups:
                 parts += [jnp.asarray(_agent_entry(avail, self.agents, i)).reshape(-1).astype(jnp.float32)
                           for i in members]
@@ -258,11 +271,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         agents = list(env.agents)
         names_ = [str(a) for a in agents]
         one_obs = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
-        masks = hasattr(env, "get_avail_actions")
-        try:
-            avail = jax.eval_shape(env.get_avail_actions, one_obs[1]) if masks else None
-        except NotImplementedError:
-            avail, masks = None, False
+        masks, avail = _mask_source(env, one_obs[1])
         separate = env_name in _SEPARATE_ENDS
         specs, widths, discrete = {}, [], []
         for i, agent in enumerate(agents):
@@ -283,7 +292,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
             specs[names_[i]] = Composite(entries, device=dev)
             widths.append(math.prod(action.shape))
             discrete.append(isinstance(action, (Categorical, MultiCategorical)))
-        masks = masks and all("action_mask" in s for s in specs.values())
+        masks = masks if masks and all("action_mask" in s for s in specs.values()) else None
         if not masks:
             for s in specs.values():
                 if "action_mask" in s:
