@@ -472,6 +472,7 @@ REPRESENTATIVE = [
     ("brax/ant_4x2", {"backend": "spring"}), ("brax/fast", {}),
     ("pettingzoo/mpe/simple_spread_v3", {"return_state": True}), ("pettingzoo/classic/tictactoe_v3", {}),
     ("jaxmarl/MPE_simple_spread_v3", {}), ("jaxmarl/SMAX", {"scenario": "3m"}), ("gymnax/CartPole-v1", {}),
+    ("jumanji/RobotWarehouse-v0", {}),
     ("openspiel/kuhn_poker", {}), ("openspiel/goofspiel", {}), ("magent2/battle", {"map_size": 12}),
     ("mamujoco/HalfCheetah_6x1", {}), ("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}), ("rware/rware-tiny-2ag-v2", {}),
 ]

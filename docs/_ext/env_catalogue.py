@@ -44,6 +44,7 @@ DISTRIBUTIONS = {
     "pettingzoo": ("pettingzoo", "mpe2", "pygame-ce", "torch"),
     "jaxmarl": ("jaxmarl", "jax", "torch"),
     "gymnax": ("gymnax", "jax", "torch"),
+    "jumanji": ("jumanji", "jax", "torch"),
     "openspiel": ("open-spiel", "pettingzoo", "torch"),
     "magent2": ("magent2", "pettingzoo", "pygame-ce", "torch"),
     "mamujoco": ("gymnasium-robotics", "mujoco", "pettingzoo", "torch"),
@@ -51,17 +52,18 @@ DISTRIBUTIONS = {
     "rware": ("rware", "pettingzoo", "pyglet", "torch"),
 }
 BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo", "jaxmarl": "JaxMARL", "gymnax": "gymnax",
-                  "openspiel": "OpenSpiel", "magent2": "MAgent2", "mamujoco": "MaMuJoCo",
+                  "jumanji": "Jumanji", "openspiel": "OpenSpiel", "magent2": "MAgent2", "mamujoco": "MaMuJoCo",
                   "lbforaging": "Level-Based Foraging", "rware": "RWARE"}
 #: The docs page of each backend (relative to ``docs/``).
 BACKEND_PAGES = {"vmas": "backends/vmas.md", "brax": "backends/brax.md", "pettingzoo": "backends/pettingzoo.md",
-                 "jaxmarl": "jax_families.md", "gymnax": "jax_families.md", **dict.fromkeys(
+                 "jaxmarl": "jax_families.md", "gymnax": "jax_families.md", "jumanji": "jax_families.md",
+                 **dict.fromkeys(
                      ("openspiel", "magent2", "mamujoco", "lbforaging", "rware"), "backends/cpu_families.md")}
 #: Backends built on the PettingZoo machinery: their instances draw frames only if built with ``render_mode``.
 PETTINGZOO_MACHINERY = ("pettingzoo", "openspiel", "magent2", "mamujoco", "lbforaging", "rware")
 #: Packages of ``marl_envs.backends`` besides the backend's own (``<backend>.py`` or ``<backend>/``) whose code a
 #: backend's entries run.
-SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",),
+SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",), "jumanji": ("jax",),
                   **{backend: ("pettingzoo",) for backend in PETTINGZOO_MACHINERY[1:]}}
 
 
@@ -134,8 +136,9 @@ def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
         fields = getattr(env.env_params, "__dataclass_fields__", {})
         return ([(name, repr(getattr(env.env_params, name))) for name in fields],
                 "the fields of its EnvParams (pass them as env_params={...})")
-    if backend in ("brax", "jaxmarl"):
-        unwrapped = env.brax_env.unwrapped if backend == "brax" else env.jaxmarl_env
+    if backend in ("brax", "jaxmarl", "jumanji"):
+        unwrapped = {"brax": lambda: env.brax_env.unwrapped, "jaxmarl": lambda: env.jaxmarl_env,
+                     "jumanji": lambda: env.jumanji_env}[backend]()
         target = type(unwrapped).__init__
         where = f"the signature of {type(unwrapped).__name__}.__init__"
     else:  # the PettingZoo machinery: the task's own keywords

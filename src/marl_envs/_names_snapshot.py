@@ -192,6 +192,21 @@ SNAPSHOT = {
             "gymnax/UmbrellaChain-bsuite",
         ],
     },
+    "jumanji": {
+        "versions": {
+            "jax": "0.10.2",
+            "jumanji": "1.1.2",
+        },
+        "names": [
+            "jumanji/Cleaner-v0",
+            "jumanji/Connector-v3",
+            "jumanji/LevelBasedForaging-v0",
+            "jumanji/MMST-v0",
+            "jumanji/MultiCVRP-v0",
+            "jumanji/RobotWarehouse-v0",
+            "jumanji/SearchAndRescue-v0",
+        ],
+    },
     "lbforaging": {
         "versions": {
             "lbforaging": "2.0.0",

@@ -39,6 +39,7 @@ _BACKENDS: dict[str, _Backend] = {
     "pettingzoo": _Backend("marl_envs.backends.pettingzoo", ("pettingzoo",), "pettingzoo"),
     "jaxmarl": _Backend("marl_envs.backends.jaxmarl", ("jax", "jaxmarl"), "jaxmarl", checks_names=True),
     "gymnax": _Backend("marl_envs.backends.gymnax", ("jax", "gymnax"), "gymnax"),
+    "jumanji": _Backend("marl_envs.backends.jumanji", ("jax", "jumanji"), "jumanji", checks_names=True),
     # every registry id builds by name; the listed names are the EPyMARL benchmark's tasks
     "lbforaging": _Backend("marl_envs.backends.lbforaging", ("pettingzoo", "lbforaging"), "lbforaging",
                            checks_names=True),

@@ -34,7 +34,7 @@ from ._transfer import Transfer
 
 __all__ = ["FunctionalState", "JaxEnvBase", "JaxFunctions", "check_name"]
 
-Entry = tuple[tuple[str, ...], tuple[int, ...], Any]  # (key, batched shape, torch dtype: float32 or bool)
+Entry = tuple[tuple[str, ...], tuple[int, ...], Any]  # (key, batched shape, torch dtype: float32, bool or an int)
 
 
 class FunctionalState(NamedTuple):
@@ -126,8 +126,9 @@ def _run_plan(plan: BufferPlan, buffer: jax.Array, steps: jax.Array | None) -> d
             value = block[rows].reshape(shape[1:])
             entries[key] = value if broadcast is None else jnp.broadcast_to(value, broadcast[1:])
         else:
-            cols, shape = where
-            entries[key] = buffer[cols].reshape(shape[1:])
+            cols, shape, cast = where
+            value = buffer[cols].reshape(shape[1:])
+            entries[key] = value if cast is None else value.astype(cast[0])
     return entries
 
 

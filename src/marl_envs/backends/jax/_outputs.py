@@ -6,7 +6,8 @@ TensorDict of ``reset`` or of ``"next"`` (and the next root data of ``step_and_m
 per-call Python as it can: it runs every step, and on a CPU with a small batch it is the cost users pay on top of
 JAX.
 
-- Float entries are views of the buffer (NumPy views on the CPU: NumPy's slicing is the cheaper call there).
+- Float entries are views of the buffer (NumPy views on the CPU: NumPy's slicing is the cheaper call there);
+  integer entries (Jumanji's grids and counts) are cast copies of their columns.
 - Every bool entry lives in one bool block: the layout's bool columns (stored as 0 / 1) compared to 0.5 in one
   call, then the done entries of every level computed by the env's ``DonePlan`` (``marl_envs._outputs``, the
   same plan ``EnvBase``'s default executor runs).
@@ -72,7 +73,8 @@ class BufferPlan:
                  rewards: Sequence[Key] = (), actions: Sequence[Key] = ()):
         self.B, self.block_device = batch[0], block_device(device)
         keys: list[Key] = []
-        self.sources: list[tuple[bool, Any]] = []  # (False, (buffer columns, shape)) | (True, the block's row_view)
+        # (False, (buffer columns, shape, (NumPy, torch) dtype to cast to or None)) | (True, the block's row_view)
+        self.sources: list[tuple[bool, Any]] = []
         given: dict[Key, slice] = {}
         compared: list[int] = []
         for key, cols, shape, dtype in columns:
@@ -81,8 +83,10 @@ class BufferPlan:
                 rows = given[key] = slice(len(compared), len(compared) + cols.stop - cols.start)
                 compared.extend(range(cols.start, cols.stop))
                 self.sources.append((True, row_view(rows, shape)))
-            else:
-                self.sources.append((False, (cols, tuple(shape))))
+            else:  # an integer entry (a Jumanji grid) is cast from the float32 buffer: a copy, exact below 2**24
+                cast = None if dtype is torch.float32 else (torch.empty(0, dtype=dtype).numpy().dtype, dtype)
+                self.sources.append((False, (cols, tuple(shape), cast)))
+        self.casts = [i for i, (is_bool, where) in enumerate(self.sources) if not is_bool and where[2] is not None]
         self.done = DonePlan(levels, given, len(compared), limit)
         for key, view in self.done.entries:
             if key not in given:
@@ -115,9 +119,19 @@ class BufferPlan:
             if is_bool:
                 out.append(cut_rows(block, where))
             else:
-                cols, shape = where
-                out.append(torch.from_numpy(buffer[:, cols].reshape(shape)) if numpy else buffer[:, cols].view(shape))
+                cols, shape, cast = where
+                value = buffer[:, cols].reshape(shape) if numpy else buffer[:, cols].view(shape)
+                if cast is not None:
+                    value = value.astype(cast[0]) if numpy else value.to(cast[1])
+                out.append(torch.from_numpy(value) if numpy else value)
         return out
+
+    def recast(self, buffer: np.ndarray, leaves: Sequence[torch.Tensor]) -> None:
+        """Cast the integer entries of ``leaves`` again from ``buffer`` (a buffer JAX's result was copied into after
+        the leaves were cut: its float entries are views, its integer entries copies)."""
+        for i in self.casts:
+            cols, shape, _ = self.sources[i][1]
+            np.copyto(leaves[i].numpy(), buffer[:, cols].reshape(shape), casting="unsafe")
 
     def fill(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor, count: Any) -> None:
         """Compute the bool block of ``buffer`` (which must hold its values now); ``count``: the env's step
@@ -193,13 +207,15 @@ class BufferOutputs(Outputs):
     def step(self, raw: Any) -> BufferStep:
         pending = None
         if isinstance(raw, Pending):  # the TensorDicts are built over a buffer JAX's result is copied into later
-            pending, raw = raw.result, np.empty((self.env.num_envs, self.width), dtype=np.float32)
+            # zeros, not empty: the integer entries are cast from it now (and again once it holds the result)
+            pending, raw = raw.result, np.zeros((self.env.num_envs, self.width), dtype=np.float32)
         leaves, block = self.step_plan.leaves(raw)
         return BufferStep(self.step_plan.tree(leaves), block, buffer=raw, leaves=leaves, pending=pending)
 
     def finish(self, step: BufferStep, next_root: TensorDictBase | None = None) -> None:
         if step.pending is not None:
             np.copyto(step.buffer, np.asarray(step.pending))  # waits for JAX
+            self.step_plan.recast(step.buffer, step.leaves)
             step.pending = None
         self.step_plan.fill(step.buffer, step.block, self._count(step.block))
 

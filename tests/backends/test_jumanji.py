@@ -1,0 +1,151 @@
+"""Jumanji's multi-agent envs through the one JAX core: exact against raw Jumanji over episode boundaries, our
+and TorchRL's ``check_env_specs``, structured observations kept structured."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+import marl_envs
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+pytest.importorskip("jumanji")
+
+from marl_envs.backends import jumanji as jm  # noqa: E402
+from marl_envs.backends.jax import env_keys  # noqa: E402
+
+B, SEED = 3, 2
+MULTI_AGENT = ["Cleaner-v0", "Connector-v3", "LevelBasedForaging-v0", "MMST-v0", "MultiCVRP-v0", "RobotWarehouse-v0",
+               "SearchAndRescue-v0"]
+# time limits short enough for two episode ends in 14 steps (MultiCVRP has none: its episodes end when every
+# customer is served, after 11 to 30 steps of random legal moves here)
+KWARGS = {name: {"time_limit": 6} for name in MULTI_AGENT if name != "MultiCVRP-v0"}
+STEPS = {"MultiCVRP-v0": 64}
+
+
+def test_names_are_the_seven_multi_agent_envs_and_the_rest_are_listed_with_reasons():
+    import jumanji
+
+    assert jm.env_names() == MULTI_AGENT
+    assert marl_envs.available_envs("jumanji") == [f"jumanji/{n}" for n in MULTI_AGENT]
+    left_out = jm.unavailable()
+    assert set(left_out) | set(MULTI_AGENT) == set(jumanji.registered_environments())
+    assert left_out["Sokoban-v0"].startswith("downloads its level data")
+    assert left_out["Snake-v1"].startswith("single-agent")
+    with pytest.raises(ValueError, match=r"the Jumanji env 'Sokoban-v0' cannot be built here: downloads"):
+        marl_envs.make("jumanji/Sokoban-v0")
+    with pytest.raises(ValueError, match=r"RobotWarehouse-v0"):
+        marl_envs.make("jumanji/RobotWarehose-v0")
+    with pytest.raises(TypeError, match=r"time_limit"):
+        marl_envs.make("jumanji/LevelBasedForaging-v0", time_limt=5)
+
+
+def _split(keys):
+    pairs = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _where(mask: np.ndarray, new, old):
+    """``new`` in the envs ``mask`` marks, ``old`` elsewhere (leaf by leaf, the env along the first dim)."""
+    return jax.tree.map(lambda a, b: jnp.where(mask.reshape(-1, *[1] * (a.ndim - 1)), a, b), new, old)
+
+
+def _raw_action(env, td) -> jax.Array:
+    """The agents' actions of ``td`` in Jumanji's layout (agents in order along the first dim after the batch)."""
+    value = td["agents", "action"].numpy()
+    return jnp.asarray(value.astype(np.dtype(env.jumanji_env.action_spec.dtype)))
+
+
+def _compare(env, td, timestep) -> None:
+    """Every entry of ``td`` that comes from Jumanji's observation or extras equals the raw ``timestep``'s."""
+    for field in env._core._fields:
+        raw = np.asarray(field.read(timestep.observation))
+        if field.per_agent:
+            ours = td[("agents", *field.key)].numpy()
+            np.testing.assert_array_equal(ours, raw.astype(ours.dtype).reshape(ours.shape), err_msg=str(field.key))
+        else:
+            ours = td[field.key].numpy()
+            assert ours.dtype == raw.dtype, field.key
+            np.testing.assert_array_equal(ours, raw, err_msg=str(field.key))
+    for name in env._core._extras:
+        raw = np.broadcast_to(np.asarray(timestep.extras[name], np.float32)[:, None], td["agents", "info", name].shape[:2])
+        np.testing.assert_array_equal(td["agents", "info", name][..., 0].numpy(), raw, err_msg=name)
+
+
+@pytest.fixture(scope="module", params=MULTI_AGENT)
+def run(request):
+    """One env per name (compiled once for the tests of this module): stepped with random legal actions beside
+    raw Jumanji's ``reset`` / ``step`` from the same per-env keys, the envs that end reset on both sides."""
+    name = request.param
+    env = marl_envs.make(f"jumanji/{name}", num_envs=B, seed=SEED, **KWARGS.get(name, {}))
+    raw = env.jumanji_env
+    reset, step = jax.jit(jax.vmap(raw.reset)), jax.jit(jax.vmap(raw.step))
+    carried, now = _split(env_keys(SEED, B))
+    state, timestep = reset(now)
+    torch.manual_seed(0)
+    td = env.reset()
+    _compare(env, td, timestep)
+    ends = np.zeros(B, int)
+    for _ in range(STEPS.get(name, 14)):
+        td = env.rand_action(td)
+        state, timestep = step(state, _raw_action(env, td))
+        td, root = env.step_and_maybe_reset(td)
+        nxt = td["next"]
+        _compare(env, nxt, timestep)
+        reward = np.asarray(timestep.reward, np.float32)
+        reward = np.broadcast_to(reward[:, None] if reward.ndim == 1 else reward, nxt["agents", "reward"].shape[:2])
+        np.testing.assert_array_equal(nxt["agents", "reward"][..., 0].numpy(), reward)
+        last = np.asarray(timestep.step_type) == 2
+        kept_discount = np.asarray(timestep.discount).reshape(B, -1).max(axis=1) > 0
+        np.testing.assert_array_equal(nxt["done"][:, 0].numpy(), last)
+        np.testing.assert_array_equal(nxt["truncated"][:, 0].numpy(), last & kept_discount)
+        np.testing.assert_array_equal(nxt["terminated"][:, 0].numpy(), last & ~kept_discount)
+        ends += last
+        if last.any():  # both sides draw the next episode from the env's carried key
+            kept, now = _split(carried)
+            fresh_state, fresh = reset(now)
+            state, timestep, carried = _where(last, (fresh_state, fresh, kept), (state, timestep, carried))
+        _compare(env, root, timestep)
+        td = root
+    return {"env": env, "ends": ends}
+
+
+def test_exact_against_raw_jumanji_across_episode_ends(run):
+    """Same keys, same actions: our observations (structured, per agent and shared), masks, extras, rewards and
+    ends are raw Jumanji's on every step, and the next episodes start from the same states (checked in ``run``)."""
+    assert (run["ends"] >= 2).all(), run["ends"]  # every env crossed at least two episode ends
+
+
+def test_check_env_specs(run):
+    marl_envs.check_env_specs(run["env"], seed=0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchrl") is None, reason="needs torchrl")
+def test_torchrl_check_env_specs(run):
+    from torchrl.envs.utils import check_env_specs as torchrl_check_env_specs
+
+    from marl_envs.torchrl import to_torchrl
+
+    adapted = to_torchrl(run["env"])
+    torchrl_check_env_specs(adapted)
+    assert adapted.rollout(4, break_when_any_done=False).batch_size == (B, 4)
+
+
+def test_layout_of_structured_observations():
+    """Per-agent fields under the group, shared ones at the root in Jumanji's dtype (not copied per agent), the
+    action mask honoured by ``rand_action``, a team reward given to every agent."""
+    env = marl_envs.make("jumanji/Cleaner-v0", num_envs=2, seed=0, time_limit=6)
+    td = env.reset()
+    assert td["grid"].dtype == torch.int8 and td["grid"].shape == (2, 10, 10)
+    assert td["agents", "observation", "agents_locations"].shape == (2, 3, 2)
+    assert td["agents", "action_mask"].dtype == torch.bool and td["agents", "action_mask"].shape == (2, 3, 4)
+    assert "grid" not in td["agents", "observation"]
+    for _ in range(20):
+        td = env.rand_action(td)
+        chosen = td["agents", "action_mask"].gather(-1, td["agents", "action"].unsqueeze(-1))
+        assert chosen.all()
+        td = env.step_and_maybe_reset(td)[1]
