@@ -72,6 +72,12 @@ PRESETS: dict[str, dict] = {
     "rware/rware-tiny-2ag-v2": {"num_envs": 32, "frames": 1_000_000, "steps_per_batch": 100, "epochs": 5,
                                 "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True,
                                 "team_return": True},
+    # Jumanji's LBF (8x8, 2 agents, 2 foods: the task above in JAX) rewards each agent's share of the foods it
+    # helped load; its RWARE (4 agents) gives one team reward, every agent's, so its mean is the team's return
+    "jumanji/LevelBasedForaging-v0": {"num_envs": 64, "frames": 1_000_000, "epochs": 5, "minibatch": 1600,
+                                      "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True, "team_return": True},
+    "jumanji/RobotWarehouse-v0": {"num_envs": 64, "frames": 2_000_000, "steps_per_batch": 100, "epochs": 5,
+                                  "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True},
 }
 GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
            "minibatch": 400, "lr": 3e-4, "entropy": 1e-4, "normalize_advantage": False, "team_return": False}

@@ -38,6 +38,28 @@ def test_jaxmarl_names_pinned():
         marl_envs.make("jaxmarl/MPE_simple_spred_v3")
 
 
+@pytest.mark.filterwarnings("ignore:max_dist_to_goal:UserWarning")  # JaxNav's notice about its own map range
+def test_every_discrete_jaxmarl_env_carries_a_mask_or_is_listed_with_the_reason():
+    """A JaxMARL env with discrete actions has ``(group, "action_mask")`` unless ``NO_MASK`` lists it; a listed env
+    really has no mask source (so the list cannot hide one), and the list names only discrete envs."""
+    import jaxmarl
+
+    from marl_envs.backends.brax import quiet_brax_build
+
+    discrete, masked = set(), set()
+    for name in jm.env_names():
+        with quiet_brax_build():
+            env = jaxmarl.make(name)
+        if any(type(env.action_space(a)).__name__ in ("Discrete", "MultiDiscrete") for a in env.agents):
+            discrete.add(name)
+            state = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[1]
+            if jm._mask_source(env, state)[0] is not None:
+                masked.add(name)
+    assert {"SMAX", "HeuristicEnemySMAX", "hanabi"} <= masked
+    assert discrete - masked == set(jm.NO_MASK)
+    assert all(reason.startswith("JaxMARL's get_avail_actions raises") for reason in jm.NO_MASK.values())
+
+
 @pytest.mark.parametrize("name, kwargs", [("MPE_simple_spread_v3", {}), ("MPE_simple_adversary_v3", {}),
                                           ("SMAX", {}), ("switch_riddle", {})])
 def test_jaxmarl_exact(name, kwargs):

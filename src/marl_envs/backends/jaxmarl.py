@@ -54,7 +54,7 @@ from .._validate import check_kwargs, checked_keywords, env_keywords, init_keywo
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from .jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
-__all__ = ["JaxMarlEnv", "env_names", "make_env", "UNAVAILABLE"]
+__all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "make_env"]
 
 UNAVAILABLE = {
     "LearnedPolicyEnemySMAX": "needs a trained enemy policy and its parameters (no default)",
@@ -66,6 +66,19 @@ UNAVAILABLE = {
 }
 """Registered JaxMARL envs that cannot be built by name here, with the reason (JaxRobotarium_* need the
 ``jaxrobotarium`` package, which is not on PyPI: they are listed by ``unavailable()``)."""
+_ALWAYS_LEGAL = "JaxMARL's get_avail_actions raises NotImplementedError and every action is legal in every state"
+NO_MASK = {
+    **dict.fromkeys(
+        [f"MPE_simple_{n}" for n in ("v3", "adversary_v3", "crypto_v3", "push_v3", "reference_v3", "spread_v3",
+                                     "tag_v3")] + ["MPE_simple_speaker_listener_v4"],
+        f"{_ALWAYS_LEGAL} (a move, a stay or a message)"),
+    "coin_game": f"{_ALWAYS_LEGAL} (its four moves, on a grid that wraps around)",
+    "overcooked": f"{_ALWAYS_LEGAL} (a move into a counter or an interact with nothing is a no-op)",
+    "overcooked_v2": f"{_ALWAYS_LEGAL} (a move into a counter or an interact with nothing is a no-op)",
+    "switch_riddle": f"{_ALWAYS_LEGAL} (the action of an agent not in the room is ignored)",
+}
+"""The JaxMARL envs with discrete actions that carry no ``(group, "action_mask")``, with the reason; every other
+discrete env carries one (``get_avail_actions``, Hanabi's ``get_legal_moves``)."""
 _TIME_LIMITED = ("coin_game", "storm", "storm_2p", "storm_np")  # episodes end by their step counts only
 _SEPARATE_ENDS = ("SMAX", "HeuristicEnemySMAX", "jaxnav")  # agents end on their own (units die, robots arrive)
 _BATTLES = ("SMAX", "HeuristicEnemySMAX")  # a team wins when the other is wiped out: the "won" info
