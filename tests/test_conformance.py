@@ -92,6 +92,19 @@ def test_every_registered_env_conforms(name):
     _conforms(name, **_kwargs(name))
 
 
+# Brax's scenes on MJX, the pipeline MuJoCo Playground builds on (a minute of compiling each here): ant_4x2 by
+# default, the others with --all
+MJX_SCENES = ["brax/ant_4x2", "brax/halfcheetah_6x1", "brax/hopper_3x1", "brax/walker2d_2x3", "brax/humanoid_9|8"]
+
+
+@pytest.mark.parametrize("name", [n if n == "brax/ant_4x2" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in MJX_SCENES])
+def test_brax_scenes_conform_on_mjx(name):
+    if name not in NAMES:
+        pytest.skip("brax is not installed")
+    _conforms(name, backend="mjx")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SMALL_KWARGS))
 def test_in_its_default_configuration(name):
