@@ -75,7 +75,8 @@ def _conforms(name: str, **kwargs) -> None:
 # JAX families: each env compiles its own reset and step (2 s to 2 min here); a representative set runs by default
 JAX_DEFAULT = {"jaxmarl/MPE_simple_spread_v3", "jaxmarl/MPE_simple_adversary_v3", "jaxmarl/SMAX",
                "jaxmarl/switch_riddle", "gymnax/CartPole-v1", "gymnax/Pendulum-v1", "gymnax/Breakout-MinAtar",
-               "jumanji/LevelBasedForaging-v0"}  # every Jumanji env runs check_env_specs in tests/backends/test_jumanji.py
+               "jumanji/LevelBasedForaging-v0",  # every Jumanji env runs check_env_specs in tests/backends/test_jumanji.py
+               "playground/CheetahRun"}  # a minute of MJX compiling each: the others with --all
 
 
 # bridge computes its double-dummy result at every deal (~10 ms a chance node, OpenSpiel's default): 20 s here
@@ -83,7 +84,8 @@ HEAVY = {"openspiel/bridge"}
 
 
 def _param(name: str):
-    heavy = (name.partition("/")[0] in ("jaxmarl", "gymnax", "jumanji") and name not in JAX_DEFAULT) or name in HEAVY
+    heavy = (name.partition("/")[0] in ("jaxmarl", "gymnax", "jumanji", "playground") and name not in JAX_DEFAULT
+             or name in HEAVY)
     return pytest.param(name, marks=pytest.mark.slow) if heavy else name
 
 

@@ -45,6 +45,7 @@ DISTRIBUTIONS = {
     "jaxmarl": ("jaxmarl", "jax", "torch"),
     "gymnax": ("gymnax", "jax", "torch"),
     "jumanji": ("jumanji", "jax", "torch"),
+    "playground": ("playground", "brax", "jax", "mujoco", "torch"),
     "openspiel": ("open-spiel", "pettingzoo", "torch"),
     "magent2": ("magent2", "pettingzoo", "pygame-ce", "torch"),
     "mamujoco": ("gymnasium-robotics", "mujoco", "pettingzoo", "torch"),
@@ -52,11 +53,13 @@ DISTRIBUTIONS = {
     "rware": ("rware", "pettingzoo", "pyglet", "torch"),
 }
 BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo", "jaxmarl": "JaxMARL", "gymnax": "gymnax",
-                  "jumanji": "Jumanji", "openspiel": "OpenSpiel", "magent2": "MAgent2", "mamujoco": "MaMuJoCo",
+                  "jumanji": "Jumanji", "playground": "MuJoCo Playground", "openspiel": "OpenSpiel",
+                  "magent2": "MAgent2", "mamujoco": "MaMuJoCo",
                   "lbforaging": "Level-Based Foraging", "rware": "RWARE"}
 #: The docs page of each backend (relative to ``docs/``).
 BACKEND_PAGES = {"vmas": "backends/vmas.md", "brax": "backends/brax.md", "pettingzoo": "backends/pettingzoo.md",
                  "jaxmarl": "jax_families.md", "gymnax": "jax_families.md", "jumanji": "jax_families.md",
+                 "playground": "jax_families.md",
                  **dict.fromkeys(
                      ("openspiel", "magent2", "mamujoco", "lbforaging", "rware"), "backends/cpu_families.md")}
 #: Backends built on the PettingZoo machinery: their instances draw frames only if built with ``render_mode``.
@@ -64,6 +67,7 @@ PETTINGZOO_MACHINERY = ("pettingzoo", "openspiel", "magent2", "mamujoco", "lbfor
 #: Packages of ``marl_envs.backends`` besides the backend's own (``<backend>.py`` or ``<backend>/``) whose code a
 #: backend's entries run.
 SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",), "jumanji": ("jax",),
+                  "playground": ("jax", "brax"),
                   **{backend: ("pettingzoo",) for backend in PETTINGZOO_MACHINERY[1:]}}
 
 
@@ -96,7 +100,7 @@ def _source_digest(backend: str) -> str:
     for path in files:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    for function in (compute_entry, _picture, _frame, _fit, _env_keywords):  # this file's part (not the pages)
+    for function in (compute_entry, _picture, _frame, _fit, _env_keywords, _rest_pose):  # this file's part (not the pages)
         digest.update(inspect.getsource(function).encode())
     return digest.hexdigest()
 
@@ -136,6 +140,10 @@ def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
         fields = getattr(env.env_params, "__dataclass_fields__", {})
         return ([(name, repr(getattr(env.env_params, name))) for name in fields],
                 "the fields of its EnvParams (pass them as env_params={...})")
+    if backend == "playground":
+        config = env.playground_env._config
+        return ([(name, repr(config[name])) for name in sorted(config)],
+                "the fields of its config (pass them as config={...}; impl is 'jax' here)")
     if backend in ("brax", "jaxmarl", "jumanji"):
         unwrapped = {"brax": lambda: env.brax_env.unwrapped, "jaxmarl": lambda: env.jaxmarl_env,
                      "jumanji": lambda: env.jumanji_env}[backend]()
@@ -171,9 +179,33 @@ def _frame(env):
     return np.ascontiguousarray(frame[..., :3])
 
 
+#: Backends pictured at their model's rest pose, drawn by MuJoCo from the model: their MJX reset and step compile
+#: for a minute each on a CPU, too long for every page of the catalogue.
+REST_POSE = ("playground",)
+
+
+def _rest_pose(model):
+    """An image of a MuJoCo model at its rest pose (``qpos0``)."""
+    import mujoco
+    import numpy as np
+
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    renderer = mujoco.Renderer(model, height=240, width=320)
+    try:
+        renderer.update_scene(data)
+        return np.asarray(renderer.render(), dtype=np.uint8)
+    finally:
+        renderer.close()
+
+
 def _picture(env, name: str, folder: Path) -> tuple[str | None, str | None]:
     """Render env 0 of ``env`` after a few random steps into ``folder``: (file name, None) or (None, why not)."""
     try:
+        if name.partition("/")[0] in REST_POSE:
+            _fit(_rest_pose(env.playground_env.mj_model), SETTINGS["max_side"]).save(folder / "picture.png",
+                                                                                     optimize=True)
+            return "picture.png", None
         env.set_seed(SETTINGS["seed"])
         td = env.reset()
         for _ in range(SETTINGS["steps"]):
@@ -278,7 +310,10 @@ def _env_page(entry: dict) -> str:
     name, backend = entry["name"], entry["backend"]
     build = ", ".join(f"{k}={v!r}" for k, v in entry["build"].items())
     parts = [f"# {name}\n", f"```{{eval-rst}}\n.. meta::\n   :description: {name}: group map, specs and a picture\n```\n"]
-    if entry["picture"]:
+    if entry["picture"] and backend in REST_POSE:
+        parts.append(f"```{{image}} img/{stem(name)}.png\n:alt: {name} at rest\n:class: env-picture\n```\n")
+        parts.append(f"*The MuJoCo model of `marl_envs.make({name!r})` at its rest pose.*\n")
+    elif entry["picture"]:
         parts.append(f"```{{image}} img/{stem(name)}{Path(entry['picture']).suffix}\n"
                      f":alt: {name} after {SETTINGS['steps']} random steps\n:class: env-picture\n```\n")
         parts.append(f"*Env 0 of `marl_envs.make({name!r})` after {SETTINGS['steps']} random steps (seed "

@@ -141,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="e.g. vmas/navigation")
     p.add_argument("kwargs", nargs="*", type=keyword, metavar="KEY=VALUE",
                    help="keywords for the env, e.g. backend=spring (brax)")
-    p.add_argument("--num-envs", type=int, help="default: the backend's (4096 vmas, 128 brax, 8 pettingzoo, 1024 jaxmarl, gymnax and jumanji)")
+    p.add_argument("--num-envs", type=int, help="default: the backend's (4096 vmas; 128 brax and playground; 8 "
+                   "pettingzoo and the CPU families; 1024 jaxmarl, gymnax and jumanji)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--rounds", type=int, default=5, help="loops take turns over this many chunks of the steps")
     p.add_argument("--device", default="cpu")

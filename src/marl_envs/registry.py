@@ -40,6 +40,8 @@ _BACKENDS: dict[str, _Backend] = {
     "jaxmarl": _Backend("marl_envs.backends.jaxmarl", ("jax", "jaxmarl"), "jaxmarl", checks_names=True),
     "gymnax": _Backend("marl_envs.backends.gymnax", ("jax", "gymnax"), "gymnax"),
     "jumanji": _Backend("marl_envs.backends.jumanji", ("jax", "jumanji"), "jumanji", checks_names=True),
+    "playground": _Backend("marl_envs.backends.playground", ("jax", "brax", "mujoco_playground"), "playground",
+                           checks_names=True),
     # every registry id builds by name; the listed names are the EPyMARL benchmark's tasks
     "lbforaging": _Backend("marl_envs.backends.lbforaging", ("pettingzoo", "lbforaging"), "lbforaging",
                            checks_names=True),

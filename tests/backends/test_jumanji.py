@@ -137,7 +137,7 @@ def test_torchrl_check_env_specs(run):
 
 def test_layout_of_structured_observations():
     """Per-agent fields under the group, shared ones at the root in Jumanji's dtype (not copied per agent), the
-    action mask honoured by ``rand_action``, a team reward given to every agent."""
+    action mask honoured by ``rand_action``; ``render`` draws with Jumanji's viewer."""
     env = marl_envs.make("jumanji/Cleaner-v0", num_envs=2, seed=0, time_limit=6)
     td = env.reset()
     assert td["grid"].dtype == torch.int8 and td["grid"].shape == (2, 10, 10)
@@ -149,3 +149,6 @@ def test_layout_of_structured_observations():
         chosen = td["agents", "action_mask"].gather(-1, td["agents", "action"].unsqueeze(-1))
         assert chosen.all()
         td = env.step_and_maybe_reset(td)[1]
+    image = env.render(1)  # drawn by Jumanji's own viewer, into an array
+    assert env.renders and image.dtype == np.uint8 and image.shape[-1] == 3 and image.std() > 0
+    env.close()

@@ -34,6 +34,7 @@ Integer fields travel through the core's float32 buffer, exact for values below 
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Sequence
@@ -284,3 +285,30 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
             per_step += [((g, "terminated"), (*s.shape, 1), torch.bool) for g, s in groups.items()]
         self._set_columns(obs, per_step, [(g, "action") for g in groups])
         self.set_seed(seed)
+
+    @property
+    def renders(self) -> bool:
+        """Whether ``render()`` gives images: Jumanji envs drawn by a Matplotlib viewer (all seven)."""
+        return hasattr(getattr(self.jumanji_env, "_viewer", None), "_display_rgb_array")
+
+    def _render(self, env_index: int) -> np.ndarray:
+        """An ``(H, W, 3)`` uint8 image of env ``env_index``, drawn by the env's own Jumanji viewer into an array.
+
+        Raises:
+            NotImplementedError: the env's viewer is not a Matplotlib viewer.
+            RuntimeError: before the first reset.
+        """
+        if not self.renders:
+            raise NotImplementedError(f"Jumanji {self.env_name}'s viewer draws no images")
+        if self._viewer is None:  # the env's viewer, drawing into arrays instead of a window
+            self._viewer = copy.copy(self.jumanji_env._viewer)
+            self._viewer._display = self._viewer._display_rgb_array
+        state = jax.tree.map(jnp.asarray, self._core.env_state(env_index))
+        return np.ascontiguousarray(np.asarray(self._viewer.render(state))[..., :3], dtype=np.uint8)
+
+    _viewer: Any = None
+
+    def close(self) -> None:
+        if self._viewer is not None:
+            self._viewer.close()
+            self._viewer = None

@@ -28,16 +28,21 @@ from . import Loop, References
 from .jax import JaxLoop, ScanLoop, core_timings
 
 
-def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
-           ) -> tuple[dict[str, Loop], dict[str, float]]:
-    import_brax()  # quietly, first (an env loaded from its export has not imported Brax)
+def _brax_training_wrap(env, episode_length: int):
     from brax.envs.wrappers import training
 
+    return training.wrap(env, episode_length=episode_length)
+
+
+def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range], *, wrap=_brax_training_wrap,
+           library: str = "Brax") -> tuple[dict[str, Loop], dict[str, float]]:
+    """The loops over ``wrap(env.brax_env, episode_length)``: the library's own batched auto-reset stack."""
+    import_brax()  # quietly, first (an env loaded from its export has not imported Brax)
     device = jax_device(env.device)
     flat = torch.stack([env.robot_action(td) for td in plan]).cpu().numpy()
     actions = [jax.device_put(a, device) for a in flat]  # one array per step: one dispatch per step
     stacked = {(r.start, r.stop): jax.device_put(flat[r.start:r.stop], device) for r in chunks}
-    raw = training.wrap(env.brax_env, episode_length=env.max_steps or 1000)
+    raw = wrap(env.brax_env, episode_length=env.max_steps or 1000)
     keys = jax.random.split(jax.random.PRNGKey(0), env.num_envs)
 
     def rollout(state, chunk):
@@ -61,7 +66,7 @@ def _loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range]
         compile_seconds["lax.scan: compile rollout"] = time.perf_counter() - start
         scan_state = jax.jit(raw.reset)(keys)
     return {
-        "pure JAX: jit(vmap(step)) Python loop, Brax auto-reset": JaxLoop(wrapped, wrapped_state, actions),
+        f"pure JAX: jit(vmap(step)) Python loop, {library} auto-reset": JaxLoop(wrapped, wrapped_state, actions),
         "pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets": JaxLoop(bare, bare_state, actions),
         "pure JAX: lax.scan rollout (the limit)": ScanLoop(lambda s, c: scans[c.shape[0]](s, c), scan_state, stacked),
     }, compile_seconds

@@ -79,7 +79,7 @@ from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
 from . import _exports as exports
 from . import _scenes as scenes
 from ._compat import (
-    checked_env, import_brax, jax_device, prepare_mujoco_gl, quiet_brax_build,
+    checked_env, import_brax, is_playground_env, jax_device, prepare_mujoco_gl, quiet_brax_build,
 )
 from ._core import BraxCore, CoreInfo, Differentiable, Split, Step
 
@@ -312,7 +312,10 @@ class BraxWrapper(JaxEnvBase):
     @property
     def _mj_model(self) -> Any:
         """The MuJoCo model of a physics env, None for envs without one (custom envs, Brax's ``fast``)."""
-        return getattr(getattr(self.brax_env.unwrapped, "sys", None), "mj_model", None)
+        unwrapped = getattr(self.brax_env, "unwrapped", self.brax_env)
+        if is_playground_env(unwrapped):
+            return unwrapped.mj_model
+        return getattr(getattr(unwrapped, "sys", None), "mj_model", None)
 
     @property
     def renders(self) -> bool:
@@ -356,7 +359,8 @@ class BraxWrapper(JaxEnvBase):
                 ) from err
             self._renderers[(height, width)] = renderer
         data = mujoco.MjData(model)
-        data.qpos[:], data.qvel[:] = state.pipeline_state.q, state.pipeline_state.qd
+        physics = getattr(state, "pipeline_state", None) or state.data  # Brax's, or a Playground env's MJX data
+        data.qpos[:], data.qvel[:] = (physics.q, physics.qd) if hasattr(physics, "q") else (physics.qpos, physics.qvel)
         mujoco.mj_forward(model, data)
         renderer.update_scene(data, camera=-1 if camera is None else camera)
         return np.asarray(renderer.render(), dtype=np.uint8)

@@ -77,13 +77,21 @@ def import_brax():
     return sys.modules["brax.envs"]
 
 
+def is_playground_env(env) -> bool:
+    """Whether ``env`` is a MuJoCo Playground env (an ``MjxEnv``), told without importing Playground."""
+    return any(c.__name__ == "MjxEnv" and c.__module__.startswith("mujoco_playground") for c in type(env).__mro__)
+
+
 def checked_env(env):
     """``env`` if it is an unbatched ``brax.envs.Env`` without auto-reset, else a TypeError / ValueError says why."""
     envs = import_brax()
     from brax.envs.wrappers import training
 
+    if is_playground_env(env):  # Brax's interface (reset(rng), step(state, action), State), MJX physics
+        return env
     if not isinstance(env, envs.Env):
-        raise TypeError(f"BraxWrapper wraps a brax.envs.Env, got {type(env).__name__}; or use BraxEnv(name)")
+        raise TypeError(f"BraxWrapper wraps a brax.envs.Env (or a MuJoCo Playground MjxEnv), got "
+                        f"{type(env).__name__}; or use BraxEnv(name)")
     layer = env
     while True:
         if isinstance(layer, (training.VmapWrapper, training.AutoResetWrapper)):
