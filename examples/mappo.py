@@ -76,6 +76,9 @@ PRESETS: dict[str, dict] = {
     # helped load; its RWARE (4 agents) gives one team reward, every agent's, so its mean is the team's return
     "jumanji/LevelBasedForaging-v0": {"num_envs": 64, "frames": 1_000_000, "epochs": 5, "minibatch": 1600,
                                       "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True, "team_return": True},
+    # MuJoCo Playground's cheetah, one agent per joint (MJX physics; episodes of 1000 steps)
+    "playground/CheetahRun_6x1": {"num_envs": 64, "frames": 1_000_000, "steps_per_batch": 100, "epochs": 10,
+                                  "minibatch": 1600, "lr": 3e-4},
     "jumanji/RobotWarehouse-v0": {"num_envs": 64, "frames": 2_000_000, "steps_per_batch": 100, "epochs": 5,
                                   "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True},
 }

@@ -39,8 +39,8 @@ def test_library_errors_are_one_line_with_exit_code_1(capsys):
     assert cli.main(["bench", "test/predator_prey"]) == 1
     assert capsys.readouterr().err == (
         "error: bench times a backend's env against the backend's raw library; 'test/predator_prey' is not a "
-        "backend's env (backends: vmas, brax, pettingzoo, jaxmarl, gymnax, lbforaging, rware, magent2, mamujoco, "
-        "openspiel)\n")
+        "backend's env (backends: vmas, brax, pettingzoo, jaxmarl, gymnax, jumanji, playground, lbforaging, rware, "
+        "magent2, mamujoco, openspiel)\n")
 
 
 def test_missing_backend_is_exit_code_1(capsys, monkeypatch):
@@ -108,23 +108,23 @@ def test_list_without_backends_says_what_to_install(capsys, monkeypatch):
     assert cli.main(["list"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "test/predator_prey\n"
-    assert captured.err == ("not installed, so not listed: vmas, brax, pettingzoo, jaxmarl, gymnax, lbforaging, rware, "
-                            "magent2, mamujoco, openspiel (pip install "
-                            "'marl-envs[vmas,brax,pettingzoo,jaxmarl,gymnax,lbforaging,rware,magent2,mamujoco,openspiel]')\n")
+    assert captured.err == ("not installed, so not listed: vmas, brax, pettingzoo, jaxmarl, gymnax, jumanji, playground, "
+                            "lbforaging, rware, magent2, mamujoco, openspiel (pip install "
+                            "'marl-envs[vmas,brax,pettingzoo,jaxmarl,gymnax,jumanji,playground,lbforaging,rware,magent2,mamujoco,openspiel]')\n")
     monkeypatch.setattr(registry, "_USER_ENVS", {})
     assert cli.main(["list"]) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == ("no envs: no backend is installed; install one with: "
                             "pip install "
-                            "'marl-envs[vmas|brax|pettingzoo|jaxmarl|gymnax|lbforaging|rware|magent2|mamujoco|openspiel|all]'\n")
+                            "'marl-envs[vmas|brax|pettingzoo|jaxmarl|gymnax|jumanji|playground|lbforaging|rware|magent2|mamujoco|openspiel|all]'\n")
 
 
 def test_list_unknown_backend_suggests_a_close_one(capsys):
     assert cli.main(["list", "vmass"]) == 1
     assert capsys.readouterr().err == ("error: unknown backend 'vmass'; did you mean 'vmas'? available: vmas, brax, "
-                                       "pettingzoo, jaxmarl, gymnax, lbforaging, rware, magent2, mamujoco, openspiel, "
-                                       "user\n")
+                                       "pettingzoo, jaxmarl, gymnax, jumanji, playground, lbforaging, rware, magent2, "
+                                       "mamujoco, openspiel, user\n")
 
 
 def test_info_of_a_single_agent_env_says_so(capsys):

@@ -2,7 +2,7 @@
 
 >>> import marl_envs
 >>> marl_envs.available_backends()
-['vmas', 'brax', 'pettingzoo', 'jaxmarl', 'gymnax', 'lbforaging', 'rware', 'magent2', 'mamujoco', 'openspiel']
+['vmas', 'brax', 'pettingzoo', 'jaxmarl', 'gymnax', 'jumanji', 'playground', 'lbforaging', 'rware', 'magent2', 'mamujoco', 'openspiel']
 """
 
 import importlib

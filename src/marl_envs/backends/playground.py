@@ -30,6 +30,7 @@ hang from (a foot's touch sensor depends on the whole leg), and the entries that
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import jax
@@ -40,7 +41,7 @@ import torch
 from groupings import GroupMap, MarlGroupMapType
 
 from .._named import NamedRepr
-from .._quiet import EVERY_WARNING, EVERYTHING, ignored_warnings, quiet_import
+from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, ignored_warnings, quiet_import
 from .._validate import checked_keywords, unknown_name
 from .._mujoco import prepare_mujoco_gl
 from .brax import BraxWrapper
@@ -58,6 +59,7 @@ SPLITS: dict[str, str | tuple[tuple[str, ...], ...]] = {
 }
 """Robot (the DM Control task's prefix) -> the Brax scenes' split rule (``Scene.split``)."""
 
+_SETTOTALMASS = re.compile(r"WARNING: compiler attribute 'settotalmass' is deprecated[^\n]*\n*")
 _MENAGERIE = "clones the mujoco_menagerie model repository with git when built (no network at run time here)"
 
 
@@ -108,7 +110,8 @@ def _load(task: str, config: dict[str, Any] | None = None):
     bad = sorted(set(overrides) - set(defaults))
     if bad:
         raise unknown_name(f"config field of Playground's {task}", bad[0], sorted(defaults))
-    with ignored_warnings(EVERY_WARNING):
+    # MuJoCo warns on stderr, at every load, of an attribute of DM Control's XML files: nothing a user can act on
+    with ignored_warnings(EVERY_WARNING), filtered_output("stderr", _SETTOTALMASS):
         return registry.load(task, config_overrides=overrides)
 
 
