@@ -77,3 +77,13 @@ def test_jax_gpu_memory_default_beside_torch(environ, expected):
                          env={**clean, **environ})
     assert run.returncode == 0, run.stderr
     assert run.stdout.split()[-1] == str(expected)
+
+
+def test_every_backend_has_its_check_env():
+    """``marl-envs doctor`` with no ``--backend`` checks every backend: each has an env to build, and that env is
+    one of the backend's names."""
+    from marl_envs import doctor
+
+    assert list(doctor.ENVS) == marl_envs.available_backends()
+    for backend, (name, _) in doctor.ENVS.items():
+        assert name.partition("/")[0] == backend

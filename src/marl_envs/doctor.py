@@ -35,10 +35,18 @@ ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "pettingzoo": ("pettingzoo/mpe/simple_spread_v3", {}),
     "jaxmarl": ("jaxmarl/MPE_simple_spread_v3", {}),
     "gymnax": ("gymnax/CartPole-v1", {}),
+    "jumanji": ("jumanji/LevelBasedForaging-v0", {}),
+    "playground": ("playground/CartpoleBalance", {}),  # MJX: about a minute of compiling on a CPU, once
+    "lbforaging": ("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}),
+    "rware": ("rware/rware-tiny-2ag-v2", {}),
+    "magent2": ("magent2/battle", {"map_size": 12}),
+    "mamujoco": ("mamujoco/HalfCheetah_6x1", {}),
+    "openspiel": ("openspiel/kuhn_poker", {}),
 }
 #: The distributions whose versions are shown: the core's, each backend's, TorchRL's and BenchMARL's.
 PACKAGES = ("torch", "tensordict", "numpy", "vmas", "jax", "jaxlib", "brax", "mujoco", "pettingzoo", "mpe2",
-            "jaxmarl", "gymnax", "torchrl", "benchmarl")
+            "jaxmarl", "gymnax", "jumanji", "playground", "lbforaging", "rware", "magent2", "gymnasium-robotics",
+            "open-spiel", "torchrl", "benchmarl")
 PASS, FAIL, NOTE = "ok", "FAIL", "-"
 STEPS = 3
 
