@@ -34,7 +34,6 @@ Integer fields travel through the core's float32 buffer, exact for values below 
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 from collections.abc import Sequence
@@ -286,29 +285,39 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         self._set_columns(obs, per_step, [(g, "action") for g in groups])
         self.set_seed(seed)
 
+    @functools.cached_property
+    def _library_viewer(self) -> Any:
+        """The env's own Matplotlib viewer (Jumanji keeps it as ``_viewer`` or ``_env_viewer``), or None."""
+        from jumanji.viewer import MatplotlibViewer
+
+        return next((v for v in vars(self.jumanji_env).values() if isinstance(v, MatplotlibViewer)), None)
+
     @property
     def renders(self) -> bool:
         """Whether ``render()`` gives images: Jumanji envs drawn by a Matplotlib viewer (all seven)."""
-        return hasattr(getattr(self.jumanji_env, "_viewer", None), "_display_rgb_array")
+        return self._library_viewer is not None
 
     def _render(self, env_index: int) -> np.ndarray:
-        """An ``(H, W, 3)`` uint8 image of env ``env_index``, drawn by the env's own Jumanji viewer into an array.
+        """An ``(H, W, 3)`` uint8 image of env ``env_index``: the env's own ``render`` (which passes the viewer what it
+        draws: the state, or Connector's grid), its Matplotlib figure read into an array instead of shown.
 
         Raises:
             NotImplementedError: the env's viewer is not a Matplotlib viewer.
             RuntimeError: before the first reset.
         """
-        if not self.renders:
+        viewer = self._library_viewer
+        if viewer is None:
             raise NotImplementedError(f"Jumanji {self.env_name}'s viewer draws no images")
-        if self._viewer is None:  # the env's viewer, drawing into arrays instead of a window
-            self._viewer = copy.copy(self.jumanji_env._viewer)
-            self._viewer._display = self._viewer._display_rgb_array
         state = jax.tree.map(jnp.asarray, self._core.env_state(env_index))
-        return np.ascontiguousarray(np.asarray(self._viewer.render(state))[..., :3], dtype=np.uint8)
-
-    _viewer: Any = None
+        frames: list[np.ndarray] = []
+        shown = viewer.__dict__.get("_display")
+        viewer._display = lambda figure: frames.append(viewer._display_rgb_array(figure))  # SearchAndRescue's
+        try:  # render returns nothing: the frame is caught where the viewer shows it
+            self.jumanji_env.render(state)
+        finally:
+            viewer._display = shown
+        return np.ascontiguousarray(np.asarray(frames[-1])[..., :3], dtype=np.uint8)
 
     def close(self) -> None:
-        if self._viewer is not None:
-            self._viewer.close()
-            self._viewer = None
+        if self._library_viewer is not None:
+            self._library_viewer.close()  # its Matplotlib figure
