@@ -43,6 +43,8 @@ CASES = {
     "lbforaging-tuples": lambda: marl_envs.make("lbforaging/Foraging-5x5-2p-1f-v3", num_envs=B, max_steps=MAX_STEPS,
                                                 seed=1),
     "rware-tuples": lambda: marl_envs.make("rware/rware-tiny-2ag-v2", num_envs=B, max_steps=MAX_STEPS, seed=1),
+    "jumanji-structured": lambda: marl_envs.make("jumanji/Cleaner-v0", num_envs=B, max_steps=MAX_STEPS, seed=1),
+    "playground-mjx": lambda: marl_envs.make("playground/CartpoleBalance", num_envs=B, max_steps=MAX_STEPS, seed=1),
     "user-env": lambda: PredatorPreyCount(num_envs=B, max_steps=MAX_STEPS),
 }
 

@@ -100,7 +100,8 @@ def _source_digest(backend: str) -> str:
     for path in files:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    for function in (compute_entry, _picture, _frame, _fit, _env_keywords, _rest_pose):  # this file's part (not the pages)
+    # this file's part (not the pages)
+    for function in (compute_entry, _picture, _frame, _fit, _env_keywords, _rest_pose):
         digest.update(inspect.getsource(function).encode())
     return digest.hexdigest()
 

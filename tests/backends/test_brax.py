@@ -365,7 +365,7 @@ def test_bad_split_is_rejected_naming_the_culprit(split, error, message):
 
 
 def test_bad_wrapper_arguments():
-    with pytest.raises(TypeError, match="BraxWrapper wraps a brax.envs.Env, got str"):
+    with pytest.raises(TypeError, match=r"BraxWrapper wraps a brax.envs.Env \(or a MuJoCo Playground MjxEnv\), got str"):
         BraxWrapper("ant")
     with pytest.raises(ValueError, match="the env is wrapped in AutoResetWrapper; pass an unbatched env"):
         BraxWrapper(training.AutoResetWrapper(Drift()))

@@ -72,7 +72,8 @@ def _compare(env, td, timestep) -> None:
             assert ours.dtype == raw.dtype, field.key
             np.testing.assert_array_equal(ours, raw, err_msg=str(field.key))
     for name in env._core._extras:
-        raw = np.broadcast_to(np.asarray(timestep.extras[name], np.float32)[:, None], td["agents", "info", name].shape[:2])
+        raw = np.broadcast_to(np.asarray(timestep.extras[name], np.float32)[:, None],
+                              td["agents", "info", name].shape[:2])
         np.testing.assert_array_equal(td["agents", "info", name][..., 0].numpy(), raw, err_msg=name)
 
 
@@ -104,6 +105,9 @@ def run(request):
         np.testing.assert_array_equal(nxt["done"][:, 0].numpy(), last)
         np.testing.assert_array_equal(nxt["truncated"][:, 0].numpy(), last & kept_discount)
         np.testing.assert_array_equal(nxt["terminated"][:, 0].numpy(), last & ~kept_discount)
+        if ("agents", "terminated") in nxt.keys(True):  # Connector: an agent that connected or is blocked
+            ended = np.asarray(timestep.discount) == 0
+            np.testing.assert_array_equal(nxt["agents", "terminated"][..., 0].numpy(), ended)
         ends += last
         if last.any():  # both sides draw the next episode from the env's carried key
             kept, now = _split(carried)

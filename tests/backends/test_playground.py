@@ -48,7 +48,8 @@ def test_names_are_the_dm_control_suite_and_its_split_robots():
                                          ("HopperHop", "Hopper"), ("HumanoidRun", "Humanoid")])
 def test_split_agents_observe_their_own_joints_and_not_the_far_ones(task, robot):
     """Each agent reads every observation entry that depends on its own joints alone (their positions and
-    velocities), none that depends on a joint outside its root, chain and neighbours, and drives its joints' actuators."""
+    velocities), none that depends on a joint outside its root, chain and neighbours, and drives its joints'
+    actuators."""
     env = pg._load(task)
     model = scenes.RobotModel.from_mj_model(env.mj_model)
     depends = pg.observation_dependence(env)
@@ -105,8 +106,9 @@ def walker():
         nxt = td["next"]
         np.testing.assert_allclose(nxt["state"].numpy(), np.asarray(state.obs), rtol=1e-6, atol=1e-6)
         for j, agent in enumerate(env.group_map["agents"]):
-            np.testing.assert_allclose(nxt["agents", "observation"][:, j].numpy()[:, :len(env.observation_indices[agent])],
-                                       np.asarray(state.obs)[:, list(env.observation_indices[agent])], rtol=1e-6, atol=1e-6)
+            own = list(env.observation_indices[agent])
+            np.testing.assert_allclose(nxt["agents", "observation"][:, j].numpy()[:, :len(own)],
+                                       np.asarray(state.obs)[:, own], rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(nxt["agents", "reward"][:, j, 0].numpy(), np.asarray(state.reward), rtol=1e-6)
         np.testing.assert_array_equal(nxt["truncated"][:, 0].numpy(), np.full(B, (t + 1) % LIMIT == 0))
         if (t + 1) % LIMIT == 0:  # both sides start the next episode from the env's carried key

@@ -8,19 +8,21 @@
 Jumanji's observations are structured (a NamedTuple of arrays, some per agent, some shared). They are kept
 structured, not flattened. For the group ``g`` of ``n`` agents (one group: Jumanji's agents are alike):
 
-=================================== =============== =====================================================================
+=================================== =============== ================================================================
 key                                 shape           from Jumanji
-=================================== =============== =====================================================================
+=================================== =============== ================================================================
 ``(g, "observation", field, ...)``  ``(B, n, *o)``  each per-agent field of the observation (``agents_view``,
                                                     ``vehicles.coordinates``, ...), float32
-``(g, "action_mask")``              ``(B, n, k)``   the observation's ``action_mask``, bool (``rand_action`` honours it)
+``(g, "action_mask")``              ``(B, n, k)``   the observation's ``action_mask``, bool (``rand_action`` honours
+                                                    it)
 ``field`` (root, nested as Jumanji) ``(B, *o)``     each shared field (``grid``, ``step_count``, ``nodes.demands``),
-                                                    in Jumanji's dtype (a grid every agent sees is not copied per agent)
-``(g, "action")``                   ``(B, n)``      ``Categorical`` (SearchAndRescue: ``(B, n, 2)`` ``Bounded`` float32)
-``("next", g, "reward")``           ``(B, n, 1)``   the agent's reward; a team reward (a scalar in Jumanji) for every agent
+                                                    in Jumanji's dtype (a grid every agent sees: not copied per agent)
+``(g, "action")``                   ``(B, n)``      ``Categorical`` (SearchAndRescue: ``(B, n, 2)`` ``Bounded``)
+``("next", g, "reward")``           ``(B, n, 1)``   the agent's reward; a team reward (a scalar in Jumanji): every
+                                                    agent's
 ``(g, "info", name)``               ``(B, n, 1)``   each of the ``TimeStep``'s extras (``percent_eaten``, ...), float32
-``(g, "terminated")``               ``(B, n, 1)``   Connector only: the agent connected or is blocked (its discount is 0)
-=================================== =============== =====================================================================
+``(g, "terminated")``               ``(B, n, 1)``   Connector only: the agent connected or is blocked (discount 0)
+=================================== =============== ================================================================
 
 Which fields are per agent is ``PER_AGENT``'s table (a shape cannot tell: Connector's 10 x 10 grid has 10 agents).
 Ends come from the ``TimeStep``: an episode ends on its ``LAST`` step; Jumanji's ``truncation`` keeps the discount
@@ -153,7 +155,7 @@ class _JumanjiCore(JaxCore):
         action = action.reshape(-1) if self._width == 1 else action
         state, timestep = self.env.step(state, action.astype(self._action_dtype))
         discount = jnp.asarray(timestep.discount)
-        last = timestep.step_type == 2  # StepType.LAST
+        last = timestep.last()
         truncated = last & jnp.any(discount > 0)  # truncation keeps a discount, termination zeroes it
         parts = self._outputs(timestep) + [self._per_agent(jnp.asarray(timestep.reward, jnp.float32))]
         if self._separate:

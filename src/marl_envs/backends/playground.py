@@ -24,7 +24,8 @@ the actuated joints, found from the MuJoCo model); the name's suffix counts the 
 observation function, not from a table: moving each joint's ``qpos`` and ``qvel`` entries (at two random states)
 and reading ``_get_obs`` tells on which joints each observation entry depends; an agent observes the entries that depend
 only on the root's joints, its own, their neighbours (joints touching a common body) and the joints its bodies
-hang from (a foot's touch sensor depends on the whole leg), and the entries that depend on no joint (targets). Episodes last the config's ``episode_length`` (``max_steps``).
+hang from (a foot's touch sensor depends on the whole leg), and the entries that depend on no joint (targets).
+Episodes last the config's ``episode_length`` (``max_steps``).
 """
 
 from __future__ import annotations
@@ -181,12 +182,13 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
     Args:
         env_name: a name of ``env_names()`` (``CheetahRun``, ``WalkerWalk_2x3``, ...).
         num_envs, device, seed, group_map: as ``BraxWrapper``'s.
-        max_steps: episode length reported as ``truncated``; default: the config's ``episode_length`` (1000).
+        max_steps: episode length reported as ``truncated``; default (None): the config's ``episode_length`` (1000
+            in the DM Control suite, ``config={"episode_length": ...}`` changes it).
         config: fields of the env's config to override (``{"ctrl_dt": 0.02}``), checked.
 
     Raises:
         ValueError: unknown env name (with close matches), one not offered (with the reason), an unknown config
-            field.
+            field, a ``group_map`` for a single robot (not split).
     """
 
     @checked_keywords
@@ -198,8 +200,9 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
         env = _load(task, config)
         self.env_name, self.playground_env = env_name, env
         mapping = split_mapping(env, SPLITS[_robot(task)]) if split else None
-        limit = max_steps if max_steps is not None else int(import_playground().get_default_config(task).episode_length)
-        super().__init__(env, num_envs=num_envs, device=device, max_steps=limit, seed=seed,
-                         action_indices=mapping and mapping.action_indices,
-                         observation_indices=mapping and mapping.observation_indices,
-                         group_map=group_map if split else None)
+        if max_steps is None:
+            max_steps = int((config or {}).get("episode_length",
+                                               import_playground().get_default_config(task).episode_length))
+        super().__init__(env, num_envs=num_envs, device=device, max_steps=max_steps,
+                         seed=seed, action_indices=mapping and mapping.action_indices,
+                         observation_indices=mapping and mapping.observation_indices, group_map=group_map)
