@@ -69,7 +69,7 @@ PRESETS: dict[str, dict] = {
     "lbforaging/Foraging-8x8-2p-2f-coop-v3": {"num_envs": 64, "frames": 1_000_000, "epochs": 5, "minibatch": 1600,
                                               "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True,
                                               "team_return": True},
-    "rware/rware-tiny-2ag-v2": {"num_envs": 32, "frames": 1_000_000, "steps_per_batch": 100, "epochs": 5,
+    "rware/rware-tiny-2ag-v2": {"num_envs": 64, "frames": 3_000_000, "steps_per_batch": 100, "epochs": 5,
                                 "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True,
                                 "team_return": True},
     # Jumanji's LBF (8x8, 2 agents, 2 foods: the task above in JAX) rewards each agent's share of the foods it
