@@ -156,3 +156,14 @@ def test_layout_of_structured_observations():
     image = env.render(1)  # drawn by Jumanji's own viewer, into an array
     assert env.renders and image.dtype == np.uint8 and image.shape[-1] == 3 and image.std() > 0
     env.close()
+
+
+def test_jumanji_action_puts_the_agents_in_jumanjis_order():
+    """With groups that reorder the agents, ``jumanji_action`` (what the bench's raw loop steps) gives each
+    agent's action at its Jumanji index, in Jumanji's dtype."""
+    env = marl_envs.make("jumanji/LevelBasedForaging-v0", num_envs=2, group_map={"a": ["agent_1"], "b": ["agent_0"]})
+    td = env.rand_action(env.reset())
+    raw = env.jumanji_action(td)
+    assert raw.dtype == np.int32 and raw.shape == (2, 2)
+    np.testing.assert_array_equal(raw[:, 0], td["b", "action"][:, 0].numpy())
+    np.testing.assert_array_equal(raw[:, 1], td["a", "action"][:, 0].numpy())

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 
 from groupings import GroupMap, MarlGroupMapType
 
@@ -286,6 +287,12 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
             per_step += [((g, "terminated"), (*s.shape, 1), torch.bool) for g, s in groups.items()]
         self._set_columns(obs, per_step, [(g, "action") for g in groups])
         self.set_seed(seed)
+
+    def jumanji_action(self, tensordict: TensorDictBase) -> np.ndarray:
+        """The agents' actions of ``tensordict`` as Jumanji's env takes them: ``(B, n, ...)`` in Jumanji's agent
+        order and action dtype (what ``marl-envs bench`` steps the raw env with)."""
+        value = np.concatenate([tensordict.get((g, "action")).detach().cpu().numpy() for g in self.group_map], axis=1)
+        return value[:, self._core._agent_order].astype(np.dtype(self.jumanji_env.action_spec.dtype))
 
     @functools.cached_property
     def _library_viewer(self) -> Any:

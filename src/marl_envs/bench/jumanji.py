@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax
-import numpy as np
 from tensordict import TensorDictBase
 
 from ..backends.jumanji import JumanjiEnv, import_jumanji
@@ -25,14 +24,8 @@ def _loops(env: JumanjiEnv, plan: Sequence[TensorDictBase], chunks: Sequence[ran
     from jumanji.wrappers import VmapAutoResetWrapper
 
     raw = VmapAutoResetWrapper(env.jumanji_env)
-    dtype = np.dtype(env.jumanji_env.action_spec.dtype)
-    agents = [int(a.rpartition("_")[2]) for members in env.group_map.values() for a in members]
-    order = np.argsort(agents)  # group order -> Jumanji's agent order
     device = jax_device(env.device)
-    inputs = []
-    for td in plan:
-        actions = np.concatenate([td[g, "action"].cpu().numpy() for g in env.group_map], axis=1)
-        inputs.append(jax.device_put(actions[:, order].astype(dtype), device))
+    inputs = [jax.device_put(env.jumanji_action(td), device) for td in plan]
 
     def step(carry, action):
         return raw.step(carry[0], action)
