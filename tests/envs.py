@@ -160,11 +160,11 @@ def cheapest_brax_kwargs(name: str) -> dict:
     """For ``brax/<name>``: Brax's spring pipeline (its fastest on CPU) where the env takes it, else nothing."""
     import warnings
 
-    from brax import envs as brax_envs
-
-    from marl_envs.backends.brax import scenes
-
     from marl_envs._validate import init_keywords
+    from marl_envs.backends.brax import scenes
+    from marl_envs.backends.brax._compat import import_brax
+
+    brax_envs = import_brax()  # quietly: Brax imports JAXopt, which warns (an error under filterwarnings=error)
 
     robot = scenes.SCENES[name].robot if name in scenes.SCENES else name
     accepted = init_keywords(brax_envs._envs[robot])

@@ -3,6 +3,7 @@ exactness against each raw library over episode boundaries, their end flags, dea
 
 from __future__ import annotations
 
+import functools
 import resource
 
 import numpy as np
@@ -297,6 +298,49 @@ def test_openspiel_equals_a_raw_pyspiel_loop_with_the_same_actions_and_chance(na
                 r.reset()
         td = td_next
     assert episodes >= 2 * B
+
+
+@pytest.mark.parametrize("name, group_map, categorical", [
+    ("leduc_poker", None, True),  # turn-based, chance mid-game
+    ("goofspiel", None, True),  # simultaneous
+    ("kuhn_poker", "ONE_GROUP_PER_AGENT", False),  # a group per player, one-hot actions
+])
+def test_openspiel_direct_writes_equal_the_generic_pettingzoo_path(name, group_map, categorical):
+    """``OpenSpielEnv`` writes its games' values straight into the frames; the generic PettingZoo wrapper over the
+    same views gives the same data: with auto-reset, and stepping on past the end without a reset (PettingZoo's
+    dead steps, which go through the views)."""
+    _installed("openspiel")
+    from groupings import MarlGroupMapType
+    from marl_envs.backends.openspiel import OpenSpielAEC, OpenSpielEnv, OpenSpielParallel
+    from marl_envs.backends.pettingzoo import PettingZooWrapper
+
+    kwargs = {"num_envs": 4, "seed": 3, "categorical_actions": categorical,
+              "group_map": None if group_map is None else MarlGroupMapType[group_map]}
+    direct = OpenSpielEnv(name, **kwargs)
+    view = OpenSpielParallel if direct.parallel else OpenSpielAEC
+    generic = PettingZooWrapper(functools.partial(view, name), use_mask=not direct.parallel, **kwargs)
+    assert type(generic._runner) is not type(direct._runner)  # the two paths under test
+    torch.manual_seed(0)
+    a = direct.rollout(80, break_when_any_done=False)
+    torch.manual_seed(0)
+    b = generic.rollout(80, break_when_any_done=False)
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    assert (a == b).all()
+    assert a["next", "done"].sum() >= 8  # several episodes per env
+    for env in (direct, generic):  # on past the end: the finished games' agents leave one step at a time
+        torch.manual_seed(1)
+        td, steps = env.reset(), []
+        for _ in range(20):  # goofspiel: 13 rounds
+            try:
+                td = env.rand_step(td)
+            except ValueError as err:
+                assert "has no agents left" in str(err)
+                break
+            steps.append(td)
+            td = env.step_mdp(td)
+        env.steps = torch.stack(steps)
+    assert (direct.steps == generic.steps).all()
+    assert direct.steps["next", "done"].any()
 
 
 def test_openspiel_reports_chance_outcomes_and_never_plays_an_illegal_move():

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -41,6 +42,7 @@ from pettingzoo import AECEnv, ParallelEnv
 
 from .._quiet import filtered_output
 from .pettingzoo import PettingZooEnv, Task
+from .pettingzoo._shard import BatchPlan, Buffers, Frame, Shard
 from .pettingzoo._spaces import ACTION_MASK
 
 __all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "make_env", "tasks"]
@@ -78,14 +80,16 @@ class _Game:
         self.act_space = spaces.Discrete(self.n_actions)
         self.rng = np.random.default_rng()
         self.state = self.game.new_initial_state()
-        self.returns = np.zeros(len(self.players))
+        self.returns = [0.0] * len(self.players)
+        self.last = [0.0] * len(self.players)  #: every player's reward of the last move (0 after a reset)
         self.chance = -1
 
     def reset(self, seed: int | None) -> None:
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         self.state = self.game.new_initial_state()
-        self.returns = np.zeros(len(self.players))
+        self.returns = [0.0] * len(self.players)
+        self.last = [0.0] * len(self.players)
         self.chance = -1
         self.resolve_chance()
 
@@ -97,25 +101,35 @@ class _Game:
             self.chance = int(outcomes[self.rng.choice(len(outcomes), p=np.asarray(probabilities))])
             state.apply_action(self.chance)
 
+    def play(self, actions: Sequence[int]) -> None:
+        """One move: every player's action at a simultaneous node, else the acting player's (``actions[p]`` is player
+        ``p``'s); then chance, then the rewards (``last``)."""
+        state = self.state
+        self.chance = -1
+        if state.is_simultaneous_node():
+            state.apply_actions([int(action) for action in actions])
+        else:
+            state.apply_action(int(actions[state.current_player()]))
+        self.resolve_chance()
+        self.rewards()
+
     def rewards(self) -> dict[str, float]:
-        """The change of every player's return since the last call."""
-        now = np.asarray(self.state.returns())
-        delta, self.returns = now - self.returns, now
-        return dict(zip(self.agents, delta.tolist()))
+        """The change of every player's return since the last call (kept in ``last``)."""
+        now = self.state.returns()
+        self.last = [a - b for a, b in zip(now, self.returns)]
+        self.returns = now
+        return dict(zip(self.agents, self.last))
+
+    def tensor(self, player: int) -> list[float]:
+        """The player's observation tensor (information-state tensor for games without one), flat."""
+        state = self.state
+        return state.observation_tensor(player) if self.use_observation else state.information_state_tensor(player)
 
     def observe(self, player: int) -> dict[str, np.ndarray]:
-        state = self.state
-        tensor = state.observation_tensor(player) if self.use_observation else state.information_state_tensor(player)
-        mask = np.zeros(self.n_actions, np.int8)
-        if not state.is_terminal():
-            legal = state.legal_actions(player)
-            if legal:
-                mask[legal] = 1
-            else:
-                mask[:] = 1  # not this player's move: whatever it sends is ignored
-        else:
-            mask[:] = 1
-        return {"observation": np.asarray(tensor, np.float32).reshape(self.shape), ACTION_MASK: mask}
+        mask = np.asarray(self.state.legal_actions_mask(player), np.int8)  # all 0 at a terminal state
+        if not mask.any():
+            mask[:] = 1  # not this player's move (or the game is over): whatever it sends is ignored
+        return {"observation": np.asarray(self.tensor(player), np.float32).reshape(self.shape), ACTION_MASK: mask}
 
     def infos(self) -> dict[str, dict]:
         return {agent: {CHANCE: self.chance} for agent in self.agents}
@@ -146,8 +160,9 @@ class OpenSpielAEC(AECEnv):
         return self.core.observe(self.possible_agents.index(agent))
 
     def _sync(self) -> None:
+        """PettingZoo's dicts and the player to act from the game after a move (``core.last``: its rewards)."""
         core, state = self.core, self.core.state
-        self.rewards = core.rewards()
+        self.rewards = dict(zip(self.possible_agents, core.last))
         self._cumulative_rewards = dict(self.rewards)  # what last() reports: this step's
         ended = state.is_terminal()
         self.terminations = dict.fromkeys(self.agents, ended)
@@ -162,6 +177,7 @@ class OpenSpielAEC(AECEnv):
         self.core.reset(seed)
         self.agents = list(self.possible_agents)
         self.agent_selection = self.agents[0]
+        self.core.rewards()
         self._sync()
 
     def step(self, action: int | None) -> None:
@@ -172,9 +188,7 @@ class OpenSpielAEC(AECEnv):
             if self.agents:
                 self.agent_selection = self.agents[0]
             return
-        core.chance = -1
-        core.state.apply_action(int(action))
-        core.resolve_chance()
+        core.play([action] * len(self.possible_agents))  # the acting player's action, wherever it sits
         self._sync()
 
     def render(self) -> str:
@@ -212,16 +226,10 @@ class OpenSpielParallel(ParallelEnv):
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         core = self.core
-        state = core.state
-        core.chance = -1
-        if state.is_simultaneous_node():
-            state.apply_actions([int(actions[agent]) for agent in self.possible_agents])
-        else:
-            state.apply_action(int(actions[self.possible_agents[state.current_player()]]))
-        core.resolve_chance()
-        ended = state.is_terminal()
-        out = (self._observations(), core.rewards(), dict.fromkeys(self.possible_agents, ended),
-               dict.fromkeys(self.possible_agents, False), core.infos())
+        core.play([actions[agent] for agent in self.possible_agents])
+        ended = core.state.is_terminal()
+        out = (self._observations(), dict(zip(self.possible_agents, core.last)),
+               dict.fromkeys(self.possible_agents, ended), dict.fromkeys(self.possible_agents, False), core.infos())
         if ended:
             self.agents = []
         return out
@@ -231,6 +239,95 @@ class OpenSpielParallel(ParallelEnv):
 
     def close(self) -> None:
         pass
+
+
+class GameShard(Shard):
+    """The shard of OpenSpiel game states: the values the PettingZoo views give, written straight into the frames.
+
+    For a game whose step takes microseconds, the views' dicts and the generic per-row writes cost more than the
+    game. Here a step plays every row's move (``_Game.play``, what the views call too), reads every player's tensor
+    and legal actions into flat lists, and writes each frame entry once for all rows. The views stay the instances:
+    they are kept where the generic path would leave them (the player to act; the end), and a step where some game
+    is already over (PettingZoo's dead steps, after a ``step`` without a reset) goes through them.
+    """
+
+    def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
+        super().__init__(instances, lo, plan, buffers)
+        self.games: list[_Game] = [view.core for view in self.instances]
+        self.players = range(len(plan.agents))  # the agents are player_0, player_1, ...: the batch's order
+
+    def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
+        b, lo, hi, plan = self.buffers, self.lo, self.hi, self.plan
+        if any(game.state.is_terminal() for game in self.games):
+            super().step(decoded)
+            return
+        actions = np.empty((hi - lo, len(self.players)), np.int64)
+        for g, wire in zip(plan.groups, b.actions):
+            actions[:, g.index] = wire[lo:hi]
+        for r, (view, game, row) in enumerate(zip(self.instances, self.games, actions.tolist())):
+            self.current = lo + r
+            game.play(row)
+            if game.state.is_terminal():
+                if plan.parallel:
+                    view.agents = []
+                else:
+                    view._sync()
+            elif not plan.parallel:
+                view.agent_selection = view.possible_agents[game.state.current_player()]
+        b.step.clear(lo, hi)
+        self._read(b.step, range(lo, hi))
+        self._flags(b.step)
+
+    def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
+        frame = self._reset_frame(rows)
+        for i, seed in zip(rows, seeds):
+            self.current = i
+            self.instances[i - self.lo].reset(seed=seed)
+        self._read(frame, rows)
+        self._flags(frame)
+
+    def _read(self, f: Frame, rows: Sequence[int]) -> None:
+        """Rows ``rows`` of frame ``f`` and of the episode flags, from their games as they stand."""
+        b, plan, players, position = self.buffers, self.plan, self.players, self.position
+        n, P = len(rows), len(players)
+        if not n:
+            return
+        tensors: list[float] = []
+        masks: list[int] = []
+        rewards: list[float] = []
+        ended, chance, acting = [], [], []
+        for i in rows:
+            view = self.instances[i - self.lo]
+            game = view.core
+            state = game.state
+            for p in players:
+                tensors.extend(game.tensor(p))
+                masks.extend(state.legal_actions_mask(p))
+            rewards.extend(game.last)
+            ended.append(state.is_terminal())
+            chance.append(game.chance)
+            acting.append(-1 if not view.agents else P if plan.parallel else position[view.agent_selection])
+        mask = np.asarray(masks, bool).reshape(n, P, -1)
+        mask[~mask.any(-1)] = True  # no legal action (not this player's move, or over): all True
+        over = np.asarray(ended)
+        live = np.ones((n, P), bool)
+        if plan.parallel:
+            live[over] = False
+        who = np.asarray(acting)[:, None]
+        acts = (who == np.arange(P)) | (who == P)
+        # the generic writer keeps the defaults (all True) for agents not acting: the same values here
+        obs = np.asarray(tensors, np.float32).reshape(n, P, -1)
+        rows = list(rows)
+        b.live[rows], b.seen[rows], b.trunc[rows] = live, True, False
+        b.term[rows] = over[:, None]
+        f.acting[rows] = acts
+        f.reward[rows] = np.asarray(rewards, np.float32).reshape(n, P)
+        chances = np.asarray(chance, np.float32)[:, None]
+        for gi, g in enumerate(plan.groups):
+            f.obs[gi][0][rows] = obs[:, g.index].reshape(n, len(g.agents), *game.shape)
+            f.action_mask[gi][rows] = mask[:, g.index]
+            for buf in f.infos[gi]:  # the one numeric info: the chance outcome
+                buf[rows] = chances
 
 
 def _left_out(game: Any) -> str | None:
@@ -279,6 +376,7 @@ class OpenSpielEnv(PettingZooEnv):
     :class:`~marl_envs.backends.pettingzoo.PettingZooEnv`'s, the keywords the game's parameters."""
 
     family: ClassVar[str] = "openspiel"
+    shard_class = GameShard
 
     @classmethod
     def known_tasks(cls) -> dict[str, Task]:

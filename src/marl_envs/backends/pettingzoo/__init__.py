@@ -108,6 +108,9 @@ class PettingZooWrapper(EnvBase):
     _masked_actions = True  # the actions of the agents a group's "mask" leaves out are not applied
     #: group agents by name prefix even where all look alike (opposing teams: ``red_*`` and ``blue_*``)
     teams_by_prefix: ClassVar[bool] = False
+    #: what steps the instances and writes their results: a family whose instances can write their results straight
+    #: into the frames (OpenSpiel) has its own, giving the same values as this generic one
+    shard_class: ClassVar[type[Shard]] = Shard
 
     @checked_keywords
     def __init__(self, env: Any | Factory, *, num_envs: int = 1, return_state: bool = False,
@@ -155,9 +158,10 @@ class PettingZooWrapper(EnvBase):
         self._own = (lambda array: array) if self._buffers.fresh else np.copy  # frames are reused: copy them
         if num_workers:
             first.close()  # a probe: the workers build the instances
-            self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, plan, self._buffers)
+            self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, plan, self._buffers,
+                                                          self.shard_class)
         else:
-            self._runner = Shard(instances, 0, plan, self._buffers)
+            self._runner = self.shard_class(instances, 0, plan, self._buffers)
         if seed is not None:
             self.set_seed(seed)
 

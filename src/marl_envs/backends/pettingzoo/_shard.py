@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,10 @@ class Group:
     mask_shape: tuple[int, ...] | None
     info: tuple[tuple[str, tuple[int, ...]], ...]  # (key, shape) of the numeric infos
     codec: ActionCodec
+    names: frozenset[str] = field(init=False)  # the agents, as a set: is every one of them in a step's dict?
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", frozenset(self.agents))
 
 
 @dataclass(frozen=True)
@@ -160,11 +165,18 @@ class Shard:
     def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
         """Reset the instances of ``rows`` (global batch indices inside this shard) with ``seeds``, into the reset
         frame."""
-        frame = self.buffers.reset
-        frame.clear(self.lo, self.hi)
+        frame = self._reset_frame(rows)
         for i, seed in zip(rows, seeds):
             self._reset_row(frame, i, seed)
         self._flags(frame)
+
+    def _reset_frame(self, rows: Sequence[int]) -> Frame:
+        """The reset frame, cleared for a reset of ``rows``. A fresh frame gets new arrays only if some row is reset:
+        with none, the wrapper does not read it (and zeroing hundreds of agents' observations is not free)."""
+        frame = self.buffers.reset
+        if rows or not frame.fresh:
+            frame.clear(self.lo, self.hi)
+        return frame
 
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
         """Step every instance with the actions in ``buffers.actions`` (``decoded[gi][i - lo][j]`` for the groups
@@ -230,58 +242,71 @@ class Shard:
         return self._aec_record(env)
 
     def _write(self, f: Frame, i: int, record: tuple) -> None:
-        """Row ``i`` of frame ``f`` (and of the episode flags) from one instance's record."""
-        plan, b, position = self.plan, self.buffers, self.position
+        """Row ``i`` of frame ``f`` (and of the episode flags) from one instance's record.
+
+        Hundreds of agents in a group (MAgent2) or a few agents stepped thousands of times a second (OpenSpiel): the
+        dicts are read with ``map`` and each leaf is written with one assignment per group, no per-agent Python
+        loop but for action masks of acting agents and numeric infos.
+        """
+        plan, b, index_of = self.plan, self.buffers, self.position.__getitem__
         agent_obs, rewards, terms, truncs, agent_infos, acting, env = record
         live, term, trunc, seen = b.live[i], b.term[i], b.trunc[i], b.seen[i]  # row views
         live[:] = False
-        for agent in env.agents:
-            live[position[agent]] = True
+        live[list(map(index_of, env.agents))] = True
         acts = f.acting[i]
-        for agent in acting:
-            acts[position[agent]] = True
+        acts[list(map(index_of, acting))] = True
         reward = f.reward[i]
-        for gi, g in enumerate(plan.groups):  # one write per group and leaf: hundreds of agents in a group
-            values = [agent_obs.get(agent) for agent in g.agents]
-            js = [j for j, value in enumerate(values) if value is not None]
-            if len(js) < len(values):
-                for j, value in enumerate(values):
-                    if value is not None:
-                        continue
-                    if not plan.use_mask:  # not (or no longer) in the episode
-                        raise ValueError(dead_message(i, [g.agents[j]]))
-                    k = g.index[j]
-                    if seen[k] and not (term[k] or trunc[k]):
-                        term[k] = True  # left without saying why
+        for gi, g in enumerate(plan.groups):
+            members, ks = g.agents, g.index
+            if agent_obs.keys() >= g.names:  # every member observed: the common case
+                js: slice | list[int] = slice(None)
+            else:
+                js = self._left(g, i, agent_obs, term, trunc, seen)
                 if not js:
                     continue
-            everyone = len(js) == len(values)
-            members = g.agents if everyone else [g.agents[j] for j in js]
-            present = values if everyone else [values[j] for j in js]
-            ks = g.index if everyone else g.index[js]
+                members, ks = [members[j] for j in js], ks[js]
+            present = list(map(agent_obs.__getitem__, members))
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
-                read = [leaf.read(value) for value in present]
-                if everyone and leaf.shape:  # straight into the buffer's row: one pass over the data
-                    np.stack(read, out=buf[i], casting="unsafe")
-                else:
-                    buf[i, slice(None) if everyone else js] = read
+                buf[i, js] = present if leaf.whole else [leaf.read(value) for value in present]
             seen[ks] = True
-            term[ks] = [terms.get(agent, False) for agent in members]
-            trunc[ks] = [truncs.get(agent, False) for agent in members]
-            reward[ks] = [rewards.get(agent, 0.0) for agent in members]
+            term[ks] = list(map(terms.get, members, repeat(False)))
+            trunc[ks] = list(map(truncs.get, members, repeat(False)))
+            reward[ks] = list(map(rewards.get, members, repeat(0.0)))
+            if not (g.info or g.mask_shape is not None):
+                continue
             infos = [agent_infos.get(agent) or {} for agent in members]
             for (key, _), buf in zip(g.info, f.infos[gi]):
-                for j, info in zip(js, infos):
+                row = buf[i, js]  # a copy where js is a list: written back below
+                for j, info in enumerate(infos):
                     if key in info:
-                        buf[i, j] = info[key]
+                        row[j] = info[key]
+                buf[i, js] = row
             if g.mask_shape is not None:
-                for j, k, value, info in zip(js, ks, present, infos):
+                at = range(len(members)) if isinstance(js, slice) else js
+                for j, k, value, info in zip(at, ks, present, infos):
                     if acts[k]:
                         mask = info.get(ACTION_MASK) if g.mask_from_info else g.obs.mask_leaf.read(value)
                         if mask is not None:
                             f.action_mask[gi][i, j] = mask
         if f.state is not None:
             f.state[i] = state_of(env)
+
+    def _left(self, g: Group, i: int, agent_obs: dict, term: np.ndarray, trunc: np.ndarray, seen: np.ndarray
+              ) -> list[int]:
+        """The positions in group ``g`` of the agents ``agent_obs`` has; the others are not (or no longer) in the
+        episode: an error without ``use_mask``, else an agent seen in this episode that left without an end flag is
+        marked terminated."""
+        js = []
+        for j, agent in enumerate(g.agents):
+            if agent in agent_obs:
+                js.append(j)
+                continue
+            if not self.plan.use_mask:
+                raise ValueError(dead_message(i, [agent]))
+            k = g.index[j]
+            if seen[k] and not (term[k] or trunc[k]):
+                term[k] = True  # left without saying why
+        return js
 
     def render(self, i: int) -> Any:
         return self.instances[i - self.lo].render()

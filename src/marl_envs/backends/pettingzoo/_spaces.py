@@ -32,6 +32,11 @@ class Leaf:
     dtype: np.dtype
     offset: int | np.ndarray | None = None  # a nonzero ``start`` of Discrete / MultiDiscrete (shifted to 0)
 
+    @property
+    def whole(self) -> bool:
+        """The leaf is the agent's observation as it comes (no path into it, no shift): ``read`` is the identity."""
+        return not self.path and self.offset is None
+
     def read(self, value):
         for part in self.path:
             value = value[part]

@@ -59,11 +59,11 @@ def shared_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 def _serve(conn: Connection, go: int, alive: int, parents_end: int, make: Callable[[], Any], lo: int, hi: int,
-           plan: BatchPlan, buffers: Buffers) -> None:
+           plan: BatchPlan, buffers: Buffers, shard_class: type[Shard]) -> None:
     """A worker's loop: build the instances of rows ``[lo, hi)``, then run the commands that come in."""
     os.close(parents_end)  # ``alive`` reads EOF once the parent, the last holder of this end, is gone
     try:
-        shard = Shard([make() for _ in range(hi - lo)], lo, plan, buffers)
+        shard = shard_class([make() for _ in range(hi - lo)], lo, plan, buffers)
     except Exception:
         conn.send(("error", (lo, traceback.format_exc())))
         return
@@ -121,7 +121,8 @@ class WorkerPool:
         WorkerError: a worker could not build its instances.
     """
 
-    def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, plan: BatchPlan, buffers: Buffers):
+    def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, plan: BatchPlan, buffers: Buffers,
+                 shard_class: type[Shard] = Shard):
         if "fork" not in mp.get_all_start_methods():
             raise ValueError("num_workers > 0 needs the 'fork' start method (Linux); use num_workers=0 here")
         bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
@@ -132,7 +133,7 @@ class WorkerPool:
         for lo, hi in self.slices:
             parent, child = context.Pipe()
             go = os.eventfd(0, os.EFD_NONBLOCK)
-            args = (child, go, alive, self._alive, make, lo, hi, plan, buffers)
+            args = (child, go, alive, self._alive, make, lo, hi, plan, buffers, shard_class)
             process = context.Process(target=_serve, args=args, daemon=True, name=f"marl_envs-pettingzoo-{lo}-{hi}")
             self.gos.append(go)
             with ignored_warnings(*_FORK_WARNINGS):
