@@ -164,14 +164,16 @@ def expand_done(data, groups: list[Group]) -> None:
                 data.set(("next", *as_tuple(key)), flag)
 
 
-def episode_rewards(data, groups: list[Group], info: distributed.RankInfo | None = None) -> dict[str, float]:
-    """Per group: the mean over agents and finished episodes (of every rank) of the per-agent return (nan if none
-    finished)."""
+def episode_rewards(data, groups: list[Group], info: distributed.RankInfo | None = None, team: bool = False
+                    ) -> dict[str, float]:
+    """Per group: the mean over finished episodes (of every rank) of the per-agent return averaged over the agents
+    (summed with ``team``: the team's return, as EPyMARL's tasks report it); nan if none finished."""
     done = data.get(("next", "done"))  # (..., 1): the env is the unit of episodes
     sums_counts = []
     for g in groups:
         returns = data.get(("next", *as_tuple(g.episode_reward)))
-        per_env = returns.flatten(len(done.shape) - 1).mean(-1) if g.prefix else returns[..., 0]
+        per_agent = returns.flatten(len(done.shape) - 1)
+        per_env = (per_agent.sum(-1) if team else per_agent.mean(-1)) if g.prefix else returns[..., 0]
         ended = per_env[done[..., 0]]
         sums_counts.append(torch.stack([ended.sum(), torch.tensor(float(ended.numel()), device=ended.device)]))
     totals = torch.stack(sums_counts)
@@ -210,7 +212,7 @@ def random_policy_reward(args, frames: int, steps: int) -> float:
     env.set_seed(12345)
     collector = Collector(env, None, frames_per_batch=args.num_envs * steps, total_frames=max(frames, 1),
                           **COLLECTOR_KWARGS)
-    rewards = [mean_of(episode_rewards(data, groups).values()) for data in collector]
+    rewards = [mean_of(episode_rewards(data, groups, team=args.team_return).values()) for data in collector]
     collector.shutdown()
     return mean_of(rewards)
 
@@ -231,6 +233,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--clip", type=float, default=0.2)
     p.add_argument("--entropy", type=float, default=1e-4)
     p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--normalize-advantage", action="store_true",
+                   help="standardise the advantages of each minibatch (for sparse, small rewards: EPyMARL's tasks)")
+    p.add_argument("--team-return", action="store_true",
+                   help="report an episode's return as its agents' sum (EPyMARL's tasks), not their mean")
     p.add_argument("--ippo", action="store_true", help="decentralised critics (IPPO)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", help="default: cpu; under torchrun cuda:LOCAL_RANK when CUDA is available, else cpu")
@@ -290,7 +296,7 @@ def train(args) -> dict:
     losses = []
     for g, actor, critic in zip(groups, actors, critics):
         loss = ClipPPOLoss(actor_network=actor, critic_network=critic, clip_epsilon=args.clip,
-                           entropy_coeff=args.entropy, normalize_advantage=False)
+                           entropy_coeff=args.entropy, normalize_advantage=args.normalize_advantage)
         loss.set_keys(action=g.action, reward=g.reward, done=g.done, terminated=g.terminated,
                       sample_log_prob=g.log_prob, value=g.value, advantage=g.advantage, value_target=g.value_target)
         loss.make_value_estimator(ValueEstimators.GAE, gamma=args.gamma, lmbda=args.lmbda)
@@ -327,7 +333,7 @@ def train(args) -> dict:
                 loss.value_estimator(data, params=loss.critic_network_params,
                                      target_params=loss.target_critic_network_params)
         frames += data.numel() * info.world_size
-        per_group = episode_rewards(data, groups, info)
+        per_group = episode_rewards(data, groups, info, team=args.team_return)
         infos = episode_infos(data, groups, info)
         buffer.extend(data.reshape(-1))
         for _ in range(args.epochs):

@@ -227,6 +227,25 @@ def test_mappo_torchrl_gae_flags_or_the_root_end_into_a_group_s_own(mappo_torchr
         assert data["next", "agents", name][1].flatten().tolist() == [True, False, False]  # env 1: own flags
 
 
+def test_mappo_torchrl_team_return_sums_the_agents_returns(mappo_torchrl, tmp_path):
+    """``--team-return`` reports the agents' summed return (EPyMARL's tasks), by default their mean; a run with it
+    and ``--normalize-advantage`` trains."""
+    from types import SimpleNamespace
+
+    import torch
+    from tensordict import TensorDict
+
+    group = SimpleNamespace(name="agents", prefix=("agents",), episode_reward=("agents", "episode_reward"))
+    returns = torch.tensor([[1.0], [2.0], [6.0]]).expand(2, 3, 1).clone()  # (envs, agents, 1)
+    done = torch.tensor([[True], [False]])  # only env 0's episode ended
+    data = TensorDict({"next": {"done": done, "agents": TensorDict({"episode_reward": returns}, [2, 3])}}, [2])
+    assert mappo_torchrl.episode_rewards(data, [group]) == {"agents": 3.0}
+    assert mappo_torchrl.episode_rewards(data, [group], team=True) == {"agents": 9.0}
+    mappo_torchrl.main(["--env", "test/drift", "--env-kwargs", "max_steps=10", "--out", str(tmp_path),
+                        "--steps-per-batch", "10", "--team-return", "--normalize-advantage", *TINY])
+    _check_outputs(tmp_path, "test/drift", None)
+
+
 def test_mappo_torchrl_under_torchrun_two_ranks(mappo_torchrl, tmp_path):
     """Two CPU ranks (gloo): every rank starts from rank 0's parameters and averages its gradients with the
     other's; the example checks the ranks' parameters agree at the end (a failing check fails the run)."""

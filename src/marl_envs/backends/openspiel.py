@@ -173,11 +173,17 @@ class OpenSpielAEC(AECEnv):
         elif self.agent_selection not in self.agents and self.agents:
             self.agent_selection = self.agents[0]
 
-    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
-        self.core.reset(seed)
+    def restart(self, seed: int | None) -> None:
+        """A new game, and who acts in it: ``reset`` without PettingZoo's dicts (``GameShard`` reads the game)."""
+        core = self.core
+        core.reset(seed)
+        core.rewards()
         self.agents = list(self.possible_agents)
-        self.agent_selection = self.agents[0]
-        self.core.rewards()
+        state = core.state
+        self.agent_selection = self.agents[0 if state.is_terminal() else state.current_player()]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.restart(seed)
         self._sync()
 
     def step(self, action: int | None) -> None:
@@ -219,9 +225,13 @@ class OpenSpielParallel(ParallelEnv):
     def _observations(self) -> dict[str, dict]:
         return {agent: self.core.observe(p) for p, agent in enumerate(self.possible_agents)}
 
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+    def restart(self, seed: int | None) -> None:
+        """A new game: ``reset`` without PettingZoo's dicts (``GameShard`` reads the game)."""
         self.core.reset(seed)
         self.agents = list(self.possible_agents)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.restart(seed)
         return self._observations(), self.core.infos()
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
@@ -247,8 +257,9 @@ class GameShard(Shard):
     For a game whose step takes microseconds, the views' dicts and the generic per-row writes cost more than the
     game. Here a step plays every row's move (``_Game.play``, what the views call too), reads every player's tensor
     and legal actions into flat lists, and writes each frame entry once for all rows. The views stay the instances:
-    they are kept where the generic path would leave them (the player to act; the end), and a step where some game
-    is already over (PettingZoo's dead steps, after a ``step`` without a reset) goes through them.
+    their agents and player to act are kept as the generic path keeps them (PettingZoo's dicts only at a game's end),
+    and a step where some game is already over (PettingZoo's dead steps, after a ``step`` without a reset) goes
+    through them.
     """
 
     def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
@@ -258,7 +269,11 @@ class GameShard(Shard):
 
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
         b, lo, hi, plan = self.buffers, self.lo, self.hi, self.plan
-        if any(game.state.is_terminal() for game in self.games):
+        if any(game.state.is_terminal() for game in self.games):  # dead steps: the generic path, over the views
+            if not plan.parallel:
+                for view, game in zip(self.instances, self.games):
+                    if not game.state.is_terminal():
+                        view._sync()  # the dicts a generic step reads (a direct step or restart leaves them as they were)
             super().step(decoded)
             return
         actions = np.empty((hi - lo, len(self.players)), np.int64)
@@ -282,7 +297,7 @@ class GameShard(Shard):
         frame = self._reset_frame(rows)
         for i, seed in zip(rows, seeds):
             self.current = i
-            self.instances[i - self.lo].reset(seed=seed)
+            self.instances[i - self.lo].restart(seed)
         self._read(frame, rows)
         self._flags(frame)
 
