@@ -296,7 +296,10 @@ def train(args) -> dict:
     losses = []
     for g, actor, critic in zip(groups, actors, critics):
         loss = ClipPPOLoss(actor_network=actor, critic_network=critic, clip_epsilon=args.clip,
-                           entropy_coeff=args.entropy, normalize_advantage=args.normalize_advantage)
+                           entropy_coeff=args.entropy, normalize_advantage=args.normalize_advantage,
+                           # over the samples and the agents together, as examples/mappo.py: the one dim kept apart
+                           # is the trailing 1
+                           normalize_advantage_exclude_dims=(-1,))
         loss.set_keys(action=g.action, reward=g.reward, done=g.done, terminated=g.terminated,
                       sample_log_prob=g.log_prob, value=g.value, advantage=g.advantage, value_target=g.value_target)
         loss.make_value_estimator(ValueEstimators.GAE, gamma=args.gamma, lmbda=args.lmbda)
