@@ -159,6 +159,7 @@ class Shard:
         self.instances, self.lo, self.hi = list(instances), lo, lo + len(instances)
         self.plan, self.buffers = plan, buffers
         self.position = {agent: k for k, agent in enumerate(plan.agents)}
+        self.everyone = frozenset(plan.agents)
         self.slot = dict(zip(plan.agents, plan.slots))
         self.current = lo
 
@@ -166,8 +167,12 @@ class Shard:
         """Reset the instances of ``rows`` (global batch indices inside this shard) with ``seeds``, into the reset
         frame."""
         frame = self._reset_frame(rows)
+        b, records = self.buffers, []
         for i, seed in zip(rows, seeds):
-            self._reset_row(frame, i, seed)
+            self.current = i
+            b.term[i] = b.trunc[i] = b.seen[i] = False
+            records.append(self._reset_instance(self.instances[i - self.lo], seed))
+        self._write_rows(frame, rows, records)
         self._flags(frame)
 
     def _reset_frame(self, rows: Sequence[int]) -> Frame:
@@ -186,9 +191,11 @@ class Shard:
                    for gi, (g, wire) in enumerate(zip(self.plan.groups, b.actions))]
         frame = b.step
         frame.clear(lo, hi)
+        records = []
         for i in range(lo, hi):
             self.current = i  # the row a failure is reported for
-            self._write(frame, i, self._step_instance(self.instances[i - lo], [group[i - lo] for group in actions]))
+            records.append(self._step_instance(self.instances[i - lo], [group[i - lo] for group in actions]))
+        self._write_rows(frame, range(lo, hi), records)
         self._flags(frame)
 
     def step_reset(self, decoded: Sequence[Sequence | None] | None = None,
@@ -208,12 +215,6 @@ class Shard:
         """The episodes' end flags of this shard's rows as they stand now, into ``frame``."""
         b, lo, hi = self.buffers, self.lo, self.hi
         frame.term[lo:hi], frame.trunc[lo:hi] = b.term[lo:hi], b.trunc[lo:hi]
-
-    def _reset_row(self, frame: Frame, i: int, seed: int | None) -> None:
-        self.current = i
-        b = self.buffers
-        b.term[i] = b.trunc[i] = b.seen[i] = False
-        self._write(frame, i, self._reset_instance(self.instances[i - self.lo], seed))
 
     # -- one instance: PettingZoo's dicts ------------------------------------------------------------
     def _record(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> tuple:
@@ -241,12 +242,53 @@ class Shard:
         env.step(None if env.terminations[agent] or env.truncations[agent] else actions[gi][j])
         return self._aec_record(env)
 
-    def _write(self, f: Frame, i: int, record: tuple) -> None:
-        """Row ``i`` of frame ``f`` (and of the episode flags) from one instance's record.
+    def _write_rows(self, f: Frame, rows: Sequence[int], records: Sequence[tuple]) -> None:
+        """Rows ``rows`` of frame ``f`` (and of the episode flags) from their instances' records.
 
-        Hundreds of agents in a group (MAgent2) or a few agents stepped thousands of times a second (OpenSpiel): the
-        dicts are read with ``map`` and each leaf is written with one assignment per group, no per-agent Python
-        loop but for action masks of acting agents and numeric infos.
+        The rows where every agent is in the episode and observed (the common case) are written together: one
+        assignment per entry for all of them, from nested lists of the dicts' values. The others (agents dead or
+        gone, an episode's last step of a parallel env) are written one by one (``_write``).
+        """
+        plan, b, everyone = self.plan, self.buffers, self.everyone
+        n_agents = len(plan.agents)
+        full, whole = [], []
+        for i, record in zip(rows, records):
+            if len(record[6].agents) == n_agents and record[0].keys() >= everyone:
+                full.append(i)
+                whole.append(record)
+            else:
+                self._write(f, i, record)
+        if not full:
+            return
+        at: slice | list[int] = slice(full[0], full[-1] + 1) if full[-1] - full[0] + 1 == len(full) else full
+        agents = plan.agents
+        b.live[at] = b.seen[at] = True
+        if plan.parallel:  # every agent acts
+            f.acting[at] = True
+        else:
+            f.acting[full, [self.position[record[6].agent_selection] for record in whole]] = True
+        b.term[at] = [list(map(record[2].get, agents, repeat(False))) for record in whole]
+        b.trunc[at] = [list(map(record[3].get, agents, repeat(False))) for record in whole]
+        f.reward[at] = [list(map(record[1].get, agents, repeat(0.0))) for record in whole]
+        for gi, g in enumerate(plan.groups):
+            for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
+                if leaf.whole:
+                    buf[at] = [list(map(record[0].__getitem__, g.agents)) for record in whole]
+                else:
+                    buf[at] = [[leaf.read(record[0][agent]) for agent in g.agents] for record in whole]
+            if g.info or g.mask_shape is not None:
+                for i, record in zip(full, whole):
+                    present = list(map(record[0].__getitem__, g.agents))
+                    self._extras(f, gi, g, i, slice(None), g.agents, g.index, present, record[4])
+        if f.state is not None:
+            for i, record in zip(full, whole):
+                f.state[i] = state_of(record[6])
+
+    def _write(self, f: Frame, i: int, record: tuple) -> None:
+        """Row ``i`` of frame ``f`` (and of the episode flags) from one instance's record, whoever is in it.
+
+        Hundreds of agents in a group (MAgent2), some dead: the dicts are read with ``map`` and each leaf is written
+        with one assignment per group.
         """
         plan, b, index_of = self.plan, self.buffers, self.position.__getitem__
         agent_obs, rewards, terms, truncs, agent_infos, acting, env = record
@@ -272,24 +314,30 @@ class Shard:
             term[ks] = list(map(terms.get, members, repeat(False)))
             trunc[ks] = list(map(truncs.get, members, repeat(False)))
             reward[ks] = list(map(rewards.get, members, repeat(0.0)))
-            if not (g.info or g.mask_shape is not None):
-                continue
-            infos = [agent_infos.get(agent) or {} for agent in members]
-            for (key, _), buf in zip(g.info, f.infos[gi]):
-                row = buf[i, js]  # a copy where js is a list: written back below
-                for j, info in enumerate(infos):
-                    if key in info:
-                        row[j] = info[key]
-                buf[i, js] = row
-            if g.mask_shape is not None:
-                at = range(len(members)) if isinstance(js, slice) else js
-                for j, k, value, info in zip(at, ks, present, infos):
-                    if acts[k]:
-                        mask = info.get(ACTION_MASK) if g.mask_from_info else g.obs.mask_leaf.read(value)
-                        if mask is not None:
-                            f.action_mask[gi][i, j] = mask
+            if g.info or g.mask_shape is not None:
+                self._extras(f, gi, g, i, js, members, ks, present, agent_infos)
         if f.state is not None:
             f.state[i] = state_of(env)
+
+    def _extras(self, f: Frame, gi: int, g: Group, i: int, js: slice | list[int], members: Sequence[str],
+                ks: np.ndarray, present: list, agent_infos: dict) -> None:
+        """Row ``i``'s numeric infos and action masks of group ``g``'s agents ``members`` (at ``js`` in the group,
+        ``ks`` in the batch; ``present``: their observations); the acting flags must be written already."""
+        infos = [agent_infos.get(agent) or {} for agent in members]
+        for (key, _), buf in zip(g.info, f.infos[gi]):
+            row = buf[i, js]  # a copy where js is a list: written back below
+            for j, info in enumerate(infos):
+                if key in info:
+                    row[j] = info[key]
+            buf[i, js] = row
+        if g.mask_shape is not None:
+            acts = f.acting[i]
+            at = range(len(members)) if isinstance(js, slice) else js
+            for j, k, value, info in zip(at, ks, present, infos):
+                if acts[k]:
+                    mask = info.get(ACTION_MASK) if g.mask_from_info else g.obs.mask_leaf.read(value)
+                    if mask is not None:
+                        f.action_mask[gi][i, j] = mask
 
     def _left(self, g: Group, i: int, agent_obs: dict, term: np.ndarray, trunc: np.ndarray, seen: np.ndarray
               ) -> list[int]:
