@@ -150,6 +150,36 @@ def test_magent2_equals_the_raw_parallel_loop_with_agents_dying():
     assert died > 0 and ends == B
 
 
+@pytest.mark.parametrize("group_map, extra_features", [("teams", True), ("ALL_IN_ONE_GROUP", False)])
+def test_magent2_direct_steps_equal_the_generic_pettingzoo_path(group_map, extra_features):
+    """``MAgent2Env`` steps its instances itself and copies each team's observations from the grid into the batch;
+    the generic PettingZoo wrapper over the same instances, reading MAgent2's dicts, gives the same data: agents
+    dying, episodes ending, observations with the minimap and extra features."""
+    _installed("magent2")
+    from groupings import MarlGroupMapType
+    from magent2.environments import battle_v4
+
+    from marl_envs.backends.magent2 import MAgent2Env
+    from marl_envs.backends.pettingzoo import PettingZooWrapper
+
+    task = {"map_size": 12, "max_cycles": 25, "minimap_mode": True, "extra_features": extra_features}
+    groups = None if group_map == "teams" else MarlGroupMapType[group_map]
+    direct = MAgent2Env("battle_v4", num_envs=3, seed=5, group_map=groups, **task)
+    generic = PettingZooWrapper(functools.partial(battle_v4.parallel_env, **task), num_envs=3, seed=5, use_mask=True,
+                                done_on_any=False, group_map=dict(direct.group_map))
+    assert type(direct._runner) is not type(generic._runner)  # the two paths under test
+    torch.manual_seed(0)
+    a = direct.rollout(60, break_when_any_done=False)
+    torch.manual_seed(0)
+    b = generic.rollout(60, break_when_any_done=False)
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    assert (a == b).all()
+    group = next(iter(direct.group_map))
+    assert not a["next", group, "mask"].all()  # agents died
+    assert a["next", "done"].sum() >= 3  # every env ended an episode (max_cycles)
+    assert a[group, "observation"][..., -1].abs().sum() > 0  # the minimap's (and extra features') channels
+
+
 def test_magent2_battle_at_its_default_size_runs_1000_steps_with_dead_agents_masked():
     """162 agents: agents die, their entries are zeros and their masks False; memory stays flat."""
     _installed("magent2")

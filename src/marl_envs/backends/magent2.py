@@ -19,9 +19,13 @@ import importlib
 import inspect
 import pkgutil
 import re
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import numpy as np
+
 from .pettingzoo import PettingZooEnv, Task
+from .pettingzoo._shard import BatchPlan, Buffers, Frame, Shard, state_of
 from .pettingzoo._tasks import builds
 
 __all__ = ["MAgent2Env", "env_names", "make_env", "tasks"]
@@ -57,6 +61,97 @@ def tasks() -> dict[str, Task]:
     return found
 
 
+class TeamShard(Shard):
+    """The shard of MAgent2 instances: a step read from the grid's own arrays, written straight into the frames.
+
+    MAgent2's ``step`` copies every team's observations out of the grid, then splits them, the rewards and the end
+    flags into a dict entry per agent (hundreds). Here a step does what that ``step`` does to the instance (the
+    actions of the agents alive, by team; the grid's step; the end flags, the observations and rewards of the agents
+    that were in it; the dead cleared; ``agents`` and ``team_sizes`` kept), but copies each team's observations once,
+    from the grid into the group's batch. The data is what the generic path writes from the dicts (a test compares
+    the two with agents dying); resets go through it.
+    """
+
+    def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
+        super().__init__(instances, lo, plan, buffers)
+        from magent2.environments.magent_env import magent_parallel_env
+
+        N = len(plan.agents)
+        self.direct = (plan.parallel and all(isinstance(view, magent_parallel_env) for view in self.instances)
+                       and all(not g.info and g.mask_shape is None and len(g.obs.leaves) == 1 and g.obs.leaves[0].whole
+                               for g in plan.groups))
+        self.group_of, self.slot_of = np.zeros(N, np.intp), np.zeros(N, np.intp)
+        for gi, g in enumerate(plan.groups):
+            self.group_of[g.index], self.slot_of[g.index] = gi, np.arange(len(g.agents))
+
+    def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
+        if not self.direct:
+            super().step(decoded)
+            return
+        b, lo, hi, plan = self.buffers, self.lo, self.hi, self.plan
+        actions = np.empty((hi - lo, len(plan.agents)), np.int64)
+        for g, wire in zip(plan.groups, b.actions):
+            actions[:, g.index] = wire[lo:hi]
+        frame = b.step
+        frame.clear(lo, hi)
+        for i in range(lo, hi):
+            self.current = i
+            self._step_row(frame, i, self.instances[i - lo], actions[i - lo])
+        self._flags(frame)
+
+    def _step_row(self, f: Frame, i: int, view: Any, actions: np.ndarray) -> None:
+        b, position, grid = self.buffers, self.position, view.env
+        before = np.fromiter(map(position.__getitem__, view.agents), np.intp, len(view.agents))
+        ordered = actions[before].astype(np.int32)  # MAgent2's order: the agents alive, team after team
+        start = 0
+        for handle, size in zip(view.handles, view.team_sizes):
+            grid.set_action(handle, ordered[start:start + size])
+            start += size
+        view.frames += 1
+        over = grid.step()
+        truncated = view.frames >= view.max_cycles
+        dead = np.ones(len(self.plan.agents), bool)
+        if not over:
+            for t, handle in enumerate(view.handles):
+                ids = grid.get_agent_id(handle)
+                dead[ids] = ~grid.get_alive(handle)
+                view.team_sizes[t] = len(ids) - int(dead[ids].sum())
+        reward = np.zeros(len(self.plan.agents), np.float32)
+        for handle in view.handles:
+            ids = grid.get_agent_id(handle)
+            self._observe(f, i, view, handle, ids)
+            reward[ids] = grid.get_reward(handle)
+        grid.clear_dead()
+        term, trunc, seen = b.term[i], b.trunc[i], b.seen[i]
+        gone = np.ones(len(self.plan.agents), bool)
+        gone[before] = False
+        term[gone & seen & ~(term | trunc)] = True  # left without saying why (MAgent2 always says)
+        term[before], trunc[before], seen[before] = dead[before], truncated, True
+        f.reward[i, before] = reward[before]
+        live = np.zeros(len(self.plan.agents), bool)
+        if not truncated:
+            live[before] = ~dead[before]
+        b.live[i] = f.acting[i] = live
+        view.agents = [view.possible_agents[k] for k in np.flatnonzero(live)]
+        if f.state is not None:
+            f.state[i] = state_of(view)
+
+    def _observe(self, f: Frame, i: int, view: Any, handle: Any, ids: np.ndarray) -> None:
+        """The observations of a team's agents ``ids`` (global), built as MAgent2 builds them, into their groups."""
+        grid_view, features = view.env.get_observation(handle)
+        if view.minimap_mode and not view.extra_features:
+            features = features[:, -2:]
+        if view.minimap_mode or view.extra_features:
+            tiled = np.broadcast_to(features[:, None, None, :], (*grid_view.shape[:3], features.shape[1]))
+            obs = np.concatenate([grid_view, tiled], axis=-1)
+        else:
+            obs = grid_view
+        groups = self.group_of[ids]
+        for gi in np.unique(groups).tolist():
+            chosen = groups == gi
+            f.obs[gi][0][i, self.slot_of[ids[chosen]]] = obs[chosen]
+
+
 class MAgent2Env(PettingZooEnv):
     """A MAgent2 env by name, ``num_envs`` instances batched, dead agents masked; the arguments are
     :class:`~marl_envs.backends.pettingzoo.PettingZooEnv`'s, the task's keywords its ``raw_env``'s (``map_size``,
@@ -66,6 +161,7 @@ class MAgent2Env(PettingZooEnv):
     default_use_mask: ClassVar[bool | None] = True
     default_done_on_any: ClassVar[bool | None] = False
     teams_by_prefix: ClassVar[bool] = True
+    shard_class = TeamShard
 
     @classmethod
     def known_tasks(cls) -> dict[str, Task]:
