@@ -156,9 +156,9 @@ def test_magent2_direct_steps_equal_the_generic_pettingzoo_path(group_map, extra
     the generic PettingZoo wrapper over the same instances, reading MAgent2's dicts, gives the same data: agents
     dying, episodes ending, observations with the minimap and extra features."""
     _installed("magent2")
-    from groupings import MarlGroupMapType
     from magent2.environments import battle_v4
 
+    from groupings import MarlGroupMapType
     from marl_envs.backends.magent2 import MAgent2Env
     from marl_envs.backends.pettingzoo import PettingZooWrapper
 
