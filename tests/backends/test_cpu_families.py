@@ -66,6 +66,42 @@ def test_tuple_agent_envs_equal_the_library_across_episodes(name, kwargs):
     assert ends >= B  # every instance crossed an episode boundary
 
 
+@pytest.mark.parametrize("name, task, ours, group_map", [
+    ("lbforaging/Foraging-5x5-2p-1f-coop-v3", {"max_episode_steps": 7}, {}, None),  # the library's end
+    ("rware/rware-tiny-2ag-v2", {}, {"max_steps": 6}, "ONE_GROUP_PER_AGENT"),  # our step limit
+])
+def test_tuple_agent_direct_steps_equal_the_generic_pettingzoo_path(name, task, ours, group_map):
+    """A step of Level-Based Foraging and RWARE writes the envs' tuples straight into the frames; the generic
+    PettingZoo wrapper over the same views, reading their dicts, gives the same data: with auto-reset across
+    episode ends, and a plain ``step`` past the library's end refused alike."""
+    _installed(name.partition("/")[0])
+    from groupings import MarlGroupMapType
+    from marl_envs.backends.pettingzoo import PettingZooWrapper
+
+    groups = None if group_map is None else MarlGroupMapType[group_map]
+    direct = marl_envs.make(name, num_envs=3, seed=5, group_map=groups, **task, **ours)
+    generic = PettingZooWrapper(functools.partial(direct.task_spec.parallel, **task), num_envs=3, seed=5,
+                                group_map=groups, **ours)
+    assert type(direct._runner) is not type(generic._runner)  # the two paths under test
+    torch.manual_seed(0)
+    a = direct.rollout(20, break_when_any_done=False)
+    torch.manual_seed(0)
+    b = generic.rollout(20, break_when_any_done=False)
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    assert (a == b).all()
+    assert a["next", "done"].sum() >= 3
+    if ours:
+        return
+    for env in (direct, generic):
+        td = env.reset()
+        for _ in range(10):
+            td = env.step_mdp(env.rand_step(td))
+            if td["done"].any():
+                break
+        with pytest.raises(ValueError, match="has no agents left"):
+            env.rand_step(td)
+
+
 def test_lbforaging_terminates_when_cleared_and_truncates_at_its_step_limit():
     """The library says ``done`` for both; a cleared field (the last food loaded: a reward) terminates, the
     step limit truncates."""

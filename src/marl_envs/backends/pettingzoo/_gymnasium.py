@@ -18,9 +18,10 @@ from pettingzoo import ParallelEnv
 
 from ..._quiet import quiet_import
 from . import PettingZooEnv
+from ._shard import BatchPlan, Buffers, Shard
 from ._tasks import Task, signature_keywords
 
-__all__ = ["Ends", "Forget", "TupleAgentsEnv", "TupleAgentsFamily", "gymnasium_tasks", "raw_env"]
+__all__ = ["Ends", "Forget", "TupleAgentsEnv", "TupleAgentsFamily", "TupleShard", "gymnasium_tasks", "raw_env"]
 
 Ends = Callable[[Any, bool], tuple[bool, bool]]
 """``ends(env, done)`` -> ``(terminated, truncated)`` of the team after a step that returned ``done``."""
@@ -65,16 +66,21 @@ class TupleAgentsEnv(ParallelEnv):
         self.agents = list(self.possible_agents)
         return dict(zip(self.possible_agents, obs)), self._infos(info)
 
-    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
-        obs, rewards, done, truncated, info = self.env.step([actions[agent] for agent in self.possible_agents])
+    def play(self, actions: Sequence[Any]) -> tuple[tuple, list, bool, bool, dict]:
+        """One step of the env with every agent's action (in agent order): its observations, rewards, the team's
+        ``terminated`` and ``truncated`` (by ``ends``) and its info; an ended episode leaves no agents."""
+        obs, rewards, done, truncated, info = self.env.step(list(actions))
         term, trunc = self._ends(self.env, bool(done)) if done or truncated else (False, False)
         trunc = trunc or bool(truncated)
-        agents = self.possible_agents
-        out = (dict(zip(agents, obs)), dict(zip(agents, np.asarray(rewards, dtype=np.float32).tolist())),
-               dict.fromkeys(agents, term), dict.fromkeys(agents, trunc), self._infos(info))
         if term or trunc:
             self.agents = []  # PettingZoo's parallel convention: an ended episode has no agents left
-        return out
+        return obs, rewards, term, trunc, info
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rewards, term, trunc, info = self.play([actions[agent] for agent in self.possible_agents])
+        agents = self.possible_agents
+        return (dict(zip(agents, obs)), dict(zip(agents, np.asarray(rewards, dtype=np.float32).tolist())),
+                dict.fromkeys(agents, term), dict.fromkeys(agents, trunc), self._infos(info))
 
     def state(self) -> np.ndarray:
         raise NotImplementedError(f"{type(self.env).__name__} has no global state")
@@ -96,6 +102,51 @@ def raw_env(env_id: str, **kwargs: Any) -> Any:
 
 def _build(env_id: str, ends: Ends, forget: Forget | None, **kwargs: Any) -> TupleAgentsEnv:
     return TupleAgentsEnv(raw_env(env_id, **kwargs), ends, forget)
+
+
+class TupleShard(Shard):
+    """The shard of :class:`TupleAgentsEnv` s: a step's tuples written straight into the frames.
+
+    Every agent of such an env is in its episode until the team's end, so a step needs no dict per instance: the
+    observations of all rows are written with one assignment per entry, from the tuples the envs return. The data is
+    what the generic path writes from the views' dicts (a test compares the two); resets go through it.
+    """
+
+    def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
+        super().__init__(instances, lo, plan, buffers)
+        self.direct = plan.parallel and plan.state_shape is None and all(g.mask_shape is None for g in plan.groups)
+
+    def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
+        if not self.direct:
+            super().step(decoded)
+            return
+        b, lo, hi, plan = self.buffers, self.lo, self.hi, self.plan
+        actions = [g.codec.unwire(wire[lo:hi].copy()) if wire is not None else decoded[gi]
+                   for gi, (g, wire) in enumerate(zip(plan.groups, b.actions))]
+        slots = plan.slots
+        obs, rewards, ended, infos = [], [], [], []
+        for r, view in enumerate(self.instances):
+            self.current = lo + r
+            o, reward, term, trunc, info = view.play([actions[gi][r][j] for gi, j in slots])
+            obs.append(o)
+            rewards.append(reward)
+            ended.append((term, trunc))
+            infos.append(info)
+        f = b.step
+        f.clear(lo, hi)
+        flags = np.asarray(ended, bool)[:, :, None]  # (rows, 2, 1): every agent shares the team's flags
+        b.term[lo:hi], b.trunc[lo:hi] = flags[:, 0], flags[:, 1]
+        b.seen[lo:hi] = True
+        b.live[lo:hi] = f.acting[lo:hi] = ~flags.any(1)
+        f.reward[lo:hi] = rewards
+        for gi, g in enumerate(plan.groups):
+            for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
+                buf[lo:hi] = [[leaf.read(row[k]) for k in g.index] for row in obs]
+            for (key, _), buf in zip(g.info, f.infos[gi]):
+                for r, info in enumerate(infos):
+                    if key in info:
+                        buf[lo + r] = info[key]
+        self._flags(f)
 
 
 def _entry_class(env_id: str) -> type:
@@ -139,6 +190,7 @@ class TupleAgentsFamily(PettingZooEnv):
     package: ClassVar[str]
     prefix: ClassVar[str]
     forget: ClassVar[Forget | None] = None
+    shard_class = TupleShard
 
     @staticmethod
     def ends(env: Any, done: bool) -> tuple[bool, bool]:
