@@ -108,8 +108,8 @@ class PettingZooWrapper(EnvBase):
     _masked_actions = True  # the actions of the agents a group's "mask" leaves out are not applied
     #: group agents by name prefix even where all look alike (opposing teams: ``red_*`` and ``blue_*``)
     teams_by_prefix: ClassVar[bool] = False
-    #: what steps the instances and writes their results: a family whose instances can write their results straight
-    #: into the frames (OpenSpiel) has its own, giving the same values as this generic one
+    #: what steps the instances and writes their results: a family whose results can be written straight into the
+    #: frames, without PettingZoo's dicts (OpenSpiel, MAgent2, the tuple-agent envs), has its own, giving the same data
     shard_class: ClassVar[type[Shard]] = Shard
 
     @checked_keywords

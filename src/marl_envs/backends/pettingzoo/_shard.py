@@ -12,14 +12,14 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..._outputs import done_of
 from ._spaces import ACTION_MASK, ActionCodec, ObsSplit
 
-__all__ = ["BatchPlan", "Buffers", "Frame", "Group", "Shard", "dead_message", "root_ends", "state_of"]
+__all__ = ["BatchPlan", "Buffers", "Frame", "Group", "Record", "Shard", "dead_message", "root_ends", "state_of"]
 
 Alloc = Callable[[tuple[int, ...], Any], np.ndarray]
 
@@ -41,6 +41,18 @@ class Group:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", frozenset(self.agents))
+
+
+class Record(NamedTuple):
+    """What one instance's reset or step gives, as PettingZoo's dicts by agent, and who acts after it."""
+
+    obs: dict
+    rewards: dict
+    terms: dict
+    truncs: dict
+    infos: dict
+    acting: list
+    env: Any
 
 
 @dataclass(frozen=True)
@@ -217,22 +229,22 @@ class Shard:
         frame.term[lo:hi], frame.trunc[lo:hi] = b.term[lo:hi], b.trunc[lo:hi]
 
     # -- one instance: PettingZoo's dicts ------------------------------------------------------------
-    def _record(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> tuple:
+    def _record(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> Record:
         acting = env.agents if self.plan.parallel else ([env.agent_selection] if env.agents else [])
-        return obs, rewards, terms, truncs, infos, acting, env
+        return Record(obs, rewards, terms, truncs, infos, acting, env)
 
-    def _aec_record(self, env: Any) -> tuple:
+    def _aec_record(self, env: Any) -> Record:
         obs = {agent: env.observe(agent) for agent in env.agents}
         return self._record(env, obs, env.rewards, env.terminations, env.truncations, env.infos)
 
-    def _reset_instance(self, env: Any, seed: int | None) -> tuple:
+    def _reset_instance(self, env: Any, seed: int | None) -> Record:
         if self.plan.parallel:
             obs, infos = env.reset(seed=seed)
             return self._record(env, obs, {}, {}, {}, infos)
         env.reset(seed=seed)
         return self._aec_record(env)
 
-    def _step_instance(self, env: Any, actions: Sequence[Sequence]) -> tuple:
+    def _step_instance(self, env: Any, actions: Sequence[Sequence]) -> Record:
         slot = self.slot
         if self.plan.parallel:
             step = {agent: actions[gi][j] for agent in env.agents for gi, j in (slot[agent],)}
@@ -242,7 +254,7 @@ class Shard:
         env.step(None if env.terminations[agent] or env.truncations[agent] else actions[gi][j])
         return self._aec_record(env)
 
-    def _write_rows(self, f: Frame, rows: Sequence[int], records: Sequence[tuple]) -> None:
+    def _write_rows(self, f: Frame, rows: Sequence[int], records: Sequence[Record]) -> None:
         """Rows ``rows`` of frame ``f`` (and of the episode flags) from their instances' records.
 
         The rows where every agent is in the episode and observed (the common case) are written together: one
@@ -253,7 +265,7 @@ class Shard:
         n_agents = len(plan.agents)
         full, whole = [], []
         for i, record in zip(rows, records):
-            if len(record[6].agents) == n_agents and record[0].keys() >= everyone:
+            if len(record.env.agents) == n_agents and record.obs.keys() >= everyone:
                 full.append(i)
                 whole.append(record)
             else:
@@ -266,25 +278,25 @@ class Shard:
         if plan.parallel:  # every agent acts
             f.acting[at] = True
         else:
-            f.acting[full, [self.position[record[6].agent_selection] for record in whole]] = True
-        b.term[at] = [list(map(record[2].get, agents, repeat(False))) for record in whole]
-        b.trunc[at] = [list(map(record[3].get, agents, repeat(False))) for record in whole]
-        f.reward[at] = [list(map(record[1].get, agents, repeat(0.0))) for record in whole]
+            f.acting[full, [self.position[record.env.agent_selection] for record in whole]] = True
+        b.term[at] = [list(map(record.terms.get, agents, repeat(False))) for record in whole]
+        b.trunc[at] = [list(map(record.truncs.get, agents, repeat(False))) for record in whole]
+        f.reward[at] = [list(map(record.rewards.get, agents, repeat(0.0))) for record in whole]
         for gi, g in enumerate(plan.groups):
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
                 if leaf.whole:
-                    buf[at] = [list(map(record[0].__getitem__, g.agents)) for record in whole]
+                    buf[at] = [list(map(record.obs.__getitem__, g.agents)) for record in whole]
                 else:
-                    buf[at] = [[leaf.read(record[0][agent]) for agent in g.agents] for record in whole]
+                    buf[at] = [[leaf.read(record.obs[agent]) for agent in g.agents] for record in whole]
             if g.info or g.mask_shape is not None:
                 for i, record in zip(full, whole):
-                    present = list(map(record[0].__getitem__, g.agents))
-                    self._extras(f, gi, g, i, slice(None), g.agents, g.index, present, record[4])
+                    present = list(map(record.obs.__getitem__, g.agents))
+                    self._extras(f, gi, g, i, slice(None), g.agents, g.index, present, record.infos)
         if f.state is not None:
             for i, record in zip(full, whole):
-                f.state[i] = state_of(record[6])
+                f.state[i] = state_of(record.env)
 
-    def _write(self, f: Frame, i: int, record: tuple) -> None:
+    def _write(self, f: Frame, i: int, record: Record) -> None:
         """Row ``i`` of frame ``f`` (and of the episode flags) from one instance's record, whoever is in it.
 
         Hundreds of agents in a group (MAgent2), some dead: the dicts are read with ``map`` and each leaf is written
