@@ -66,6 +66,19 @@ def test_tuple_agent_envs_equal_the_library_across_episodes(name, kwargs):
     assert ends >= B  # every instance crossed an episode boundary
 
 
+def _same_rollouts(direct, generic, steps: int):
+    """``direct`` (a family's own shard) and ``generic`` (the generic PettingZoo path over the same instances) roll out
+    ``steps`` auto-reset steps with the same random actions: their data must be equal. Returns ``direct``'s."""
+    assert type(direct._runner) is not type(generic._runner)  # the two paths under test
+    torch.manual_seed(0)
+    a = direct.rollout(steps, break_when_any_done=False)
+    torch.manual_seed(0)
+    b = generic.rollout(steps, break_when_any_done=False)
+    assert set(a.keys(True, True)) == set(b.keys(True, True))
+    assert (a == b).all()
+    return a
+
+
 @pytest.mark.parametrize("name, task, ours, group_map", [
     ("lbforaging/Foraging-5x5-2p-1f-coop-v3", {"max_episode_steps": 7}, {}, None),  # the library's end
     ("rware/rware-tiny-2ag-v2", {}, {"max_steps": 6}, "ONE_GROUP_PER_AGENT"),  # our step limit
@@ -82,13 +95,7 @@ def test_tuple_agent_direct_steps_equal_the_generic_pettingzoo_path(name, task, 
     direct = marl_envs.make(name, num_envs=3, seed=5, group_map=groups, **task, **ours)
     generic = PettingZooWrapper(functools.partial(direct.task_spec.parallel, **task), num_envs=3, seed=5,
                                 group_map=groups, **ours)
-    assert type(direct._runner) is not type(generic._runner)  # the two paths under test
-    torch.manual_seed(0)
-    a = direct.rollout(20, break_when_any_done=False)
-    torch.manual_seed(0)
-    b = generic.rollout(20, break_when_any_done=False)
-    assert set(a.keys(True, True)) == set(b.keys(True, True))
-    assert (a == b).all()
+    a = _same_rollouts(direct, generic, 20)
     assert a["next", "done"].sum() >= 3
     if ours:
         return
@@ -203,13 +210,7 @@ def test_magent2_direct_steps_equal_the_generic_pettingzoo_path(group_map, extra
     direct = MAgent2Env("battle_v4", num_envs=3, seed=5, group_map=groups, **task)
     generic = PettingZooWrapper(functools.partial(battle_v4.parallel_env, **task), num_envs=3, seed=5, use_mask=True,
                                 done_on_any=False, group_map=dict(direct.group_map))
-    assert type(direct._runner) is not type(generic._runner)  # the two paths under test
-    torch.manual_seed(0)
-    a = direct.rollout(60, break_when_any_done=False)
-    torch.manual_seed(0)
-    b = generic.rollout(60, break_when_any_done=False)
-    assert set(a.keys(True, True)) == set(b.keys(True, True))
-    assert (a == b).all()
+    a = _same_rollouts(direct, generic, 60)
     group = next(iter(direct.group_map))
     assert not a["next", group, "mask"].all()  # agents died
     assert a["next", "done"].sum() >= 3  # every env ended an episode (max_cycles)
@@ -385,13 +386,7 @@ def test_openspiel_direct_writes_equal_the_generic_pettingzoo_path(name, group_m
     direct = OpenSpielEnv(name, **kwargs)
     view = OpenSpielParallel if direct.parallel else OpenSpielAEC
     generic = PettingZooWrapper(functools.partial(view, name), use_mask=not direct.parallel, **kwargs)
-    assert type(generic._runner) is not type(direct._runner)  # the two paths under test
-    torch.manual_seed(0)
-    a = direct.rollout(80, break_when_any_done=False)
-    torch.manual_seed(0)
-    b = generic.rollout(80, break_when_any_done=False)
-    assert set(a.keys(True, True)) == set(b.keys(True, True))
-    assert (a == b).all()
+    a = _same_rollouts(direct, generic, 80)
     assert a["next", "done"].sum() >= 8  # several episodes per env
     for env in (direct, generic):  # on past the end: the finished games' agents leave one step at a time
         torch.manual_seed(1)
