@@ -88,10 +88,8 @@ class TeamShard(Shard):
         if not self.direct:
             super().step(decoded)
             return
-        b, lo, hi, plan = self.buffers, self.lo, self.hi, self.plan
-        actions = np.empty((hi - lo, len(plan.agents)), np.int64)
-        for g, wire in zip(plan.groups, b.actions):
-            actions[:, g.index] = wire[lo:hi]
+        b, lo, hi = self.buffers, self.lo, self.hi
+        actions = self._wired_by_agent()
         frame = b.step
         frame.clear(lo, hi)
         for i in range(lo, hi):
@@ -100,7 +98,7 @@ class TeamShard(Shard):
         self._flags(frame)
 
     def _step_row(self, f: Frame, i: int, view: Any, actions: np.ndarray) -> None:
-        b, position, grid = self.buffers, self.position, view.env
+        b, position, grid, N = self.buffers, self.position, view.env, len(self.plan.agents)
         before = np.fromiter(map(position.__getitem__, view.agents), np.intp, len(view.agents))
         ordered = actions[before].astype(np.int32)  # MAgent2's order: the agents alive, team after team
         start = 0
@@ -110,25 +108,25 @@ class TeamShard(Shard):
         view.frames += 1
         over = grid.step()
         truncated = view.frames >= view.max_cycles
-        dead = np.ones(len(self.plan.agents), bool)
+        dead = np.ones(N, bool)
         if not over:
             for t, handle in enumerate(view.handles):
                 ids = grid.get_agent_id(handle)
                 dead[ids] = ~grid.get_alive(handle)
                 view.team_sizes[t] = len(ids) - int(dead[ids].sum())
-        reward = np.zeros(len(self.plan.agents), np.float32)
+        reward = np.zeros(N, np.float32)
         for handle in view.handles:
             ids = grid.get_agent_id(handle)
             self._observe(f, i, view, handle, ids)
             reward[ids] = grid.get_reward(handle)
         grid.clear_dead()
         term, trunc, seen = b.term[i], b.trunc[i], b.seen[i]
-        gone = np.ones(len(self.plan.agents), bool)
+        gone = np.ones(N, bool)
         gone[before] = False
         term[gone & seen & ~(term | trunc)] = True  # left without saying why (MAgent2 always says)
         term[before], trunc[before], seen[before] = dead[before], truncated, True
         f.reward[i, before] = reward[before]
-        live = np.zeros(len(self.plan.agents), bool)
+        live = np.zeros(N, bool)
         if not truncated:
             live[before] = ~dead[before]
         b.live[i] = f.acting[i] = live

@@ -42,7 +42,7 @@ from pettingzoo import AECEnv, ParallelEnv
 
 from .._quiet import filtered_output
 from .pettingzoo import PettingZooEnv, Task
-from .pettingzoo._shard import BatchPlan, Buffers, Frame, Shard
+from .pettingzoo._shard import BatchPlan, Buffers, Frame, Shard, batch_index
 from .pettingzoo._spaces import ACTION_MASK
 
 __all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "make_env", "tasks"]
@@ -276,10 +276,7 @@ class GameShard(Shard):
                         view._sync()  # the dicts a generic step reads (a direct step or restart leaves them as they were)
             super().step(decoded)
             return
-        actions = np.empty((hi - lo, len(self.players)), np.int64)
-        for g, wire in zip(plan.groups, b.actions):
-            actions[:, g.index] = wire[lo:hi]
-        for r, (view, game, row) in enumerate(zip(self.instances, self.games, actions.tolist())):
+        for r, (view, game, row) in enumerate(zip(self.instances, self.games, self._wired_by_agent().tolist())):
             self.current = lo + r
             game.play(row)
             if game.state.is_terminal():
@@ -332,7 +329,7 @@ class GameShard(Shard):
         acts = (who == np.arange(P)) | (who == P)
         # the generic writer keeps the defaults (all True) for agents not acting: the same values here
         obs = np.asarray(tensors, np.float32).reshape(n, P, -1)
-        rows = list(rows)
+        rows = batch_index(rows)  # a step's rows: a slice
         b.live[rows], b.seen[rows], b.trunc[rows] = live, True, False
         b.term[rows] = over[:, None]
         f.acting[rows] = acts

@@ -121,8 +121,7 @@ class TupleShard(Shard):
             super().step(decoded)
             return
         b, lo, hi, plan = self.buffers, self.lo, self.hi, self.plan
-        actions = [g.codec.unwire(wire[lo:hi].copy()) if wire is not None else decoded[gi]
-                   for gi, (g, wire) in enumerate(zip(plan.groups, b.actions))]
+        actions = self._actions(decoded)
         slots = plan.slots
         obs, rewards, ended, infos = [], [], [], []
         for r, view in enumerate(self.instances):

@@ -19,7 +19,8 @@ import numpy as np
 from ..._outputs import done_of
 from ._spaces import ACTION_MASK, ActionCodec, ObsSplit
 
-__all__ = ["BatchPlan", "Buffers", "Frame", "Group", "Record", "Shard", "dead_message", "root_ends", "state_of"]
+__all__ = ["BatchPlan", "Buffers", "Frame", "Group", "Record", "Shard", "batch_index", "dead_message", "root_ends",
+           "state_of"]
 
 Alloc = Callable[[tuple[int, ...], Any], np.ndarray]
 
@@ -143,6 +144,12 @@ class Buffers:
         self.reset_rows = alloc((B,), bool)
 
 
+def batch_index(rows: Sequence[int]) -> slice | list[int]:
+    """``rows`` (ascending) as an index of the batch: a slice where they are contiguous (a view, no gather)."""
+    rows = list(rows)
+    return slice(rows[0], rows[-1] + 1) if rows and rows[-1] - rows[0] + 1 == len(rows) else rows
+
+
 def root_ends(term: np.ndarray, trunc: np.ndarray, done_on_any: bool) -> tuple[np.ndarray, np.ndarray]:
     """The envs' ``terminated`` and ``truncated`` (``(B,)``) from their agents' ``(B, N)`` flags, by the root done
     rule: with ``done_on_any`` an env has ended when any agent has, else when every agent has ("terminated" if
@@ -195,12 +202,26 @@ class Shard:
             frame.clear(self.lo, self.hi)
         return frame
 
+    def _actions(self, decoded: Sequence[Sequence | None] | None) -> list[Sequence]:
+        """Each group's actions of this shard's rows, ``[gi][i - lo][j]``, as the instances take them: from the wire
+        buffers (``decoded[gi]`` for the groups without one)."""
+        lo, hi = self.lo, self.hi
+        return [g.codec.unwire(wire[lo:hi].copy()) if wire is not None else decoded[gi]  # the env owns a copy
+                for gi, (g, wire) in enumerate(zip(self.plan.groups, self.buffers.actions))]
+
+    def _wired_by_agent(self) -> np.ndarray:
+        """This shard's rows of the wire buffers, ``(rows, agents)`` in ``plan.agents`` order: for shards whose
+        agents all take discrete actions (indices)."""
+        actions = np.empty((self.hi - self.lo, len(self.plan.agents)), np.int64)
+        for g, wire in zip(self.plan.groups, self.buffers.actions):
+            actions[:, g.index] = wire[self.lo:self.hi]
+        return actions
+
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
         """Step every instance with the actions in ``buffers.actions`` (``decoded[gi][i - lo][j]`` for the groups
         without a wire array) into the step frame."""
         b, lo, hi = self.buffers, self.lo, self.hi
-        actions = [g.codec.unwire(wire[lo:hi].copy()) if wire is not None else decoded[gi]  # the env owns a copy
-                   for gi, (g, wire) in enumerate(zip(self.plan.groups, b.actions))]
+        actions = self._actions(decoded)
         frame = b.step
         frame.clear(lo, hi)
         records = []
@@ -272,7 +293,7 @@ class Shard:
                 self._write(f, i, record)
         if not full:
             return
-        at: slice | list[int] = slice(full[0], full[-1] + 1) if full[-1] - full[0] + 1 == len(full) else full
+        at = batch_index(full)
         agents = plan.agents
         b.live[at] = b.seen[at] = True
         if plan.parallel:  # every agent acts
