@@ -28,7 +28,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 COMMA := ,
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
-.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs clean
+.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs pictures ci-cold clean
 
 setup: $(STAMP)
 
@@ -70,25 +70,24 @@ demo: $(STAMP)
 	$(BIN)/marl-envs demo
 	$(BIN)/python examples/mappo.py --env vmas/navigation --out runs/navigation
 
-# Three times: the core on the newest tensordict (.venv; the TorchRL and BenchMARL tests skip there), everything
-# but BenchMARL again with torchrl + tensordict 0.14 (.venv-torchrl), then BenchMARL, the interop, the core and the
-# torch backends with benchmarl 1.5.2 + torchrl + tensordict 0.11 (.venv-benchmarl); MARL_ENVS_REQUIRE_TORCHRL and
-# MARL_ENVS_REQUIRE_BENCHMARL make a missing torchrl or benchmarl an error. Then the wheel (wheel-check).
+# The whole suite once, in .venv (the newest tensordict; the TorchRL and BenchMARL tests skip there), then only the
+# tests marked `versions` (what depends on the TorchRL, BenchMARL and TensorDict versions, and a smoke test per
+# backend: tests/conftest.py says which and why) in .venv-torchrl (torchrl + tensordict 0.14) and .venv-benchmarl
+# (benchmarl 1.5.2 + torchrl + tensordict 0.11); MARL_ENVS_REQUIRE_TORCHRL and MARL_ENVS_REQUIRE_BENCHMARL make a
+# missing torchrl or benchmarl an error. Then the wheel (wheel-check). Each phase prints its time.
 REQUIRE_OLD := MARL_ENVS_REQUIRE_TORCHRL=1 MARL_ENVS_REQUIRE_BENCHMARL=1
-OLD_TORCHRL_TESTS := tests/test_benchmarl.py tests/test_torchrl.py tests/test_env.py tests/test_specs.py tests/test_checks.py \
-	tests/test_fuzz.py tests/test_registry.py tests/test_keywords.py tests/backends/test_vmas.py \
-	tests/backends/test_pettingzoo.py 'tests/test_docs.py::test_doc_blocks_run[docs/benchmarl.md]'
+PYTEST := -m pytest -n 2 --dist loadfile
+# $(call timed,PHASE,COMMAND): run COMMAND, then print how long it took
+timed = start=$$(date +%s); $(2); rc=$$?; echo "phase: $(1): $$(( $$(date +%s) - start )) s"; exit $$rc
 test: $(STAMP) $(TORCHRL_STAMP) $(TORCHRL_OLD_STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile
-	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile
-	$(REQUIRE_OLD) $(TORCHRL_OLD_BIN)/python -m pytest -n 2 --dist loadfile $(OLD_TORCHRL_TESTS)
-	$(MAKE) --no-print-directory wheel-check
+	@$(call timed,suite .venv,$(BIN)/python $(PYTEST) $(ARGS))
+	@$(call timed,suite .venv-torchrl,MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python $(PYTEST) -m versions $(ARGS))
+	@$(call timed,suite .venv-benchmarl,$(REQUIRE_OLD) $(TORCHRL_OLD_BIN)/python $(PYTEST) -m versions $(ARGS))
+	@$(call timed,wheel-check,$(MAKE) --no-print-directory wheel-check)
 
-test-all: $(STAMP) $(TORCHRL_STAMP) $(TORCHRL_OLD_STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile --all
-	MARL_ENVS_REQUIRE_TORCHRL=1 $(TORCHRL_BIN)/python -m pytest -n 2 --dist loadfile --all
-	$(REQUIRE_OLD) $(TORCHRL_OLD_BIN)/python -m pytest -n 2 --dist loadfile --all $(OLD_TORCHRL_TESTS)
-	$(MAKE) --no-print-directory wheel-check
+# The same with the heavy sweeps (marked slow)
+test-all:
+	$(MAKE) --no-print-directory test ARGS=--all
 
 wheel-check: $(STAMP)
 	rm -rf dist $(WHEEL_VENV)
@@ -100,10 +99,21 @@ wheel-check: $(STAMP)
 	$(WHEEL_VENV)/bin/python scripts/check_wheel.py README.md
 	@ls dist
 
-# The env catalogue (docs/envs) is generated from the registry; its pictures are cached in docs/_build.
+# The env catalogue (docs/envs) is generated from the registry at every build (its entries cached in
+# ~/.cache/marl_envs/catalogue); its pictures are committed in docs/img/envs.
 docs: $(DOCS_STAMP)
-	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@$(call timed,docs,$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html)
 	@echo "docs: docs/_build/html/index.html"
+
+# Render the catalogue's pictures that are missing or out of date (NAMES="vmas/balance ..." for some, FORCE=1 for
+# all), into docs/img/envs to commit
+pictures: $(DOCS_STAMP)
+	$(BIN)/python docs/_ext/env_catalogue.py pictures $(if $(FORCE),--force) $(NAMES)
+
+# .ci/run on a fresh clone of HEAD with the caches moved aside (cold), then again with them (warm); prints each
+# phase's time
+ci-cold:
+	bash scripts/ci_cold.sh
 
 clean:
 	rm -rf $(VENV) $(TORCHRL_VENV) $(TORCHRL_OLD_VENV) $(WHEEL_VENV) dist .pytest_cache .hypothesis docs/_build docs/envs

@@ -93,13 +93,12 @@ def catalogue():
     return module
 
 
-def _fake_entry(name: str, picture: bool) -> dict:
+def _fake_entry(name: str) -> dict:
     return {
         "name": name, "backend": name.partition("/")[0], "build": {"num_envs": 2, "seed": 0}, "repr": name,
         "group_map": {"agents": ["agent_0"]}, "group_table": [["group", "agents", "n"], [["agents", "agent_0", "1"]]],
         "spec_table": [["key", "role", "shape", "dtype", "spec"], [["done", "done", "(2, 1)", "bool", "Binary"]]],
-        "keywords": [], "keywords_from": "nowhere", "picture": "picture.png" if picture else None,
-        "no_picture": None if picture else "RuntimeError: no OpenGL here", "seconds": 0.0,
+        "keywords": [], "keywords_from": "nowhere", "seconds": 0.0,
     }
 
 
@@ -118,49 +117,84 @@ def test_catalogue_lists_exactly_the_registered_envs(catalogue, tmp_path, monkey
     names = catalogue.catalogue_names()
     assert "docs_test/user_env" in marl_envs.available_envs()
     assert sorted(names) == sorted(set(marl_envs.available_envs()) - set(marl_envs.available_envs("user")))
-    cache, out = tmp_path / "cache", tmp_path / "envs"
+    cache, out, manifest = tmp_path / "cache", tmp_path / "envs", tmp_path / "pictures.json"
     keys = catalogue.entry_keys(names)
+    pictures = {}
     for i, name in enumerate(names):  # a filled cache: generate() computes nothing, it writes the pages
         (cache / keys[name]).mkdir(parents=True)
-        (cache / keys[name] / "entry.json").write_text(json.dumps(_fake_entry(name, picture=i % 2 == 0)))
-        (cache / keys[name] / "picture.png").write_bytes(b"png")
+        (cache / keys[name] / "record.json").write_text(json.dumps(_fake_entry(name)))
+        if i % 3 == 0:
+            pictures[name] = {"key": "k", "file": f"{name.partition('/')[0]}/{catalogue.stem(name)}.png"}
+        elif i % 3 == 1:
+            pictures[name] = {"key": "k", "why": "RuntimeError: no OpenGL here"}
+    manifest.write_text(json.dumps(pictures))
     (out / "vmas").mkdir(parents=True)
     (out / "vmas" / "unregistered.md").write_text("stale")
-    assert catalogue.generate(cache, out) == names
+    assert catalogue.generate(cache, out, manifest) == names
     assert sorted(_listed(out)) == sorted(names)
     assert not (out / "vmas" / "unregistered.md").exists()
     pages = {p for p in out.rglob("*.md") if p.name != "index.md"}
     assert len(pages) == len(names)
     for i, name in enumerate(names):
-        page = (out / name.partition("/")[0] / f"{catalogue.stem(name)}.md").read_text()
+        backend = name.partition("/")[0]
+        page = (out / backend / f"{catalogue.stem(name)}.md").read_text()
         assert page.startswith(f"# {name}\n")
-        if i % 2 == 0:
-            assert f"img/{catalogue.stem(name)}.png" in page
-        else:
+        if i % 3 == 0:  # the committed picture, from the page's folder
+            assert f"../../img/envs/{backend}/{catalogue.stem(name)}.png" in page
+        elif i % 3 == 1:
             assert "cannot render" in page and "no OpenGL here" in page
+        else:
+            assert "No picture yet: `make pictures` renders it." in page
 
 
-def test_cache_key_follows_what_makes_the_picture(catalogue, monkeypatch):
+def test_keys_follow_what_makes_the_entry_and_the_picture(catalogue, monkeypatch):
     names = ["vmas/balance", "vmas/navigation"]
-    keys = catalogue.entry_keys(names)
-    assert keys == catalogue.entry_keys(names) and len(set(keys.values())) == 2
-    monkeypatch.setitem(catalogue.SETTINGS, "steps", catalogue.SETTINGS["steps"] + 1)
-    assert catalogue.entry_keys(names)["vmas/balance"] != keys["vmas/balance"]
+    entries, pictures = catalogue.entry_keys(names), catalogue.picture_keys(names)
+    assert entries == catalogue.entry_keys(names) and len(set(entries.values())) == 2
+    assert pictures == catalogue.picture_keys(names) and len(set(pictures.values())) == 2
+    monkeypatch.setitem(catalogue.PICTURE, "steps", catalogue.PICTURE["steps"] + 1)
+    assert catalogue.picture_keys(names)["vmas/balance"] != pictures["vmas/balance"]
+    assert catalogue.entry_keys(names) == entries  # the entry does not depend on how the env is pictured
+    steps_changed = catalogue.picture_keys(names)
+    monkeypatch.setattr(catalogue, "_version", lambda distribution: "0.0.0")  # another vmas, pyglet or torch
+    assert catalogue.picture_keys(names)["vmas/balance"] != steps_changed["vmas/balance"]
+    assert catalogue.entry_keys(names)["vmas/balance"] != entries["vmas/balance"]
 
 
-def test_catalogue_entry_of_a_real_env(catalogue, tmp_path):
+def test_catalogue_entry_and_picture_of_a_real_env(catalogue, tmp_path):
     pytest.importorskip("vmas")
     from marl_envs._format import spec_rows
 
-    entry = catalogue.compute_entry("vmas/simple_adversary", tmp_path)
+    entry = catalogue.compute_entry("vmas/simple_adversary")
     env = marl_envs.make("vmas/simple_adversary", num_envs=2, seed=0)
     assert entry["group_map"] == env.group_map == {"adversary": ["adversary_0"], "agent": ["agent_0", "agent_1"]}
     assert entry["spec_table"][1] == [list(map(str, row)) for row in spec_rows(env)]
     assert ("n_adversaries", "1") in entry["keywords"]
-    if entry["picture"] is None:  # a machine without EGL: the page says why
-        assert entry["no_picture"]
+    assert catalogue.update_pictures(["vmas/simple_adversary"], folder=tmp_path) == ["vmas/simple_adversary"]
+    record = catalogue.read_manifest(tmp_path / "pictures.json")["vmas/simple_adversary"]
+    assert record["key"] == catalogue.picture_keys(["vmas/simple_adversary"])["vmas/simple_adversary"]
+    if "why" in record:  # a machine without EGL: the page says why
+        assert record["why"]
     else:
         from PIL import Image
 
-        with Image.open(tmp_path / entry["picture"]) as image:
-            assert image.size[0] > 100
+        assert record["file"] == "vmas/simple_adversary.png"
+        with Image.open(tmp_path / record["file"]) as image:
+            assert image.size[0] > 100 and image.mode == "P"  # a thumbnail on a palette
+    assert catalogue.update_pictures(["vmas/simple_adversary"], check=True, folder=tmp_path) == []
+    assert not (tmp_path / ".render").exists()
+    with pytest.raises(ValueError, match=r"not registered: \['vmas/nope'\]; pass names from marl_envs.available_envs"):
+        catalogue.update_pictures(["vmas/nope"], folder=tmp_path)
+
+
+def test_every_registered_env_has_its_committed_picture(catalogue):
+    """The docs never render (a JAX env compiles for that): each registered env's picture, or why it has none, is
+    committed with its record, and no picture is left of an env no longer registered."""
+    manifest = catalogue.read_manifest()
+    names = catalogue.catalogue_names()
+    missing = sorted(set(names) - set(manifest))
+    assert not missing, f"no picture for {missing}: run make pictures and commit docs/img/envs"
+    files = {p.relative_to(catalogue.PICTURES).as_posix() for p in catalogue.PICTURES.rglob("*.*")
+             if p.name != "pictures.json"}
+    assert files == {record["file"] for record in manifest.values() if "file" in record}
+    assert all(("file" in record) != ("why" in record) and record["key"] for record in manifest.values())

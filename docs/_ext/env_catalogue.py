@@ -1,13 +1,19 @@
 """The env catalogue: one page per registered env, generated from the registry at every docs build.
 
-Each entry (group map, the key / shape / dtype / spec table ``marl-envs info`` prints, the env's own keywords
-and their defaults, and a picture rendered from the env after a few random steps) is computed by this file
-run as a script, one process per backend (their renderers, pyglet, MuJoCo and pygame, never share a process),
-and cached in ``docs/_build/render-cache`` under a key of everything that determines it: the env name, the
-settings below, the versions of the backend's libraries and the source of marl_envs, groupings and this file.
-A rebuild with unchanged envs reads the cache and renders nothing.
+Each page has the env's group map, the key / shape / dtype / spec table ``marl-envs info`` prints, the env's own
+keywords with their defaults (its *entry*, computed by building the env) and a picture of it.
 
-Run by hand: ``python docs/_ext/env_catalogue.py CACHE_DIR NAME ...`` computes the entries of NAME ... .
+- **Entries** are computed at every build by this file run as a script, one process per backend (their
+  renderers and libraries never share a process), and cached in ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/catalogue``
+  under a key of everything that determines them: the env name, the build settings, the versions of the backend's
+  libraries and the source of marl_envs, groupings and this file. Building an env compiles nothing, so a build
+  from a cold cache takes a few minutes and a warm one reads the cache.
+- **Pictures** are committed in ``docs/img/envs/<backend>/`` with a manifest (``pictures.json``) that records,
+  for each env, the key it was rendered under (the env name, the picture settings and the backend's library
+  versions) or why it has none. Rendering an env steps it, which compiles a JAX env (seconds to a minute each),
+  so a build never renders: ``make pictures`` renders the pictures that are missing or whose key changed, and
+  ``python docs/_ext/env_catalogue.py pictures --check`` lists them without rendering. A test checks that every
+  registered env has its record.
 """
 
 from __future__ import annotations
@@ -28,10 +34,21 @@ DOCS = Path(__file__).resolve().parent.parent
 ROOT = DOCS.parent
 SRC = ROOT / "src"
 OUT = DOCS / "envs"  # generated, git-ignored
-CACHE = DOCS / "_build" / "render-cache"
+PICTURES = DOCS / "img" / "envs"  # committed: <backend>/<stem>.png|gif and the manifest
+MANIFEST = PICTURES / "pictures.json"
 
-#: How every env is built and pictured: a small batch, a fixed seed, a few random steps.
-SETTINGS = {"num_envs": 2, "seed": 0, "steps": 8, "max_side": 360, "gif_frames": 40, "gif_side": 280}
+
+def default_cache() -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/marl_envs/catalogue``: the entries, kept across clones and builds."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "marl_envs" / "catalogue"
+
+
+#: How every env is built for its entry and its picture: a small batch, a fixed seed.
+SETTINGS = {"num_envs": 2, "seed": 0}
+#: How an env is pictured: env 0 after a few random steps, a PNG on a palette (small enough to commit), or a short
+#: GIF for the showcase envs.
+PICTURE = {"steps": 8, "max_side": 320, "colors": 128, "gif_frames": 30, "gif_side": 220}
 #: Envs pictured with a short GIF rather than a PNG.
 SHOWCASE = {
     "vmas/balance", "vmas/navigation", "vmas/football", "brax/ant_4x2", "pettingzoo/butterfly/pistonball_v6",
@@ -72,7 +89,7 @@ SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",), "ju
 
 
 # --------------------------------------------------------------------------------------------------
-# Cache keys
+# Keys
 # --------------------------------------------------------------------------------------------------
 def stem(name: str) -> str:
     """``pettingzoo/mpe/simple_v3`` -> ``mpe-simple_v3``, ``brax/humanoid_9|8`` -> ``humanoid_9-8``: the file
@@ -85,6 +102,10 @@ def _version(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "absent"
+
+
+def _versions(backend: str) -> dict[str, str]:
+    return {d: _version(d) for d in DISTRIBUTIONS.get(backend, ())}
 
 
 def _source_digest(backend: str) -> str:
@@ -100,31 +121,39 @@ def _source_digest(backend: str) -> str:
     for path in files:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    # this file's part (not the pages)
-    for function in (compute_entry, _picture, _frame, _fit, _env_keywords, _rest_pose):
+    for function in (compute_entry, _build, _env_keywords):  # this file's part (not the pages)
         digest.update(inspect.getsource(function).encode())
     return digest.hexdigest()
 
 
-def entry_keys(names: list[str]) -> dict[str, str]:
-    """Cache key of each name's entry."""
-    per_backend: dict[str, dict] = {}
+def _keys(names: list[str], per_backend) -> dict[str, str]:
+    cached: dict[str, dict] = {}
     keys = {}
     for name in names:
         backend = name.partition("/")[0]
-        if backend not in per_backend:
-            per_backend[backend] = {
-                "versions": {d: _version(d) for d in DISTRIBUTIONS.get(backend, ())},
-                "source": _source_digest(backend),
-            }
-        blob = json.dumps({"name": name, "settings": SETTINGS, "gif": name in SHOWCASE, **per_backend[backend]},
-                          sort_keys=True)
+        if backend not in cached:
+            cached[backend] = per_backend(backend)
+        blob = json.dumps({"name": name, **cached[backend]}, sort_keys=True)
         keys[name] = hashlib.sha256(blob.encode()).hexdigest()[:20]
     return keys
 
 
+def entry_keys(names: list[str]) -> dict[str, str]:
+    """Cache key of each name's entry: its name, the build settings, the backend's library versions and our code."""
+    return _keys(names, lambda backend: {"settings": SETTINGS, "versions": _versions(backend),
+                                         "source": _source_digest(backend)})
+
+
+def picture_keys(names: list[str]) -> dict[str, str]:
+    """Key of each name's picture: its name, the build and picture settings, whether it is a GIF and the backend's
+    library versions (what the env looks like; our code changes it rarely, and ``make pictures FORCE=1`` redraws
+    all)."""
+    keys = _keys(names, lambda backend: {"settings": SETTINGS, "picture": PICTURE, "versions": _versions(backend)})
+    return {name: key + ("g" if name in SHOWCASE else "") for name, key in keys.items()}
+
+
 # --------------------------------------------------------------------------------------------------
-# Computing one entry (run in a subprocess per backend)
+# Computing entries and pictures (run in a subprocess per backend)
 # --------------------------------------------------------------------------------------------------
 def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
     """The env's own keywords with their defaults, and where they were read from."""
@@ -200,96 +229,162 @@ def _rest_pose(model):
         renderer.close()
 
 
-def _picture(env, name: str, folder: Path) -> tuple[str | None, str | None]:
-    """Render env 0 of ``env`` after a few random steps into ``folder``: (file name, None) or (None, why not)."""
+def _save_png(frame, path: Path) -> None:
+    """A thumbnail of ``frame`` on an adaptive palette: a few KB to commit rather than a hundred."""
+    image = _fit(frame, PICTURE["max_side"])
+    image.quantize(colors=PICTURE["colors"], method=2).save(path, optimize=True)  # 2: fast octree
+
+
+def render_picture(name: str, folder: Path) -> str:
+    """Render env 0 of ``name`` after a few random steps into ``folder``; returns the file name written. Raises
+    whatever stops the env from rendering (the manifest records it)."""
+    backend = name.partition("/")[0]
+    if backend in REST_POSE:
+        env = _build(name)
+        try:
+            _save_png(_rest_pose(env.playground_env.mj_model), folder / "picture.png")
+        finally:
+            env.close()
+        return "picture.png"
+    env = _build(name, render=True)
     try:
-        if name.partition("/")[0] in REST_POSE:
-            _fit(_rest_pose(env.playground_env.mj_model), SETTINGS["max_side"]).save(folder / "picture.png",
-                                                                                     optimize=True)
-            return "picture.png", None
-        env.set_seed(SETTINGS["seed"])
+        if not env.renders:
+            _frame(env)  # raises the env's own reason, before a step compiles
         td = env.reset()
-        for _ in range(SETTINGS["steps"]):
+        for _ in range(PICTURE["steps"]):
             _, td = env.step_and_maybe_reset(env.rand_action(td))
         if name not in SHOWCASE:
-            _fit(_frame(env), SETTINGS["max_side"]).save(folder / "picture.png", optimize=True)
-            return "picture.png", None
+            _save_png(_frame(env), folder / "picture.png")
+            return "picture.png"
         frames = []
-        for _ in range(SETTINGS["gif_frames"]):
-            frames.append(_fit(_frame(env), SETTINGS["gif_side"]))
+        for _ in range(PICTURE["gif_frames"]):
+            frames.append(_fit(_frame(env), PICTURE["gif_side"]))
             _, td = env.step_and_maybe_reset(env.rand_action(td))
         frames[0].save(folder / "picture.gif", save_all=True, append_images=frames[1:], duration=80, loop=0,
                        optimize=True)
-        return "picture.gif", None
-    except Exception as err:  # the page says why: an env that cannot render is documented as such
-        return None, f"{type(err).__name__}: {err}"
+        return "picture.gif"
+    finally:
+        env.close()
 
 
-def compute_entry(name: str, folder: Path) -> dict:
-    """Build ``name``, describe it and picture it (one env for both); the picture goes into ``folder``."""
+def _build(name: str, render: bool = False):
+    """``name`` built with SETTINGS; with ``render``, PettingZoo-machinery envs are asked for frames at construction
+    (where they take ``render_mode``: Level-Based Foraging draws in a window, OpenSpiel only text)."""
     import marl_envs
+
+    if render and name.partition("/")[0] in PETTINGZOO_MACHINERY:
+        try:
+            return marl_envs.make(name, render_mode="rgb_array", **SETTINGS)
+        except (ValueError, TypeError):
+            pass
+    return marl_envs.make(name, **SETTINGS)
+
+
+def compute_entry(name: str) -> dict:
+    """Build ``name`` and describe it: its repr, group map, spec table and keywords. Compiles nothing."""
     from marl_envs._format import GROUP_HEADERS, SPEC_HEADERS, group_rows, spec_rows
 
     backend = name.partition("/")[0]
     start = time.perf_counter()
-    build = {"num_envs": SETTINGS["num_envs"], "seed": SETTINGS["seed"]}
-    if backend in PETTINGZOO_MACHINERY:  # PettingZoo draws frames only when asked at construction
-        try:
-            env = marl_envs.make(name, render_mode="rgb_array", **build)
-            build["render_mode"] = "rgb_array"
-        except (ValueError, TypeError):  # no frames: Level-Based Foraging draws in a window, OpenSpiel only text
-            env = marl_envs.make(name, **build)
-    else:
-        env = marl_envs.make(name, **build)
+    env = _build(name)
     try:
         entry = {
             "name": name,
             "backend": backend,
-            "build": build,
+            "build": dict(SETTINGS),
             "repr": repr(env),
             "group_map": env.group_map,
             "group_table": [GROUP_HEADERS, [list(map(str, row)) for row in group_rows(env)]],
             "spec_table": [SPEC_HEADERS, [list(map(str, row)) for row in spec_rows(env)]],
         }
         entry["keywords"], entry["keywords_from"] = _env_keywords(env, backend)
-        entry["picture"], entry["no_picture"] = _picture(env, name, folder)
     finally:
         env.close()
     entry["seconds"] = round(time.perf_counter() - start, 2)
     return entry
 
 
-def main(argv: list[str]) -> int:
-    """``CACHE_DIR KEY=NAME ...``: compute and cache each entry, with a progress bar."""
+def _quiet_process() -> None:
     import warnings
-
-    from tqdm import tqdm
 
     warnings.simplefilter("ignore")  # third-party chatter (deprecations, pygame's banner) is not the docs'
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    cache = Path(argv[0])
-    pairs = [arg.partition("=")[::2] for arg in argv[1:]]
-    backend = pairs[0][1].partition("/")[0] if pairs else ""
+    sys.path.insert(0, str(SRC))
+
+
+def _work(kind: str, folder: Path, pairs: list[tuple[str, str]]) -> int:
+    """Compute ``kind`` ("entries" or "pictures") of each (key, name) into ``folder/key``, with a progress bar;
+    returns how many failed. A picture that cannot be rendered is no failure: its ``why`` is recorded."""
+    from tqdm import tqdm
+
     failed = 0
-    bar = tqdm(pairs, desc=f"catalogue: {backend}", unit="env", file=sys.stderr, dynamic_ncols=True)
+    backend = pairs[0][1].partition("/")[0] if pairs else ""
+    bar = tqdm(pairs, desc=f"{kind}: {backend}", unit="env", file=sys.stderr, dynamic_ncols=True)
     for key, name in bar:
         bar.set_postfix_str(name)
-        final = cache / key
-        work = cache / f"{key}.tmp"
+        final, work = folder / key, folder / f"{key}.tmp"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         try:
-            entry = compute_entry(name, work)
+            if kind == "entries":
+                record = compute_entry(name)
+            else:
+                try:
+                    record = {"file": render_picture(name, work)}
+                except Exception as err:  # the page says why: an env that cannot render is documented as such
+                    record = {"why": f"{type(err).__name__}: {err}"}
         except Exception as err:
             failed += 1
-            tqdm.write(f"catalogue: {name} could not be built: {type(err).__name__}: {err}", file=sys.stderr)
+            tqdm.write(f"{kind}: {name} could not be built: {type(err).__name__}: {err}", file=sys.stderr)
             shutil.rmtree(work, ignore_errors=True)
             continue
-        (work / "entry.json").write_text(json.dumps(entry, indent=1))
+        (work / "record.json").write_text(json.dumps(record, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         work.rename(final)
-    return 1 if failed else 0
+    return failed
+
+
+def _run_backends(kind: str, folder: Path, todo: dict[str, list[str]], keys: dict[str, str], jobs: int = 2) -> None:
+    """Run ``_work`` in one process per backend (pyglet, MuJoCo and pygame each get an OpenGL / SDL state of their
+    own), ``jobs`` at a time. Their libraries' own chatter on stdout is dropped; the progress bars are on stderr."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    waiting = [[sys.executable, __file__, f"_{kind}", str(folder), *(f"{keys[n]}={n}" for n in names)]
+               for names in sorted(todo.values(), key=len, reverse=True)]
+    running: list[subprocess.Popen] = []
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            running.append(subprocess.Popen(waiting.pop(0), env=env, stdout=subprocess.DEVNULL))
+        time.sleep(0.2)
+        running = [p for p in running if p.poll() is None]
+
+
+def _by_backend(names: list[str]) -> dict[str, list[str]]:
+    todo: dict[str, list[str]] = {}
+    for name in names:
+        todo.setdefault(name.partition("/")[0], []).append(name)
+    return todo
+
+
+def main(argv: list[str]) -> int:
+    """``pictures [--check] [--force] [NAME ...]``: bring the committed pictures up to date (``update_pictures``).
+    ``_entries|_pictures FOLDER KEY=NAME ...`` (one backend's names, run by ``_run_backends``): compute each into
+    FOLDER/KEY."""
+    _quiet_process()
+    if argv[:1] in (["_entries"], ["_pictures"]):
+        pairs = [tuple(arg.partition("=")[::2]) for arg in argv[2:]]
+        return 1 if _work(argv[0][1:], Path(argv[1]), pairs) else 0
+    if argv[:1] == ["pictures"]:
+        flags = {a for a in argv[1:] if a.startswith("--")}
+        if flags - {"--check", "--force"}:
+            print(f"unknown option {sorted(flags - {'--check', '--force'})[0]!r}: expected --check or --force",
+                  file=sys.stderr)
+            return 2
+        stale = update_pictures([a for a in argv[1:] if not a.startswith("--")] or None, check="--check" in flags,
+                                force="--force" in flags)
+        return 1 if stale and "--check" in flags else 0
+    print("usage: python docs/_ext/env_catalogue.py pictures [--check] [--force] [NAME ...]", file=sys.stderr)
+    return 2
 
 
 # --------------------------------------------------------------------------------------------------
@@ -307,20 +402,28 @@ def _table(headers: list[str], rows: list[list[str]], code: tuple[int, ...] = ()
     return "\n".join(lines)
 
 
-def _env_page(entry: dict) -> str:
+def _picture_path(picture: dict | None) -> str | None:
+    """The committed picture's path from a page in ``docs/envs/<backend>/``, or None."""
+    return f"../../img/envs/{picture['file']}" if picture and picture.get("file") else None
+
+
+def _env_page(entry: dict, picture: dict | None) -> str:
     name, backend = entry["name"], entry["backend"]
     build = ", ".join(f"{k}={v!r}" for k, v in entry["build"].items())
     parts = [f"# {name}\n", f"```{{eval-rst}}\n.. meta::\n   :description: {name}: group map, specs and a picture\n```\n"]
-    if entry["picture"] and backend in REST_POSE:
-        parts.append(f"```{{image}} img/{stem(name)}.png\n:alt: {name} at rest\n:class: env-picture\n```\n")
+    path = _picture_path(picture)
+    if path and backend in REST_POSE:
+        parts.append(f"```{{image}} {path}\n:alt: {name} at rest\n:class: env-picture\n```\n")
         parts.append(f"*The MuJoCo model of `marl_envs.make({name!r})` at its rest pose.*\n")
-    elif entry["picture"]:
-        parts.append(f"```{{image}} img/{stem(name)}{Path(entry['picture']).suffix}\n"
-                     f":alt: {name} after {SETTINGS['steps']} random steps\n:class: env-picture\n```\n")
-        parts.append(f"*Env 0 of `marl_envs.make({name!r})` after {SETTINGS['steps']} random steps (seed "
-                     f"{SETTINGS['seed']}){', then a random rollout' if entry['picture'].endswith('.gif') else ''}.*\n")
+    elif path:
+        parts.append(f"```{{image}} {path}\n:alt: {name} after {PICTURE['steps']} random steps\n"
+                     f":class: env-picture\n```\n")
+        parts.append(f"*Env 0 of `marl_envs.make({name!r})` after {PICTURE['steps']} random steps (seed "
+                     f"{SETTINGS['seed']}){', then a random rollout' if path.endswith('.gif') else ''}.*\n")
+    elif picture:
+        parts.append(f":::{{note}}\nNo picture: this env cannot render here.\n\n`{_cell(picture['why'])}`\n:::\n")
     else:
-        parts.append(f":::{{note}}\nNo picture: this env cannot render here.\n\n`{_cell(entry['no_picture'])}`\n:::\n")
+        parts.append(":::{note}\nNo picture yet: `make pictures` renders it.\n:::\n")
     parts.append(f"Built with `marl_envs.make({name!r}, {build})`:\n\n```text\n{entry['repr']}\n```\n")
     parts.append("## Groups\n\n" + _table(*entry["group_table"], code=(0,)) + "\n")
     parts.append("## Keys and specs\n\nWhat `marl-envs info` prints; shapes include the batch "
@@ -334,13 +437,14 @@ def _env_page(entry: dict) -> str:
     return "\n".join(parts)
 
 
-def _backend_page(backend: str, entries: list[dict]) -> str:
+def _backend_page(backend: str, entries: list[dict], pictures: dict[str, dict]) -> str:
     title = BACKEND_TITLES[backend]
     rows = []
     for entry in entries:
         doc = stem(entry["name"])
         groups = ", ".join(f"{g} ({len(m)})" for g, m in entry["group_map"].items())
-        thumb = (f"[![{entry['name']}](img/{doc}{Path(entry['picture']).suffix})]({doc}.md)" if entry["picture"] else "no picture")
+        path = _picture_path(pictures.get(entry["name"]))
+        thumb = f"[![{entry['name']}]({path})]({doc}.md)" if path else "no picture"
         rows.append([thumb, f"[`{entry['name']}`]({doc}.md)", _cell(groups)])
     table = _table(["picture", "env", "groups (agents)"], rows)
     toctree = "\n".join(stem(e["name"]) for e in entries)
@@ -380,53 +484,94 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def generate(cache: Path = CACHE, out: Path = OUT) -> list[str]:
-    """Compute the missing entries and write the catalogue's pages into ``out``; returns the names listed."""
+def read_manifest(path: Path = MANIFEST) -> dict[str, dict]:
+    """The committed pictures' records: name -> ``{"key", "file"}`` or ``{"key", "why"}`` (it cannot render)."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def generate(cache: Path | None = None, out: Path = OUT, manifest: Path = MANIFEST) -> list[str]:
+    """Compute the entries missing from ``cache`` and write the catalogue's pages into ``out``, each with its
+    committed picture; returns the names listed."""
     import marl_envs
 
+    cache = cache or default_cache()
     names = catalogue_names()
     keys = entry_keys(names)
-    todo: dict[str, list[str]] = {}
-    for name in names:
-        if not (cache / keys[name] / "entry.json").exists():
-            todo.setdefault(name.partition("/")[0], []).append(f"{keys[name]}={name}")
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    for backend, pairs in todo.items():
-        # One process per backend: pyglet, MuJoCo and pygame each get an OpenGL / SDL state of their own.
-        # Their libraries' own chatter on stdout (MuJoCo, pygame) is dropped; the progress bar is on stderr.
-        subprocess.run([sys.executable, __file__, str(cache), *pairs], check=False, env=env,
-                       stdout=subprocess.DEVNULL)
+    todo = _by_backend([name for name in names if not (cache / keys[name] / "record.json").exists()])
+    _run_backends("entries", cache, todo, keys)
     entries = {}
     for name in names:
-        path = cache / keys[name] / "entry.json"
+        path = cache / keys[name] / "record.json"
         if not path.exists():
             raise RuntimeError(f"the catalogue entry of {name!r} could not be computed (see the messages above); "
-                               f"run: python docs/_ext/env_catalogue.py /tmp/catalogue {keys[name]}={name}")
+                               f"run: python docs/_ext/env_catalogue.py _entries /tmp/catalogue {keys[name]}={name}")
         entries[name] = json.loads(path.read_text())
+    pictures = read_manifest(manifest)
     by_backend: dict[str, list[dict]] = {}
     for name, entry in entries.items():
         by_backend.setdefault(entry["backend"], []).append(entry)
     keep = {out / "index.md"}
     for backend, group in by_backend.items():
         keep.add(out / backend / "index.md")
-        _write(out / backend / "index.md", _backend_page(backend, group))
+        _write(out / backend / "index.md", _backend_page(backend, group, pictures))
         for entry in group:
             page = out / backend / f"{stem(entry['name'])}.md"
             keep.add(page)
-            _write(page, _env_page(entry))
-            if entry["picture"]:
-                image = out / backend / "img" / (stem(entry["name"]) + Path(entry["picture"]).suffix)
-                keep.add(image)
-                source = cache / keys[entry["name"]] / entry["picture"]
-                if not image.exists() or image.read_bytes() != source.read_bytes():
-                    image.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(source, image)
+            _write(page, _env_page(entry, pictures.get(entry["name"])))
     missing = [b for b in marl_envs.available_backends() if not marl_envs.backend_installed(b)]
     _write(out / "index.md", _index_page(by_backend, missing))
     for path in out.rglob("*"):  # pages of envs no longer registered
         if path.is_file() and path not in keep:
             path.unlink()
     return names
+
+
+def update_pictures(names: list[str] | None = None, check: bool = False, force: bool = False,
+                    folder: Path = PICTURES) -> list[str]:
+    """Render the pictures of ``names`` (default: every registered env) that are missing or whose key changed (all
+    of them with ``force``) into ``folder``, update its manifest and remove pictures of envs no longer registered.
+    With ``check``, render nothing and only list them. Returns the names that were (or, with ``check``, would be)
+    rendered."""
+    registered = catalogue_names()
+    unknown = sorted(set(names or ()) - set(registered))
+    if unknown:
+        raise ValueError(f"not registered: {unknown}; pass names from marl_envs.available_envs()")
+    manifest_path = folder / "pictures.json"
+    manifest = read_manifest(manifest_path)
+    keys = picture_keys(registered)
+    stale = [name for name in names or registered
+             if force or manifest.get(name, {}).get("key") != keys[name]
+             or ("file" in manifest[name] and not (folder / manifest[name]["file"]).exists())]
+    if check:
+        for name in stale:
+            print(f"stale: {name}" if name in manifest else f"missing: {name}")
+        return stale
+    work = folder / ".render"
+    shutil.rmtree(work, ignore_errors=True)
+    _run_backends("pictures", work, _by_backend(stale), keys)
+    for name in stale:
+        record_path = work / keys[name] / "record.json"
+        if not record_path.exists():
+            print(f"pictures: {name} could not be built (see the messages above)", file=sys.stderr)
+            continue
+        record = {"key": keys[name], **json.loads(record_path.read_text())}
+        if "file" in record:
+            target = f"{name.partition('/')[0]}/{stem(name)}{Path(record['file']).suffix}"
+            (folder / target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(work / keys[name] / record["file"], folder / target)
+            record["file"] = target
+        old = manifest.get(name, {}).get("file")
+        if old and old != record.get("file"):
+            (folder / old).unlink(missing_ok=True)
+        manifest[name] = record
+    shutil.rmtree(work, ignore_errors=True)
+    for name in set(manifest) - set(registered):  # envs no longer registered
+        if "file" in manifest[name]:
+            (folder / manifest[name]["file"]).unlink(missing_ok=True)
+        del manifest[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
+    return stale
 
 
 def _on_builder_inited(app) -> None:
@@ -439,5 +584,4 @@ def setup(app):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(SRC))
     raise SystemExit(main(sys.argv[1:]))
