@@ -35,7 +35,9 @@ import csv
 import inspect
 import json
 import math
+import pickle
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -445,7 +447,14 @@ def read_checkpoint(out: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"--resume {out}: no {CHECKPOINT} there; pass the --out folder of a run that wrote "
                                 f"one (every --checkpoint-every iterations, default 10)")
-    return torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are not tensors
+    try:  # tensors and plain values only: unpickling anything else could run code from the file
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        raise ValueError(f"--resume {out}: {path} holds objects other than tensors and plain values, which this "
+                         f"example does not write and will not unpickle (they could run code)"
+                         f"{f': {found.group(1)}' if found else ''}; resume from a checkpoint a run of this "
+                         f"example wrote") from None
 
 
 def save_checkpoint(args, rows: list[dict], frames: int, iterations: int, wall: float, model: nn.Module,
@@ -459,13 +468,35 @@ def save_checkpoint(args, rows: list[dict], frames: int, iterations: int, wall: 
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "iterations": iterations, "frames": frames, "wall_s": wall, "rows": rows,
         "model": model.state_dict(), "optim": optim.state_dict(),
-        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
+        "rng": rng_states(),
     }
     tmp = args.out / f".{CHECKPOINT}.tmp"
     torch.save(state, tmp)
     tmp.replace(args.out / CHECKPOINT)
     write_metrics(args, rows)
+
+
+def rng_states() -> dict:
+    """Every random generator's state as tensors and plain values (what ``torch.load(weights_only=True)`` reads)."""
+    _, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+                      "cached_gaussian": float(cached)},
+            "python": {"version": version, "internal": list(internal), "gauss_next": gauss},
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}
+
+
+def set_rng_states(rng: dict) -> None:
+    """Restore ``rng_states()``."""
+    torch.set_rng_state(rng["torch"])
+    state = rng["numpy"]
+    np.random.set_state(("MT19937", state["keys"].numpy().astype(np.uint32), state["pos"], state["has_gauss"],
+                         state["cached_gaussian"]))
+    python = rng["python"]
+    random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 def load_checkpoint(args, model: nn.Module, optim: torch.optim.Optimizer, world_size: int
@@ -477,12 +508,7 @@ def load_checkpoint(args, model: nn.Module, optim: torch.optim.Optimizer, world_
     state = read_checkpoint(args.out)
     model.load_state_dict(state["model"])
     optim.load_state_dict(state["optim"])
-    rng = state["rng"]
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
-    if rng["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+    set_rng_states(state["rng"])
     return state["rows"], state["frames"], state["iterations"], state["wall_s"]
 
 

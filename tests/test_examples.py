@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 from envs import Drift, PredatorPreyCount
 
 import marl_envs
@@ -330,6 +331,45 @@ def test_resume_without_a_checkpoint_says_what_to_pass(tmp_path):
     with pytest.raises(FileNotFoundError, match=rf"--resume {tmp_path}: no checkpoint.pt there; pass the --out "
                                                 r"folder of a run that wrote one"):
         mappo.main(["--resume", str(tmp_path)])
+
+
+class _RunsCode:
+    """Unpickling it would call ``os.mkdir`` on the path it carries (as a malicious checkpoint could call
+    anything)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return os.mkdir, (str(self.path),)
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_and_names_the_file(tmp_path):
+    ran = tmp_path / "ran"
+    torch.save({"args": {}, "model": {}, "payload": _RunsCode(ran)}, tmp_path / "checkpoint.pt")
+    with pytest.raises(ValueError, match=rf"--resume {tmp_path}: {tmp_path / 'checkpoint.pt'} holds objects other "
+                                         r"than tensors and plain values, which this example does not write and will "
+                                         r"not unpickle \(they could run code\): \w+\.mkdir; resume "
+                                         r"from a checkpoint a run of this example wrote"):
+        mappo.main(["--resume", str(tmp_path)])
+    assert not ran.exists()
+
+
+def test_checkpoint_random_states_round_trip_as_tensors_and_plain_values():
+    """The states ``torch.load(weights_only=True)`` reads back restore every generator's next draws."""
+    import io
+    import random
+
+    import numpy as np
+
+    states = mappo.rng_states()
+    buffer = io.BytesIO()
+    torch.save(states, buffer)
+    draws = torch.rand(3), np.random.rand(3), random.random()
+    buffer.seek(0)
+    mappo.set_rng_states(torch.load(buffer, weights_only=True))
+    again = torch.rand(3), np.random.rand(3), random.random()
+    assert torch.equal(draws[0], again[0]) and np.array_equal(draws[1], again[1]) and draws[2] == again[2]
 
 
 def test_plot_runs_draws_the_mean_and_the_seed_band(tmp_path, capsys):
