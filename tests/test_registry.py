@@ -60,3 +60,30 @@ def test_unknown_backend():
         marl_envs.available_envs("gym")
     with pytest.raises(TypeError, match="env name must be a str"):
         marl_envs.make(3)
+
+
+def test_every_name_is_taken_unquoted_by_a_shell():
+    """``marl-envs info NAME`` works for every registered name as typed (no quoting): letters, digits and
+    ``_ . / -`` only; a split robot's joint counts are written ``9-8`` in every family."""
+    import re
+    import shlex
+
+    names = marl_envs.available_envs()
+    assert names and [n for n in names if not re.fullmatch(r"[A-Za-z0-9_./-]+", n)] == []
+    assert all(shlex.quote(n) == n for n in names)
+    for split in ("brax/humanoid_9-8", "jaxmarl/humanoid_9-8", "playground/HumanoidRun_9-12", "mamujoco/Humanoid_9-8"):
+        assert split in names or not marl_envs.backend_installed(split.partition("/")[0])
+
+
+def test_an_old_split_name_still_builds_and_names_the_new_one():
+    """Through ``make`` (one path for every backend: JaxMARL's and Playground's old names too) and the env class."""
+    if not marl_envs.backend_installed("brax"):
+        pytest.skip("brax is not installed")
+    from marl_envs.backends.brax import BraxEnv
+
+    tail = r" is now 'brax/humanoid_9-8' \(a '\|' in a name is a pipe in a shell\); the old name will be removed"
+    with pytest.warns(DeprecationWarning, match=r"the env name 'brax/humanoid_9\|8'" + tail):
+        env = marl_envs.make("brax/humanoid_9|8", num_envs=1)
+    assert env.env_name == "humanoid_9-8"
+    with pytest.warns(DeprecationWarning, match=r"the Brax env name 'humanoid_9\|8' is now 'humanoid_9-8'"):
+        assert BraxEnv("humanoid_9|8", num_envs=1).group_map == env.group_map

@@ -92,7 +92,7 @@ SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",), "ju
 # Keys
 # --------------------------------------------------------------------------------------------------
 def stem(name: str) -> str:
-    """``pettingzoo/mpe/simple_v3`` -> ``mpe-simple_v3``, ``brax/humanoid_9|8`` -> ``humanoid_9-8``: the file
+    """``pettingzoo/mpe/simple_v3`` -> ``mpe-simple_v3``, ``brax/humanoid_9-8`` -> ``humanoid_9-8``: the file
     name of an env's page (in its backend's folder) and picture."""
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name.partition("/")[2].replace("/", "-"))
 
@@ -560,15 +560,14 @@ def update_pictures(names: list[str] | None = None, check: bool = False, force: 
             (folder / target).parent.mkdir(parents=True, exist_ok=True)
             shutil.move(work / keys[name] / record["file"], folder / target)
             record["file"] = target
-        old = manifest.get(name, {}).get("file")
-        if old and old != record.get("file"):
-            (folder / old).unlink(missing_ok=True)
         manifest[name] = record
     shutil.rmtree(work, ignore_errors=True)
     for name in set(manifest) - set(registered):  # envs no longer registered
-        if "file" in manifest[name]:
-            (folder / manifest[name]["file"]).unlink(missing_ok=True)
         del manifest[name]
+    kept = {record["file"] for record in manifest.values() if "file" in record}
+    for path in folder.glob("*/*.*"):  # pictures no record names (an env renamed, or that no longer renders)
+        if path.relative_to(folder).as_posix() not in kept:
+            path.unlink()
     folder.mkdir(parents=True, exist_ok=True)
     manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
     return stale

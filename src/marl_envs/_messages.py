@@ -4,9 +4,10 @@ and the CLI's ``list`` use them without torch."""
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Iterable, Sequence
 
-__all__ = ["did_you_mean", "unknown_name"]
+__all__ = ["did_you_mean", "shell_safe", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:
@@ -23,3 +24,14 @@ def unknown_name(what: str, name: str, candidates: Sequence[str], listing: str |
     """
     shown = ", ".join(candidates) if listing is None else listing
     return ValueError(f"unknown {what} {name!r}{did_you_mean(name, candidates) or ';'} available: {shown}")
+
+
+def shell_safe(name: str, what: str = "env") -> str:
+    """``name`` with the agents' joint counts of a split robot written ``9-8``, as every env name is now: the old
+    ``9|8`` still builds, with a ``DeprecationWarning`` naming the new name (``|`` is a pipe in a shell)."""
+    if "|" not in name:
+        return name
+    new = name.replace("|", "-")
+    warnings.warn(f"the {what} name {name!r} is now {new!r} (a '|' in a name is a pipe in a shell); the old name "
+                  f"will be removed", DeprecationWarning, stacklevel=3)
+    return new

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import _names
-from ._messages import unknown_name
+from ._messages import shell_safe, unknown_name
 
 if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names (marl-envs list)
     from ._env import EnvBase
@@ -167,6 +167,8 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         return factory(**kwargs)
     backend, _, env_name = name.partition("/")
     if backend in _BACKENDS:
+        name = shell_safe(name)
+        env_name = name.partition("/")[2]
         module = backend_module(backend)
         if not _BACKENDS[backend].checks_names:
             names = _backend_names(backend)

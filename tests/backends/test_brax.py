@@ -107,7 +107,7 @@ def built():
 def test_scene_layout(built, name):
     env = built(name)
     n = len(scenes.jaxmarl_mapping(name).action_indices)
-    assert env.group_map == ({"agents": [f"agent_{i}" for i in range(n)]} if name != "humanoid_9|8"
+    assert env.group_map == ({"agents": [f"agent_{i}" for i in range(n)]} if name != "humanoid_9-8"
                              else {"agent_0": ["agent_0"], "agent_1": ["agent_1"]})  # 9 vs 8 action dims
     td = env.rollout(2, break_when_any_done=False)
     obs_size = env.full_observation_spec["state"].shape[-1]
@@ -183,7 +183,7 @@ def test_jaxmarl_ant_agents_drive_one_leg_and_observe_another(models):
 
 @pytest.mark.parametrize("name, clamped", [("ant_4x2", {}), ("hopper_3x1", {}), ("walker2d_2x3", {}),
                                            ("halfcheetah_6x1", {"agent_5": 1}),
-                                           ("humanoid_9|8", {"agent_0": 93, "agent_1": 51})])
+                                           ("humanoid_9-8", {"agent_0": 93, "agent_1": 51})])
 def test_jaxmarl_mapping_reproduces_the_tables_and_warns_about_clamped_indices(name, clamped):
     table = scenes.jaxmarl_mapping(name)
     with warnings.catch_warnings(record=True) as caught:
@@ -201,8 +201,8 @@ def test_jaxmarl_mapping_reproduces_the_tables_and_warns_about_clamped_indices(n
 
 
 def test_known_bad_tables_would_fail_validation(models):
-    robot, _, obs_size = models["humanoid_9|8"]
-    table = scenes.jaxmarl_mapping("humanoid_9|8")
+    robot, _, obs_size = models["humanoid_9-8"]
+    table = scenes.jaxmarl_mapping("humanoid_9-8")
     message = r"observation_indices\['agent_0'\] holds 245, outside the robot's observation \[0, 244\)"
     with pytest.raises(ValueError, match=message):
         scenes.validate_mapping(table.action_indices, table.observation_indices, robot.action_size, obs_size)
@@ -573,7 +573,7 @@ def _rollout(env, steps=6, roots=False):
     return (torch.stack(out), torch.stack(nxt)) if roots else torch.stack(out)
 
 
-@pytest.mark.parametrize("name", ["walker2d_2x3", "humanoid_9|8", "fast"])
+@pytest.mark.parametrize("name", ["walker2d_2x3", "humanoid_9-8", "fast"])
 def test_the_overlapped_step_matches_the_generic_step(built, name, monkeypatch):
     """Where JAX's CPU dispatch is asynchronous (JAX started before the import, or MARL_ENVS_JAX_CPU_ASYNC=1),
     BraxWrapper's step returns its outputs over buffers JAX fills later (the base class builds the next root

@@ -449,7 +449,7 @@ def test_our_brax_splits_drive_the_joints_of_mamujocos_partitions():
 
     envs = import_brax()
     pairs = {"halfcheetah_6x1": ("HalfCheetah", "6x1"), "hopper_3x1": ("Hopper", "3x1"),
-             "walker2d_2x3": ("Walker2d", "2x3"), "ant_4x2": ("Ant", "4x2"), "humanoid_9|8": ("Humanoid", "9|8")}
+             "walker2d_2x3": ("Walker2d", "2x3"), "ant_4x2": ("Ant", "4x2"), "humanoid_9-8": ("Humanoid", "9|8")}
     assert set(pairs) == set(SCENES)
     for scene, (robot, partition) in pairs.items():
         with quiet_brax_build():

@@ -31,8 +31,8 @@ def test_names_are_the_dm_control_suite_and_its_split_robots():
     names = set(pg.env_names())
     splits = {n for n in names if "_" in n}
     assert names - splits == suite
-    assert splits == {"CheetahRun_6x1", "HopperHop_4x1", "HopperStand_4x1", "HumanoidRun_9|12",
-                      "HumanoidStand_9|12", "HumanoidWalk_9|12", "WalkerRun_2x3", "WalkerStand_2x3",
+    assert splits == {"CheetahRun_6x1", "HopperHop_4x1", "HopperStand_4x1", "HumanoidRun_9-12",
+                      "HumanoidStand_9-12", "HumanoidWalk_9-12", "WalkerRun_2x3", "WalkerStand_2x3",
                       "WalkerWalk_2x3"}
     assert set(pg.unavailable()) == {*registry.locomotion.ALL_ENVS, *registry.manipulation.ALL_ENVS}
     with pytest.raises(ValueError, match=r"'Go1JoystickFlatTerrain' cannot be built here: clones the "

@@ -50,11 +50,12 @@ from groupings import GroupMap, MarlGroupMapType
 from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, quiet_import
 from .._spaces import space_spec
+from .._messages import shell_safe
 from .._validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
 from ..specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from .jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
-__all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "make_env"]
+__all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "library_name", "make_env"]
 
 UNAVAILABLE = {
     "LearnedPolicyEnemySMAX": "needs a trained enemy policy and its parameters (no default)",
@@ -118,9 +119,15 @@ def unavailable() -> dict[str, str]:
 
 
 def env_names() -> list[str]:
-    """``jaxmarl.registered_envs`` less the ones ``unavailable()`` explains."""
+    """``jaxmarl.registered_envs`` less the ones ``unavailable()`` explains, split robots' joint counts written
+    ``9-8`` (JaxMARL's ``humanoid_9|8`` is ``humanoid_9-8`` here: a name a shell takes unquoted)."""
     skip = unavailable()
-    return sorted({n for n in import_jaxmarl().registered_envs if n not in skip})
+    return sorted({n.replace("|", "-") for n in import_jaxmarl().registered_envs if n not in skip})
+
+
+def library_name(env_name: str) -> str:
+    """The name JaxMARL registers ``env_name`` (a name of ``env_names()``) under."""
+    return next((n for n in import_jaxmarl().registered_envs if n.replace("|", "-") == env_name), env_name)
 
 
 def make_env(name: str, **kwargs: Any) -> JaxMarlEnv:
@@ -264,20 +271,22 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
                  max_steps: int | None = None, seed: int = 0,
                  group_map: GroupMap | MarlGroupMapType | None = None, **env_kwargs: Any):
         jaxmarl = import_jaxmarl()
+        env_name = shell_safe(env_name, "JaxMARL env")
         check_name("JaxMARL", env_name, env_names(), unavailable())
+        library = library_name(env_name)
         if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name: "3m", "2s3z", ...
             from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
 
             if env_kwargs["scenario"] not in MAP_NAME_TO_SCENARIO:
                 raise unknown_name("SMAX map", env_kwargs["scenario"], list(MAP_NAME_TO_SCENARIO))
             env_kwargs["scenario"] = MAP_NAME_TO_SCENARIO[env_kwargs["scenario"]]
-        cls = env_classes().get(env_name)
+        cls = env_classes().get(library)
         check_kwargs(f"JaxMARL env {env_name!r}", cls and env_kwargs and init_keywords(cls), env_kwargs,
                      env=env_keywords(JaxMarlEnv), kind="the env's")
         from .brax import quiet_brax_build  # MABrax envs build Brax envs
 
         with filtered_output("stdout", EVERYTHING), quiet_brax_build():
-            env = jaxmarl.make(env_name, **env_kwargs)
+            env = jaxmarl.make(library, **env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         dev = self.device
@@ -285,7 +294,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         names_ = [str(a) for a in agents]
         one_obs = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
         masks, avail = _mask_source(env, one_obs[1])
-        separate = env_name in _SEPARATE_ENDS
+        separate = library in _SEPARATE_ENDS
         specs, widths, discrete = {}, [], []
         for i, agent in enumerate(agents):
             space, where = env.action_space(agent), f"JaxMARL {env_name} agent {names_[i]!r}'s action"

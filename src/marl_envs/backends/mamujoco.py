@@ -6,7 +6,7 @@ by the PettingZoo machinery.
 >>> env.reset()["agents", "observation"].shape
 torch.Size([2, 2, 12])
 
-Names are ``<robot>_<partition>``, MaMuJoCo's own partitions (``agent_conf``; its ``9|8`` is spelled ``9-8``).
+Names are ``<robot>_<partition>``, MaMuJoCo's own partitions (``agent_conf``; its ``9|8`` is spelled ``9-8``, as every split robot's name is).
 Keywords are MaMuJoCo's (``agent_obsk``, ``local_categories``, ...) and those of the Gymnasium MuJoCo env under it
 (``ctrl_cost_weight``, ...). The episodes are Gymnasium's (``-v5``): a robot that falls *terminates*, 1000 steps
 *truncate*. ``return_state=True`` adds the robot's full observation at the root (``env.state()``). Left out:

@@ -20,7 +20,7 @@ building one clones the ``mujoco_menagerie`` model repository with ``git`` (no n
 **Splits.** ``Cheetah*`` (one agent per joint), ``Hopper*`` (one per joint), ``Walker*`` (one per leg) and
 ``Humanoid*`` (upper body and legs) are split by the Brax scenes' rules (``backends.brax._scenes``: agents partition
 the actuated joints, found from the MuJoCo model); the name's suffix counts the agents' joints (``_6x1``,
-``_4x1``, ``_2x3``, ``_9|12``). What each agent observes is derived from the model and the env's own
+``_4x1``, ``_2x3``, ``_9-12``). What each agent observes is derived from the model and the env's own
 observation function, not from a table: moving each joint's ``qpos`` and ``qvel`` entries (at two random states)
 and reading ``_get_obs`` tells on which joints each observation entry depends; an agent observes the entries that depend
 only on the root's joints, its own, their neighbours (joints touching a common body) and the joints its bodies
@@ -43,6 +43,7 @@ from groupings import GroupMap, MarlGroupMapType
 
 from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, ignored_warnings, quiet_import
+from .._messages import shell_safe
 from .._validate import checked_keywords, unknown_name
 from .._mujoco import prepare_mujoco_gl
 from .brax import BraxWrapper
@@ -88,10 +89,10 @@ def _robot(task: str) -> str | None:
 
 @functools.cache
 def _suffix(robot: str) -> str:
-    """``6x1``, ``2x3``, ``9|12``: the agents' joint counts (``NxK`` when all agents drive K joints)."""
+    """``6x1``, ``2x3``, ``9-12``: the agents' joint counts (``NxK`` when all agents drive K joints)."""
     task = next(t for t in _suite() if t.startswith(robot))
     sizes = [len(joints) for joints in scenes._partition(_model(task), SPLITS[robot])]
-    return f"{len(sizes)}x{sizes[0]}" if len(set(sizes)) == 1 else "|".join(map(str, sizes))
+    return f"{len(sizes)}x{sizes[0]}" if len(set(sizes)) == 1 else "-".join(map(str, sizes))
 
 
 def env_names() -> list[str]:
@@ -195,6 +196,7 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0, group_map: GroupMap | MarlGroupMapType | None = None,
                  config: dict[str, Any] | None = None):
+        env_name = shell_safe(env_name, "Playground env")
         check_name("Playground", env_name, env_names(), unavailable())
         task, _, split = env_name.partition("_")
         env = _load(task, config)

@@ -16,7 +16,7 @@ key                    shape              spec
 ====================== ================== ==========================================================
 
 A multi-agent split (the scenes ``brax/ant_4x2``, ``brax/halfcheetah_6x1``, ``brax/hopper_3x1``,
-``brax/walker2d_2x3``, ``brax/humanoid_9|8``, or ``action_indices`` / ``observation_indices``) gives, for a group
+``brax/walker2d_2x3``, ``brax/humanoid_9-8``, or ``action_indices`` / ``observation_indices``) gives, for a group
 ``g`` of ``n`` agents:
 
 ========================= ================== ===============================================================
@@ -73,6 +73,7 @@ from tensordict import TensorDictBase
 from groupings import GroupMap, MarlGroupMapType
 
 from ..._named import NamedRepr
+from ..._messages import shell_safe
 from ..._validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
 from ...specs import Bounded, Composite, Unbounded
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
@@ -380,7 +381,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
 
     Args:
         env_name: a Brax env (``brax.envs`` registry: ``ant``, ``fast``, ...) or a scene (``ant_4x2``,
-            ``halfcheetah_6x1``, ``hopper_3x1``, ``walker2d_2x3``, ``humanoid_9|8``).
+            ``halfcheetah_6x1``, ``hopper_3x1``, ``walker2d_2x3``, ``humanoid_9-8``).
         backend: Brax physics pipeline (``generalized``, ``spring``, ``positional``, ``mjx``); None keeps the
             env's default.
         max_steps: episode length (Brax's default 1000), reported as ``truncated``.
@@ -415,6 +416,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
         mapping: str | Mapping[str, Mapping[str, Sequence[int]]] | None = None,
         **env_kwargs: Any,
     ):
+        env_name = shell_safe(env_name, "Brax env")
         scene = scenes.SCENES.get(env_name)
         robot = scene.robot if scene else env_name
         if backend is not None:

@@ -61,7 +61,7 @@ SCENES: dict[str, Scene] = {
     "halfcheetah_6x1": Scene("halfcheetah", "joints"),
     "hopper_3x1": Scene("hopper", "joints"),
     "walker2d_2x3": Scene("walker2d", "limbs"),
-    "humanoid_9|8": Scene("humanoid", ((), ("right_thigh", "left_thigh"))),
+    "humanoid_9-8": Scene("humanoid", ((), ("right_thigh", "left_thigh"))),
 }
 
 
@@ -269,7 +269,7 @@ _JAXMARL: dict[str, AgentMapping] = {
             "agent_2": _ranges((0, 1), 3, 4, (5, 7), 10),
         },
     ),
-    "humanoid_9|8": AgentMapping(
+    "humanoid_9-8": AgentMapping(
         {"agent_0": (0, 1, 2, 11, 12, 13, 14, 15, 16), "agent_1": (3, 4, 5, 6, 7, 8, 9, 10)},
         {
             "agent_0": _ranges((0, 10), (12, 14), (16, 30), (39, 44), (55, 94), (115, 124), (145, 184), (191, 214),
