@@ -22,6 +22,10 @@ from marl_envs.specs import Composite, Unbounded
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import mappo  # noqa: E402
 
+# TorchRL 0.11's MaskedCategorical.log_prob calls cross_entropy with reduce=False (torch's deprecation warning; TorchRL
+# 0.14 does not): the TorchRL example's masked policies in .venv-benchmarl
+pytestmark = pytest.mark.filterwarnings("ignore:size_average and reduce args will be deprecated:UserWarning")
+
 TINY = ["--num-envs", "6", "--frames", "240", "--epochs", "1", "--minibatch", "20", "--hidden", "16", "--quiet"]
 
 
