@@ -50,7 +50,7 @@ def test_every_discrete_jaxmarl_env_carries_a_mask_or_is_listed_with_the_reason(
     discrete, masked = set(), set()
     for name in jm.env_names():
         with quiet_brax_build():
-            env = jaxmarl.make(name)
+            env = jaxmarl.make(jm.library_name(name))
         if any(type(env.action_space(a)).__name__ in ("Discrete", "MultiDiscrete") for a in env.agents):
             discrete.add(name)
             state = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[1]
