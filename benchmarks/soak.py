@@ -194,7 +194,7 @@ def run_soak(
         from tqdm import tqdm
 
         bar = tqdm(total=calls * env.num_envs, desc=name or str(env), unit="env-step", unit_scale=True,
-                   mininterval=1.0, file=sys.stderr)
+                   mininterval=1.0, file=sys.stderr, disable=None)  # None: a bar only on a terminal
     rss_warm = None
     td = env.reset()
     start = time.perf_counter()

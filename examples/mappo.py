@@ -576,7 +576,7 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
         from tqdm import tqdm
 
         bar = tqdm(total=iterations * info.world_size * args.num_envs * steps, unit="frame", unit_scale=True,
-                   desc=args.env)
+                   desc=args.env, disable=None)  # no bar written into a log file (None: only on a terminal)
     rows, frames, done_iterations, spent = [], 0, 0, 0.0
     if args.resume:
         rows, frames, done_iterations, spent = load_checkpoint(args, loss_fn, optim, info.world_size)

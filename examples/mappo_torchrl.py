@@ -325,7 +325,7 @@ def train(args) -> dict:
         from tqdm import tqdm
 
         bar = tqdm(total=iterations * info.world_size * frames_per_batch, unit="frame", unit_scale=True,
-                   desc=args.env, initial=frames)
+                   desc=args.env, initial=frames, disable=None)  # None: a bar only on a terminal
     start = time.perf_counter() - spent  # wall time counts on from the checkpoint's
     for iteration, data in enumerate(collector, start=done_iterations):
         if iteration >= iterations:  # a run resumed after its last iteration: nothing left to train

@@ -5,7 +5,7 @@ from envs import Drift, PredatorPreyCount
 
 import marl_envs
 from marl_envs import cli, registry
-from marl_envs.specs import Binary
+from marl_envs.specs import Binary, Composite, Unbounded
 
 
 @pytest.fixture(autouse=True)
@@ -171,6 +171,25 @@ def test_info_says_what_each_key_means(capsys):
         assert rows[key].endswith(meaning), rows[key]
 
 
+class _ManyWithInfo(Drift):
+    """``Drift`` with 9 agents declaring an info entry (its specs only)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(n_agents=9, **kwargs)
+        spec = self.full_observation_spec.clone()
+        spec["agents", "info"] = Composite(speed=Unbounded((self.num_envs, 9, 1)), shape=(self.num_envs, 9))
+        self.full_observation_spec = spec
+
+
+def test_info_shortens_a_long_group_and_gives_infos_their_role(capsys):
+    marl_envs.register("test/many", _ManyWithInfo)
+    assert cli.main(["info", "test/many"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert " ".join(rows["agents"]) == "agents agent_0, agent_1, agent_2, agent_3, ... (4 more), agent_8 9"
+    assert rows["agents.info.speed"][:2] == ["agents.info.speed", "info"]
+    assert rows["agents.observation"][1] == "observation"
+
+
 def test_parse_kwargs_literals():
     assert cli.parse_kwargs(["a=3", "b=0.5", "c=cpu", "d=True", "e=[1, 2]"]) == {"a": 3, "b": 0.5, "c": "cpu", "d": True, "e": [1, 2]}
 
@@ -180,3 +199,14 @@ def test_parse_kwargs_malformed_exits_with_the_usage_code(capsys):
         cli.parse_kwargs(["a=3", "n_agents"])
     assert exit.value.code == 2
     assert capsys.readouterr().err == "error: expected KEY=VALUE, got 'n_agents' (e.g. n_agents=3)\n"
+
+
+def test_demo_rollout_writes_no_progress_bar_into_a_file(capsys):
+    """Progress bars only on a terminal: ``marl-envs demo > log 2>&1`` gets the result line, not the bar's
+    updates (pytest's captured streams are not terminals)."""
+    from marl_envs._demo import random_rollout
+
+    rate = random_rollout("test/predator_prey", num_envs=3, steps=4)
+    captured = capsys.readouterr()
+    assert rate > 0 and captured.err == ""
+    assert captured.out.startswith("test/predator_prey: 12 env-steps in ")

@@ -320,7 +320,9 @@ def _work(kind: str, folder: Path, pairs: list[tuple[str, str]]) -> int:
 
     failed = 0
     backend = pairs[0][1].partition("/")[0] if pairs else ""
-    bar = tqdm(pairs, desc=f"{kind}: {backend}", unit="env", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(pairs, desc=f"{kind}: {backend}", unit="env", file=sys.stderr, dynamic_ncols=True,
+               disable=None)  # None: a bar on a terminal; a log (CI) gets one line per backend below
+    start = time.perf_counter()
     for key, name in bar:
         bar.set_postfix_str(name)
         final, work = folder / key, folder / f"{key}.tmp"
@@ -342,6 +344,8 @@ def _work(kind: str, folder: Path, pairs: list[tuple[str, str]]) -> int:
         (work / "record.json").write_text(json.dumps(record, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         work.rename(final)
+    if bar.disable:
+        print(f"{kind}: {backend}: {len(pairs)} envs in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return failed
 
 

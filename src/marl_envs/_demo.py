@@ -26,7 +26,7 @@ def _progress(total: int, desc: str):
         from tqdm import tqdm
     except ImportError:  # the core has no tqdm dependency
         return None
-    return tqdm(total=total, desc=desc, unit="step", leave=True)
+    return tqdm(total=total, desc=desc, unit="step", leave=True, disable=None)  # None: no bar unless a terminal
 
 
 def tour() -> None:

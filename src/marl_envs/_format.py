@@ -69,11 +69,16 @@ ROLE_MEANINGS = {
 }
 
 
-def meaning(env: EnvBase, key: NestedKey, role: str) -> str:
-    """What the entry ``key`` of the spec of ``role`` means, in words (``MEANINGS``, else ``ROLE_MEANINGS``)."""
+def _name(env: EnvBase, key: NestedKey) -> tuple[bool, str, tuple[str, ...]]:
+    """``(in a group, the entry's name below its group, the rest of its key)``."""
     parts = (key,) if isinstance(key, str) else tuple(key)
     grouped = len(parts) > 1 and parts[0] in env.group_map
-    name, rest = (parts[1], parts[2:]) if grouped else (parts[0], parts[1:])
+    return (grouped, parts[1], parts[2:]) if grouped else (grouped, parts[0], parts[1:])
+
+
+def meaning(env: EnvBase, key: NestedKey, role: str) -> str:
+    """What the entry ``key`` of the spec of ``role`` means, in words (``MEANINGS``, else ``ROLE_MEANINGS``)."""
+    grouped, name, rest = _name(env, key)
     if name not in MEANINGS:
         return ROLE_MEANINGS[role]
     text = MEANINGS[name][0 if grouped else 1]
@@ -92,7 +97,8 @@ def spec_rows(env: EnvBase) -> list[tuple[str, str, tuple[int, ...], str, str, s
     ]
     for role, full, prefix in kinds:
         for key, spec in full.items(True, True):
-            rows.append((prefix + _key(key), role, tuple(spec.shape), str(spec.dtype).replace("torch.", ""),
+            shown = "info" if _name(env, key)[1] == "info" else role  # infos travel with the observations
+            rows.append((prefix + _key(key), shown, tuple(spec.shape), str(spec.dtype).replace("torch.", ""),
                          describe(spec), meaning(env, key, role)))
     return rows
 
@@ -104,7 +110,14 @@ def spec_table(env: EnvBase) -> str:
 
 def group_rows(env: EnvBase) -> list[tuple[str, str, int]]:
     """One row per group: its name, its agents and their number (``GROUP_HEADERS``)."""
-    return [(g, ", ".join(m), len(m)) for g, m in env.group_map.items()]
+    return [(g, _agents(m), len(m)) for g, m in env.group_map.items()]
+
+
+def _agents(members: list[str], shown: int = 6) -> str:
+    """The agents' names, the first few and the last of a long group (MAgent2's teams have 81)."""
+    if len(members) <= shown:
+        return ", ".join(members)
+    return ", ".join(members[:shown - 2]) + f", ... ({len(members) - shown + 1} more), " + members[-1]
 
 
 def group_table(env: EnvBase) -> str:

@@ -37,8 +37,9 @@ try:
     from torchrl.envs import DTypeCastTransform, FlattenObservation, Transform
 except ImportError as err:  # pragma: no cover - exercised by the import test in the venvs without BenchMARL
     raise ImportError(
-        f"marl_envs.benchmarl needs BenchMARL, which could not be imported ({err}); "
-        "install it with: pip install 'marl-envs[benchmarl]'"
+        f"marl_envs.benchmarl needs BenchMARL, which could not be imported ({err}); install it with: pip install "
+        f"'marl-envs[benchmarl]' (BenchMARL 1.5 pins torchrl < 0.12: TorchRL 0.11 and tensordict 0.11 replace newer "
+        f"ones)"
     ) from err
 
 from groupings import GroupMap

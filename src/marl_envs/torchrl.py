@@ -29,9 +29,12 @@ try:
     from torchrl import __version__ as _torchrl_version
     from torchrl.envs import EnvBase as _TorchRLEnvBase
 except ImportError as err:  # pragma: no cover - exercised by the import test in the core venv
+    from tensordict import __version__ as _tensordict_version
+
     raise ImportError(
-        f"marl_envs.torchrl needs TorchRL, which could not be imported ({err}); "
-        "install it with: pip install 'marl-envs[torchrl]'"
+        f"marl_envs.torchrl needs TorchRL, which could not be imported ({err}); install it with: pip install "
+        f"'marl-envs[torchrl]' (TorchRL 0.14, which pins tensordict 0.14: it replaces the tensordict "
+        f"{_tensordict_version} installed here if that is another minor version)"
     ) from err
 
 from groupings import GroupMap
