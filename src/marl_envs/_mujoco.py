@@ -23,7 +23,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 
-__all__ = ["prepare_mujoco_gl", "quiet_model_build"]
+__all__ = ["camera_of", "prepare_mujoco_gl", "quiet_model_build"]
 
 _MODEL_FILE_NOTICES = re.compile(r"compiler attribute '\w+' is deprecated")
 
@@ -55,3 +55,27 @@ def quiet_model_build() -> Iterator[None]:
         yield
     finally:
         mujoco.set_mju_user_warning(previous)
+
+
+def camera_of(model, camera: str | int | None) -> str | int:
+    """The camera ``render(camera=...)`` draws from: a name or an index of ``model``'s cameras, -1 for MuJoCo's free
+    camera; None picks the model's ``track`` camera (it follows the robot: Brax's and Gymnasium's robots have it),
+    else its first camera, else the free camera.
+
+    Raises:
+        ValueError: a name the model does not have (its cameras are listed) or an index out of range.
+    """
+    import mujoco
+
+    names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+    if camera is None:
+        return "track" if "track" in names else (0 if names else -1)
+    if isinstance(camera, str) and camera in names:
+        return camera
+    if isinstance(camera, int) and not isinstance(camera, bool) and -1 <= camera < len(names):
+        return camera
+    from ._messages import did_you_mean
+
+    named = [n for n in names if n]
+    raise ValueError(f"unknown camera {camera!r}{did_you_mean(str(camera), named) or ';'} the model's cameras are "
+                     f"{named} (or an index in [-1, {len(names)}); -1 is MuJoCo's free camera)")

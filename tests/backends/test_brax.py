@@ -447,6 +447,14 @@ def test_render_physics_env_headless(built):
         pytest.skip(f"no headless OpenGL here: {err}")
     assert image.shape == (60, 80, 3) and image.dtype == np.uint8
     assert image.std() > 10  # a scene, not a blank frame
+    # the default camera follows the robot (the model's "track"), not MuJoCo's free camera (a speck from afar)
+    assert np.array_equal(env.render(1, height=60, width=80, camera="track"), image)
+    assert not np.array_equal(env.render(1, height=60, width=80, camera=-1), image)
+    with pytest.raises(ValueError, match=r"unknown camera 'trak'; did you mean 'track'\? the model's cameras are "
+                                         r"\['track'\] \(or an index in \[-1, 1\); -1 is MuJoCo's free camera\)"):
+        env.render(1, camera="trak")
+    with pytest.raises(ValueError, match=r"unknown camera 3; the model's cameras are \['track'\]"):
+        env.render(1, camera=3)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ from groupings import GroupMap, MarlGroupMapType
 
 from ..._named import NamedRepr
 from ..._messages import shell_safe
+from ..._mujoco import camera_of
 from ..._validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
 from ...specs import Bounded, Composite, Unbounded
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
@@ -325,9 +326,12 @@ class BraxWrapper(JaxEnvBase):
 
     def _render(self, env_index: int, *, height: int = 240, width: int = 320, camera: str | int | None = None
                 ) -> np.ndarray:
-        """An ``(height, width, 3)`` uint8 image of env ``env_index``, rendered headless by MuJoCo.
+        """An ``(height, width, 3)`` uint8 image of env ``env_index``, rendered headless by MuJoCo from ``camera``
+        (a name or an index of the model's cameras; default: its ``track`` camera, which follows the robot, else its
+        first camera, else MuJoCo's free camera).
 
         Raises:
+            ValueError: a camera the model does not have (the message lists them).
             NotImplementedError: the env has no MuJoCo model (custom envs, Brax's ``fast``).
             RuntimeError: before the first reset, or no OpenGL context could be made (see the module docstring).
         """
@@ -363,7 +367,7 @@ class BraxWrapper(JaxEnvBase):
         physics = getattr(state, "pipeline_state", None) or state.data  # Brax's, or a Playground env's MJX data
         data.qpos[:], data.qvel[:] = (physics.q, physics.qd) if hasattr(physics, "q") else (physics.qpos, physics.qvel)
         mujoco.mj_forward(model, data)
-        renderer.update_scene(data, camera=-1 if camera is None else camera)
+        renderer.update_scene(data, camera=camera_of(model, camera))
         return np.asarray(renderer.render(), dtype=np.uint8)
 
     def close(self) -> None:
