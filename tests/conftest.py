@@ -16,6 +16,8 @@ VERSIONS = {
     "tests/test_examples.py::test_mappo_torchrl": "the TorchRL example's losses, collectors and checkpoints",
     "tests/test_docs.py::test_doc_blocks_run[docs/torchrl.md]": "the TorchRL page's code",
     "tests/test_docs.py::test_doc_blocks_run[docs/benchmarl.md]": "the BenchMARL page's code",
+    "tests/test_doctests.py::test_docstring_examples[marl_envs.torchrl]": "the TorchRL interop's docstring examples",
+    "tests/test_doctests.py::test_docstring_examples[marl_envs.benchmarl]": "the BenchMARL tasks' docstring examples",
     "tests/backends/test_jumanji.py::test_torchrl_check_env_specs": "TorchRL's check_env_specs on Jumanji's "
                                                                      "structured observations",
     "tests/backends/test_playground.py::test_torchrl_check_env_specs": "TorchRL's check_env_specs on Playground",

@@ -7,9 +7,9 @@ the specs, ``max_steps``, rendering and infos from the env: no YAML to write.
 Needs the ``benchmarl`` extra (``pip install 'marl-envs[benchmarl]'``: BenchMARL 1.5 and the TorchRL it pins,
 0.11). ``import marl_envs`` never imports BenchMARL; importing this module does.
 
->>> from benchmarl.algorithms import MappoConfig  # doctest: +SKIP
->>> from benchmarl.experiment import Experiment, ExperimentConfig  # doctest: +SKIP
->>> from benchmarl.models import MlpConfig  # doctest: +SKIP
+>>> from benchmarl.algorithms import MappoConfig
+>>> from benchmarl.experiment import Experiment, ExperimentConfig
+>>> from benchmarl.models import MlpConfig
 >>> from marl_envs.benchmarl import task
 >>> experiment = Experiment(task=task("vmas/balance", max_steps=100), algorithm_config=MappoConfig.get_from_yaml(),
 ...                         model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),

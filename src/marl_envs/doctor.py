@@ -7,8 +7,8 @@ A check that fails is a ``FAIL`` row carrying the error, and the command then ex
 installed is broken. On a machine with a GPU this one command runs every CUDA path of the library.
 
 >>> from marl_envs.doctor import run
->>> report = run(backends=["vmas"])  # doctest: +SKIP
->>> report.ok  # doctest: +SKIP
+>>> report = run(backends=["vmas"])
+>>> report.ok
 True
 """
 

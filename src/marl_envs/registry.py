@@ -143,8 +143,8 @@ def _unknown(name: str, candidates: list[str]) -> ValueError:
 def make(name: str, **kwargs: Any) -> EnvBase:
     """Build an environment by name.
 
-    >>> env = make("vmas/balance", num_envs=4, n_agents=3)  # doctest: +SKIP
-    >>> env.group_map  # doctest: +SKIP
+    >>> env = make("vmas/balance", num_envs=4, n_agents=3)
+    >>> env.group_map
     {'agents': ['agent_0', 'agent_1', 'agent_2']}
 
     Args:

@@ -1,7 +1,7 @@
 """gymnax backend: gymnax's single-agent JAX envs by name, through the one JAX core.
 
 >>> import marl_envs
->>> env = marl_envs.make("gymnax/CartPole-v1", num_envs=8)  # doctest: +SKIP
+>>> env = marl_envs.make("gymnax/CartPole-v1", num_envs=8)
 
 Single-agent layout (as Brax's single-agent envs): ``observation`` ``(B, *o)`` float32, ``action`` ``(B,)``
 ``Categorical`` (``Discrete``) or ``(B, *a)`` ``Bounded`` (``Box``), ``("next", "reward")`` ``(B, 1)``.

@@ -1,8 +1,8 @@
 """JaxMARL backend: every JaxMARL env that runs on the installed JAX, by name, through the one JAX core.
 
 >>> import marl_envs
->>> env = marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=8)  # doctest: +SKIP
->>> env.group_map  # doctest: +SKIP
+>>> env = marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=8)
+>>> env.group_map
 {'agents': ['agent_0', 'agent_1', 'agent_2']}
 
 For a group ``g`` of ``n`` agents (the default grouping rule over the agents' specs; heterogeneous agents get

@@ -1,8 +1,8 @@
 """Jumanji backend: Jumanji's multi-agent envs by name, through the one JAX core.
 
 >>> import marl_envs
->>> env = marl_envs.make("jumanji/LevelBasedForaging-v0", num_envs=8)  # doctest: +SKIP
->>> env.group_map  # doctest: +SKIP
+>>> env = marl_envs.make("jumanji/LevelBasedForaging-v0", num_envs=8)
+>>> env.group_map
 {'agents': ['agent_0', 'agent_1']}
 
 Jumanji's observations are structured (a NamedTuple of arrays, some per agent, some shared). They are kept

@@ -1,9 +1,9 @@
 """MuJoCo Playground backend: its DM Control suite by name, and its robots split into agents.
 
 >>> import marl_envs
->>> env = marl_envs.make("playground/CheetahRun", num_envs=8)  # doctest: +SKIP
->>> split = marl_envs.make("playground/WalkerWalk_2x3", num_envs=8)  # doctest: +SKIP
->>> split.group_map  # doctest: +SKIP
+>>> env = marl_envs.make("playground/CheetahRun", num_envs=8)
+>>> split = marl_envs.make("playground/WalkerWalk_2x3", num_envs=8)
+>>> split.group_map
 {'agents': ['agent_0', 'agent_1']}
 
 Playground's envs keep Brax's interface (``reset(rng)``, ``step(state, action)``, a ``State`` of ``obs``,

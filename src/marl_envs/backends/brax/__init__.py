@@ -1,8 +1,8 @@
 """Brax backend: every Brax env by name, multi-agent splits of Brax robots, differentiable rollouts.
 
 >>> import marl_envs
->>> env = marl_envs.make("brax/ant_4x2", num_envs=8, backend="spring")  # doctest: +SKIP
->>> env.group_map  # doctest: +SKIP
+>>> env = marl_envs.make("brax/ant_4x2", num_envs=8, backend="spring")
+>>> env.group_map
 {'agents': ['agent_0', 'agent_1', 'agent_2', 'agent_3']}
 
 Single-agent envs (``brax/ant``, a ``BraxWrapper`` without indices) keep TorchRL's ``BraxWrapper`` layout:
@@ -379,8 +379,8 @@ class BraxWrapper(JaxEnvBase):
 class BraxEnv(NamedRepr, BraxWrapper):
     """A Brax env or multi-agent scene by name.
 
-    >>> env = BraxEnv("ant_4x2", num_envs=4, backend="spring")  # doctest: +SKIP
-    >>> env.action_indices  # doctest: +SKIP
+    >>> env = BraxEnv("ant_4x2", num_envs=4, backend="spring")
+    >>> env.action_indices
     {'agent_0': (0, 1), 'agent_1': (2, 3), 'agent_2': (4, 5), 'agent_3': (6, 7)}
 
     Args:

@@ -1,8 +1,8 @@
 """VMAS backend: every VMAS scenario by name, exact against raw VMAS, with vectorized partial resets.
 
 >>> import marl_envs
->>> env = marl_envs.make("vmas/balance", num_envs=4, n_agents=3, seed=0)  # doctest: +SKIP
->>> env.group_map  # doctest: +SKIP
+>>> env = marl_envs.make("vmas/balance", num_envs=4, n_agents=3, seed=0)
+>>> env.group_map
 {'agents': ['agent_0', 'agent_1', 'agent_2']}
 
 Data of a group ``g`` of ``n`` agents (``B = num_envs``)::
@@ -377,8 +377,8 @@ class VmasWrapper(EnvBase):
 class VmasEnv(VmasWrapper):
     """A VMAS scenario built by name (or from a ``BaseScenario``) as a marl_envs env.
 
-    >>> env = VmasEnv("balance", num_envs=8, n_agents=4, seed=0)  # doctest: +SKIP
-    >>> env.reset()["agents", "observation"].shape  # doctest: +SKIP
+    >>> env = VmasEnv("balance", num_envs=8, n_agents=4, seed=0)
+    >>> env.reset()["agents", "observation"].shape
     torch.Size([8, 4, 16])
 
     Args:
