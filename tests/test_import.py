@@ -107,33 +107,30 @@ def test_jax_cpu_dispatch_runs_inline_unless_jax_started_or_opted_out(setup, inl
     assert out.strip() == str(not inline)
 
 
-def test_benchmarl_tasks_without_benchmarl_name_the_extra_and_what_it_replaces():
+def _import_error_without(library: str, module: str) -> str:
+    """What ``import module`` raises in a fresh process where ``library`` cannot be imported."""
     code = (
         "import sys\n"
-        "sys.modules['benchmarl'] = None  # as if BenchMARL were not installed\n"
+        f"sys.modules[{library!r}] = None  # as if it were not installed\n"
         "try:\n"
-        "    import marl_envs.benchmarl\n"
+        f"    import {module}\n"
         "except ImportError as err:\n"
         "    print(err)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+
+
+def test_benchmarl_tasks_without_benchmarl_name_the_extra_and_what_it_replaces():
+    out = _import_error_without("benchmarl", "marl_envs.benchmarl")
     assert "marl_envs.benchmarl needs BenchMARL" in out and (
         "pip install 'marl-envs[benchmarl]' (BenchMARL 1.5 pins torchrl < 0.12: TorchRL 0.11 and tensordict 0.11 "
         "replace newer ones)") in out, out
 
 
 def test_torchrl_interop_without_torchrl_names_the_extra():
-    code = (
-        "import sys\n"
-        "sys.modules['torchrl'] = None  # as if TorchRL were not installed\n"
-        "try:\n"
-        "    import marl_envs.torchrl\n"
-        "except ImportError as err:\n"
-        "    print(err)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     import tensordict
 
+    out = _import_error_without("torchrl", "marl_envs.torchrl")
     assert "marl_envs.torchrl needs TorchRL" in out and (
         f"pip install 'marl-envs[torchrl]' (TorchRL 0.14, which pins tensordict 0.14: it replaces the tensordict "
         f"{tensordict.__version__} installed here if that is another minor version)") in out, out
