@@ -170,8 +170,20 @@ def test_catalogue_entry_and_picture_of_a_real_env(catalogue, tmp_path):
     assert entry["group_map"] == env.group_map == {"adversary": ["adversary_0"], "agent": ["agent_0", "agent_1"]}
     assert entry["spec_table"][1] == [list(map(str, row)) for row in spec_rows(env)]
     assert ("n_adversaries", "1") in entry["keywords"]
-    assert catalogue.update_pictures(["vmas/simple_adversary"], folder=tmp_path) == ["vmas/simple_adversary"]
-    record = catalogue.read_manifest(tmp_path / "pictures.json")["vmas/simple_adversary"]
+    stale = {"vmas/renamed": "vmas/renamed.png", "gone/env": "gone/env.png", "rware/kept": "rware/kept.png"}
+    for file in stale.values():
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / file).write_bytes(b"png")
+    (tmp_path / "pictures.json").write_text(json.dumps({n: {"key": "k", "file": f} for n, f in stale.items()}))
+    installed = marl_envs.backend_installed
+    with pytest.MonkeyPatch.context() as patch:  # rware not installed here: its records stay
+        patch.setattr(marl_envs, "backend_installed", lambda b: b != "rware" and installed(b))
+        assert catalogue.update_pictures(["vmas/simple_adversary"], folder=tmp_path) == ["vmas/simple_adversary"]
+    manifest = catalogue.read_manifest(tmp_path / "pictures.json")
+    assert set(manifest) == {"vmas/simple_adversary", "rware/kept"}
+    assert (tmp_path / "rware/kept.png").exists() and not (tmp_path / "vmas/renamed.png").exists()
+    assert not (tmp_path / "gone/env.png").exists()
+    record = manifest["vmas/simple_adversary"]
     assert record["key"] == catalogue.picture_keys(["vmas/simple_adversary"])["vmas/simple_adversary"]
     if "why" in record:  # a machine without EGL: the page says why
         assert record["why"]

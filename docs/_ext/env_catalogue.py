@@ -40,8 +40,9 @@ MANIFEST = PICTURES / "pictures.json"
 
 def default_cache() -> Path:
     """``${XDG_CACHE_HOME:-~/.cache}/marl_envs/catalogue``: the entries, kept across clones and builds."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "marl_envs" / "catalogue"
+    from marl_envs._names import user_cache
+
+    return user_cache("catalogue")
 
 
 #: How every env is built for its entry and its picture: a small batch, a fixed seed.
@@ -533,9 +534,12 @@ def generate(cache: Path | None = None, out: Path = OUT, manifest: Path = MANIFE
 def update_pictures(names: list[str] | None = None, check: bool = False, force: bool = False,
                     folder: Path = PICTURES) -> list[str]:
     """Render the pictures of ``names`` (default: every registered env) that are missing or whose key changed (all
-    of them with ``force``) into ``folder``, update its manifest and remove pictures of envs no longer registered.
+    of them with ``force``) into ``folder``, update its manifest and remove the pictures of envs no longer registered
+    (a backend not installed here keeps its records).
     With ``check``, render nothing and only list them. Returns the names that were (or, with ``check``, would be)
     rendered."""
+    import marl_envs
+
     registered = catalogue_names()
     unknown = sorted(set(names or ()) - set(registered))
     if unknown:
@@ -566,8 +570,11 @@ def update_pictures(names: list[str] | None = None, check: bool = False, force: 
             record["file"] = target
         manifest[name] = record
     shutil.rmtree(work, ignore_errors=True)
-    for name in set(manifest) - set(registered):  # envs no longer registered
-        del manifest[name]
+    installed = {b for b in marl_envs.available_backends() if marl_envs.backend_installed(b)}
+    for name in set(manifest) - set(registered):  # envs their installed backend no longer lists, or of no backend
+        backend = name.partition("/")[0]
+        if backend in installed or backend not in marl_envs.available_backends():
+            del manifest[name]
     kept = {record["file"] for record in manifest.values() if "file" in record}
     for path in folder.glob("*/*.*"):  # pictures no record names (an env renamed, or that no longer renders)
         if path.relative_to(folder).as_posix() not in kept:

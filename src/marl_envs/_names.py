@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ._names_snapshot import SNAPSHOT
 
-__all__ = ["Stamp", "cache_path", "lookup", "remember", "stamp"]
+__all__ = ["Stamp", "cache_path", "lookup", "remember", "stamp", "user_cache"]
 
 Stamp = dict[str, str | None]
 """Distribution name (normalised: ``pygame-ce``) -> installed version, or None if it is not installed."""
@@ -75,10 +75,16 @@ def stamp(extra: str) -> Stamp | None:
     return {n: _version(n) for n in sorted({_normalise(n) for n in names})}
 
 
+def user_cache(*parts: str) -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/marl_envs/<parts>``: where marl_envs keeps what it caches for a user (names,
+    JAX's compilations, the docs catalogue's entries)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "marl_envs", *parts)
+
+
 def cache_path(backend: str) -> Path:
     """``${XDG_CACHE_HOME:-~/.cache}/marl_envs/names/<backend>.json``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "marl_envs", "names", f"{backend}.json")
+    return user_cache("names", f"{backend}.json")
 
 
 def _marl_envs_version() -> str:

@@ -22,6 +22,8 @@ import os
 import jax
 import torch
 
+from ..._names import user_cache
+
 __all__ = ["ASYNC_VAR", "CACHE_DIR_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "caching_enabled",
            "configure_jax", "enable_compilation_cache", "env_flag", "inline_cpu_dispatch", "jax_started",
            "share_gpu_memory"]
@@ -105,8 +107,7 @@ def enable_compilation_cache() -> str | None:
     current = jax.config.jax_compilation_cache_dir
     if current or not caching_enabled():
         return current or None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.environ.get(CACHE_DIR_VAR) or os.path.join(base, "marl_envs", "jax")
+    path = os.environ.get(CACHE_DIR_VAR) or str(user_cache("jax"))
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     return path
