@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -46,15 +45,11 @@ class EnvBase:
         max_steps: episode length after which an env reports ``truncated=True``; ``None`` for no limit.
 
     Attributes:
-        validate_actions: check every step's actions for non-finite (NaN, inf) and out-of-range discrete values
-            (one fused check, one host sync). Set to ``False`` to skip it once a policy is trusted. In a backend
-            that applies only the actions of the agents a group's ``"mask"`` marks (PettingZoo: the acting
-            player, the living agents), only those are checked.
+        validate_actions: how the action values are checked (see the property).
         allow_done_after_reset: the backend may report ``done`` right after a reset (checked by
             ``check_env_specs``).
     """
 
-    validate_actions: bool = True
     allow_done_after_reset: bool = False
     _fused_reset: bool = False  # the backend implements _step_reset
     _masked_actions: bool = False  # the backend applies only the actions of agents its group's "mask" marks
@@ -67,6 +62,8 @@ class EnvBase:
         self.batch_size = torch.Size([num_envs])
         self.device = check_device(device)
         self._outputs = TensorDictOutputs(self)
+        self._validate: bool | str = True
+        self._immediate = True  # the action values are checked before the step (see validate_actions)
         self.max_steps = max_steps
         self._group_map: GroupMap = {}
         self._agent_names: list[str] | None = None
@@ -80,8 +77,6 @@ class EnvBase:
         self._group_shapes: dict[str, torch.Size] = {}  # group -> batch (B, n_agents) of its sub-TensorDicts
         self._action_checks: list[ActionCheck] = []  # checked on every step
         self._reset_leaves: list[tuple[NestedKey, TensorSpec]] = []  # what a partial reset keeps: checked first
-        self._step_count = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
-        self._count_numpy = self._step_count.numpy() if self.device.type == "cpu" else None  # a view
         self._generator = torch.Generator(device=self.device)
         self._generator.seed()
         complete_done_spec(self._specs["done"])
@@ -99,6 +94,51 @@ class EnvBase:
         self._max_steps = max_steps
         self._limit = None if max_steps is None else TimeLimit(max_steps)
         self._outputs.refresh()  # the plans read the limit: made again, not left behind it
+
+    @property
+    def validate_actions(self) -> bool | str:
+        """How each step checks the action values for non-finite (NaN, inf) and out-of-range discrete values.
+
+        - ``"immediate"``: before the step, raising ``ValueError`` at once and applying nothing; on a device this
+          waits for the device once a step.
+        - ``"deferred"`` (the JAX families): inside the compiled step, on the device, without waiting. The envs
+          given a bad action are not advanced and their float outputs of that step are NaN; a sticky flag on
+          the device records the first bad value, and the env's next call that finds it computed raises
+          ``ValueError`` naming the step, the env index and the value (then clears it).
+        - ``True`` (default): ``"deferred"`` where the env runs the device code path (a GPU, or
+          ``MARL_ENVS_DEVICE_PATH=1``) and supports it, else ``"immediate"``.
+        - ``False``: no check, once a policy is trusted.
+
+        In a backend that applies only the actions of the agents a group's ``"mask"`` marks (PettingZoo: the acting
+        player, the living agents), only those are checked.
+        """
+        return self._validate
+
+    @validate_actions.setter
+    def validate_actions(self, value: bool | str) -> None:
+        if not (isinstance(value, bool) or value in ("immediate", "deferred")):
+            raise ValueError(f"validate_actions must be True, False, 'immediate' or 'deferred', got {value!r}")
+        if value == "deferred" and not self._outputs.deferred_checks:
+            raise ValueError(f"{type(self).__name__} cannot check actions inside its step (validate_actions="
+                             f"'deferred' is for the JAX families); use True, 'immediate' or False")
+        self._validate = value
+        self._refresh_checks()
+
+    def _refresh_checks(self) -> None:
+        value = self._validate
+        self._immediate = value == "immediate" or (value is True and not self._outputs.deferred_by_default)
+        self._outputs.refresh()
+
+    def _set_outputs(self, outputs: Outputs) -> None:
+        """Make ``outputs`` the env's executor (a backend with its own, when it is built)."""
+        self._outputs = outputs
+        self._refresh_checks()
+
+    @property
+    def _deferred(self) -> bool:
+        """The executor checks the action values inside the step (``validate_actions``)."""
+        value = self._validate
+        return value == "deferred" or (value is True and self._outputs.deferred_by_default)
 
     # ------------------------------------------------------------------------------------------------
     # The backend hook
@@ -348,23 +388,10 @@ class EnvBase:
 
     def _reset_masked(self, tensordict: TensorDictBase | None, mask: torch.Tensor | None) -> TensorDictBase:
         """Reset the envs ``mask`` selects (all: None) into ``tensordict``."""
-        self._zero_counts(mask)
-        result = self._outputs.reset(self._reset(mask))
+        result = self._outputs.reset(mask)
         if tensordict is None:
             return result
         return merge_rows(tensordict.exclude("next", *self.reset_keys), result, mask)
-
-    def _zero_counts(self, mask: torch.Tensor | None) -> None:
-        if mask is None:
-            self._step_count.zero_()
-        else:
-            self._step_count.masked_fill_(mask, 0)
-
-    def _count_step(self) -> None:
-        if self._count_numpy is None:
-            self._step_count += 1
-        else:  # a view of the counts: NumPy's add is the cheaper call on the CPU
-            np.add(self._count_numpy, 1, out=self._count_numpy)
 
     # ------------------------------------------------------------------------------------------------
     # Step
@@ -378,11 +405,9 @@ class EnvBase:
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
         self._check_batch(tensordict, "step")
-        check_actions(tensordict, self._action_checks, values=self.validate_actions)
-        step = self._outputs.step(self._step(tensordict))
-        self._count_step()
-        self._outputs.finish(step)
-        set_fitted(tensordict, "next", step.data, self.device)  # only now: a failed step leaves the input as it was
+        check_actions(tensordict, self._action_checks, values=self._immediate)
+        data = self._outputs.step(tensordict)
+        set_fitted(tensordict, "next", data, self.device)  # only now: a failed step leaves the input as it was
         return tensordict
 
     def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
@@ -393,24 +418,9 @@ class EnvBase:
             data to act on next, in which done envs already hold the first observation of a new episode.
         """
         self._check_batch(tensordict, "step")
-        check_actions(tensordict, self._action_checks, values=self.validate_actions)
-        outputs, fresh = self._outputs, None
-        if self._fused_reset:
-            ends = None if self._limit is None else self._limit.reached(self._step_count, ahead=1)
-            raw, fresh, mask = self._step_reset(tensordict, ends)
-        else:
-            raw = self._step(tensordict)
-        step = outputs.step(raw)
-        next_root = outputs.next_root(step, tensordict)  # built while the backend may still be computing
-        self._count_step()
-        outputs.finish(step, next_root)
-        set_fitted(tensordict, "next", step.data, self.device)
-        if not self._fused_reset:
-            mask = next_root.get("done")
-        if mask.numpy().any() if mask.is_cpu else bool(mask.any()):  # NumPy's any is the cheaper call on the CPU
-            mask = mask.reshape(self.num_envs)
-            self._zero_counts(mask)
-            next_root = outputs.merge_reset(step, next_root, mask, self._reset(mask) if fresh is None else fresh)
+        check_actions(tensordict, self._action_checks, values=self._immediate)
+        data, next_root = self._outputs.step_and_reset(tensordict)
+        set_fitted(tensordict, "next", data, self.device)
         return tensordict, next_root
 
     def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:

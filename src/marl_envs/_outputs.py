@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
     from ._env import EnvBase
 
 __all__ = [
-    "DonePlan", "Outputs", "RowView", "StepData", "TensorDictOutputs", "TimeLimit", "Tree", "block_device", "cut_rows",
+    "DonePlan", "Outputs", "RowView", "TensorDictOutputs", "TimeLimit", "Tree", "block_device", "cut_rows",
     "done_of", "merge_rows", "new_block", "next_root", "row_view", "set_fitted", "unchecked_nested",
     "unchecked_tensordict",
 ]
@@ -226,28 +225,27 @@ class DonePlan:
             self.entries += [(key, row_view(source, shape)) for key, source in zip(keys, (terminated, truncated, done))]
         self.width = width
 
-    def fill(self, block: Block, count: np.ndarray | torch.Tensor | None) -> None:
-        """Run the plan on ``block`` (its backend rows set), ``count`` the per-env step counts (for the limit;
-        NumPy for a NumPy block)."""
-        numpy = isinstance(block, np.ndarray)
+    def fill(self, block: Any, reached: Any, assign: Any = None) -> Any:
+        """Run the plan on ``block`` (its backend rows set) and return it; ``reached``: whether each env is at
+        the time limit (a row, read only if the plan has a limit).
+
+        The one interpreter of the plan, for NumPy, torch and JAX blocks: ``assign(block, rows, value)`` writes
+        rows and returns the block (default: in place, ``block[rows] = value``; JAX: ``block.at[rows].set``).
+        """
+        assign = assign or _assign
         for op in self.ops:
-            if op[0] == "done":
-                if numpy:
-                    done_of(block[op[1]], block[op[2]], out=block[op[3]])
-                else:
-                    block[op[3]] = done_of(block[op[1]], block[op[2]])
-            elif op[0] == "or":  # a level's own truncation or the time limit
-                if numpy:
-                    np.logical_or(block[op[1]], block[op[2]], out=block[op[3]])
-                else:
-                    block[op[3]] = block[op[1]] | block[op[2]]
+            if op[0] in ("done", "or"):  # done = terminated | truncated; a level's own truncation or the limit
+                block = assign(block, op[3], done_of(block[op[1]], block[op[2]]))
             elif op[0] == "limit":
-                if numpy:
-                    self.limit.reached(count, out=block[op[1]])
-                else:
-                    block[op[1]] = self.limit.reached(count)
+                block = assign(block, op[1], reached)
             else:
-                block[op[1]] = False
+                block = assign(block, op[1], False)
+        return block
+
+
+def _assign(block: Any, rows: slice, value: Any) -> Any:
+    block[rows] = value
+    return block
 
 
 def next_root(data: TensorDictBase, tensordict: TensorDictBase, rewards: Sequence, actions: Sequence
@@ -276,26 +274,22 @@ def merge_rows(tensordict: TensorDictBase, result: TensorDictBase, mask: torch.T
 # ------------------------------------------------------------------------------------------------------
 # Executors
 # ------------------------------------------------------------------------------------------------------
-@dataclass
-class StepData:
-    """One step's outputs as an executor holds them between ``step`` and ``finish`` (an executor may add fields).
+class Outputs:
+    """The executor of an env's output rules: the one path from its backend to the env's data.
+
+    ``EnvBase`` hands it every reset and step, once the inputs are checked: ``reset(mask)`` returns the data of
+    a reset of the envs ``mask`` ``(B,)`` selects (all: None), ``step(tensordict)`` the ``"next"`` data of a
+    step, ``step_and_reset(tensordict)`` those and the next root data, in which the envs done hold a fresh
+    start. Each executor keeps the envs' step counts (the time limit reads them) where its backend runs.
 
     Attributes:
-        data: the TensorDict written to ``"next"`` (its done entries set by ``finish``).
-        block: the bool block behind its bool entries, for an executor that keeps one from ``step`` on.
+        deferred_checks: the executor can check action values inside the backend's step, without waiting for
+            the device (``EnvBase.validate_actions = "deferred"``).
+        deferred_by_default: that is the check ``validate_actions=True`` chooses.
     """
 
-    data: TensorDictBase
-    block: Any = None
-
-
-class Outputs:
-    """The executor of an env's output rules: the one path from a backend's raw outputs to the env's data.
-
-    ``EnvBase`` calls, per step: ``step(raw)`` on what ``_step`` returned; ``next_root(step, tensordict)`` (in
-    ``step_and_maybe_reset``); ``finish(step, next_root)`` once the step is counted; then, for envs that are done,
-    ``merge_reset(step, next_root, mask, raw_reset)``. ``reset(raw)`` turns a ``_reset`` output into data.
-    """
+    deferred_checks = False
+    deferred_by_default = False
 
     def __init__(self, env: EnvBase):
         self._env = weakref.ref(env)  # the env holds its executor: no cycle, so a dropped env is freed at once
@@ -305,46 +299,44 @@ class Outputs:
         return self._env()
 
     def refresh(self) -> None:
-        """The env's keys, specs or ``max_steps`` changed: plans made from them are out of date."""
+        """The env's keys, specs, ``max_steps`` or ``validate_actions`` changed: plans made from them are out of
+        date."""
 
-    def step(self, raw: Any) -> StepData:
+    def reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         raise NotImplementedError
 
-    def finish(self, step: StepData, next_root: TensorDictBase | None = None) -> None:
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         raise NotImplementedError
 
-    def next_root(self, step: StepData, tensordict: TensorDictBase) -> TensorDictBase:
+    def step_and_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
         raise NotImplementedError
 
-    def reset(self, raw: Any) -> TensorDictBase:
+    def step_counts(self) -> torch.Tensor:
+        """Steps since each env's last reset, ``(B,)`` int64 (a copy)."""
         raise NotImplementedError
-
-    def merge_reset(self, step: StepData, next_root: TensorDictBase, mask: torch.Tensor, raw: Any) -> TensorDictBase:
-        """``next_root`` with the envs ``mask`` selects replaced by ``raw`` (their reset's output)."""
-        return merge_rows(next_root, self.reset(raw), mask)
-
-    def _count(self, block: Block) -> np.ndarray | torch.Tensor:
-        """The env's step counts in ``block``'s kind (a ``(1, B)`` NumPy view of them for a NumPy block)."""
-        env = self.env
-        if isinstance(block, np.ndarray) and env._count_numpy is not None:
-            return env._count_numpy[None]
-        return env._step_count
 
 
 class TensorDictOutputs(Outputs):
     """The executor of backends whose ``_step`` and ``_reset`` return TensorDicts (see the module docstring).
 
     A plan is made for each set of done entries an output gives (a backend gives the same set every step, so
-    one or two are made) and kept until the env's keys change.
+    one or two are made) and kept until the env's keys change. ``step_and_reset`` reads on the host whether any
+    env is done (one wait on a device): the backend's ``_reset(mask)`` resets the envs the mask selects, and a
+    backend that resets envs one by one (VMAS's exact partial reset, PettingZoo's instances) needs their indices.
     """
 
     def __init__(self, env: EnvBase):
         super().__init__(env)
         self.block_device = block_device(env.device)
         self._plans: dict[tuple[bool, tuple], tuple[DonePlan, list[tuple[Key, slice]]]] = {}
+        self.count = torch.zeros(env.num_envs, dtype=torch.int64, device=env.device)  # steps since each reset
+        self._count_numpy = self.count.numpy() if env.device.type == "cpu" else None  # a view
 
     def refresh(self) -> None:
         self._plans.clear()
+
+    def step_counts(self) -> torch.Tensor:
+        return self.count.clone()
 
     def _plan(self, data: TensorDictBase, step: bool) -> tuple[DonePlan, list[tuple[Key, slice]]]:
         env = self.env
@@ -370,7 +362,11 @@ class TensorDictOutputs(Outputs):
         for key, rows in given:
             value = data.get(key).reshape(env.num_envs, -1).T
             block[rows] = value.numpy() if numpy else value
-        plan.fill(block, self._count(block))
+        reached = None
+        if plan.limit is not None:
+            count = self._count_numpy[None] if numpy and self._count_numpy is not None else self.count
+            reached = plan.limit.reached(count)
+        plan.fill(block, reached)
         for key, view in plan.entries:
             value = cut_rows(block, view)
             data.set(key, value)
@@ -385,16 +381,45 @@ class TensorDictOutputs(Outputs):
                 sub.batch_size = shape
         return data
 
-    def step(self, raw: TensorDictBase) -> StepData:
-        return StepData(self._batched(raw))
+    def _zero(self, mask: torch.Tensor | None) -> None:
+        if mask is None:
+            self.count.zero_()
+        else:
+            self.count.masked_fill_(mask, 0)
 
-    def finish(self, step: StepData, next_root: TensorDictBase | None = None) -> None:
-        self._complete(step.data, True, next_root)
+    def _tick(self) -> None:
+        if self._count_numpy is None:
+            self.count += 1
+        else:  # a view of the counts: NumPy's add is the cheaper call on the CPU
+            np.add(self._count_numpy, 1, out=self._count_numpy)
 
-    def next_root(self, step: StepData, tensordict: TensorDictBase) -> TensorDictBase:
-        return next_root(step.data, tensordict, self.env._keys["reward"], self.env._keys["action"])
-
-    def reset(self, raw: TensorDictBase) -> TensorDictBase:
-        data = self._batched(raw)
+    def reset(self, mask: torch.Tensor | None, raw: TensorDictBase | None = None) -> TensorDictBase:
+        """The data of a reset of the envs ``mask`` selects (``raw``: the backend's output, if it already ran)."""
+        self._zero(mask)
+        data = self._batched(self.env._reset(mask) if raw is None else raw)
         self._complete(data, False)
         return data
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        data = self._batched(self.env._step(tensordict))
+        self._tick()
+        self._complete(data, True)
+        return data
+
+    def step_and_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        env, fresh = self.env, None
+        if env._fused_reset:
+            ends = None if env._limit is None else env._limit.reached(self.count, ahead=1)
+            raw, fresh, mask = env._step_reset(tensordict, ends)
+        else:
+            raw = env._step(tensordict)
+        data = self._batched(raw)
+        root = next_root(data, tensordict, env._keys["reward"], env._keys["action"])
+        self._tick()
+        self._complete(data, True, root)
+        if fresh is None:
+            mask = root.get("done")
+        if mask.numpy().any() if mask.is_cpu else bool(mask.any()):  # NumPy's any is the cheaper call on the CPU
+            mask = mask.reshape(env.num_envs)
+            root = merge_rows(root, self.reset(mask, fresh), mask)
+        return data, root

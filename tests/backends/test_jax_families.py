@@ -152,17 +152,16 @@ def test_done_entries_at_every_level(name):
 
 
 @pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1"])
-def test_device_path_matches_cpu_path(name):
-    """The hand-off written for GPUs (DLPack, torch ops, synchronous) gives the CPU path's data exactly: run here
-    on the CPU by switching a twin's transfer to it (no GPU on the test machines)."""
+def test_device_path_matches_cpu_path(name, monkeypatch):
+    """The code path written for GPUs (DLPack both ways, actions checked inside the step) gives the CPU path's data
+    exactly: run here on the CPU by MARL_ENVS_DEVICE_PATH=1 (no GPU on the test machines)."""
     if name.startswith("brax"):
         pytest.importorskip("brax")
-    cpu, device = (marl_envs.make(name, num_envs=B, seed=2, max_steps=5) for _ in range(2))
-    device._io.cpu = False  # private: the only way to run the device path without a device
-    device._synchronous = True  # as on a device (this process may have started JAX before: asynchronous CPU)
-    device._count_numpy = None
-    plans = device._outputs.reset_plan, device._outputs.step_plan
-    plans[0].block_device = plans[1].block_device = torch.device("cpu")  # the bool block in torch too
+    cpu = marl_envs.make(name, num_envs=B, seed=2, max_steps=5)
+    monkeypatch.setenv("MARL_ENVS_DEVICE_PATH", "1")
+    device = marl_envs.make(name, num_envs=B, seed=2, max_steps=5)
+    assert device.device_path and not cpu.device_path
+    assert cpu.validate_actions is True and device._deferred and not cpu._deferred
     td_c, td_d = cpu.reset(), device.reset()
     for _ in range(12):
         td_c = cpu.rand_action(td_c)
@@ -442,5 +441,5 @@ def test_functional_state_carries_the_torch_envs_keys_and_step_counts(autoreset_
     same chain of splits at every reset and random step) and its steps since the last reset."""
     env, state = autoreset_runs["env"], autoreset_runs["state"]
     np.testing.assert_array_equal(np.asarray(state.key), np.asarray(env._core._keys))
-    np.testing.assert_array_equal(np.asarray(state.steps), env._step_count.numpy())
+    np.testing.assert_array_equal(np.asarray(state.steps), env._outputs.step_counts().numpy())
 

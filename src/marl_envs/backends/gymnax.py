@@ -54,7 +54,6 @@ def make_env(name: str, **kwargs: Any) -> GymnaxEnv:
 class _GymnaxCore(JaxCore):
     """The gymnax adapter: ``reset_env(key, params)`` and ``step_env(key, state, action, params)``."""
 
-    fused_reset = True  # as gymnax's own auto-reset: step and reset in one call
 
     def __init__(self, env, params, *, name: str, discrete: bool, action_size: int, num_envs: int, device):
         self.env, self.params, self.label, self._discrete = env, params, f"gymnax {name}", discrete

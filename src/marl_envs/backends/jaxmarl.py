@@ -177,7 +177,6 @@ def _step_count(state: Any) -> jax.Array | None:
 class _JaxMarlCore(JaxCore):
     """The JaxMARL adapter: ``reset(key)`` and ``step_env(key, state, actions)`` onto the core's protocol."""
 
-    fused_reset = True  # as JaxMARL's own auto-reset: step and reset in one call (SMAX battles end often)
 
     def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
                  discrete: list[bool], masks: str | None, separate: bool, num_envs: int, device):

@@ -118,7 +118,6 @@ class _JumanjiCore(JaxCore):
     """The Jumanji adapter: ``reset(key)`` and ``step(state, action)`` onto the core's protocol."""
 
     step_uses_key = False  # Jumanji's state carries its own key
-    fused_reset = True  # one call for a step and the resets it causes (LBF episodes end at random steps)
 
     def __init__(self, env, *, name: str, order: Sequence[int], fields: Sequence[_Field], extras: Sequence[str],
                  action_width: int, action_dtype: Any, separate: bool, num_envs: int, device):

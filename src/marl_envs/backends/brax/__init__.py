@@ -34,12 +34,12 @@ key                       shape              spec
 each ``frame_skip`` Brax steps) is ``truncated``.
 
 **Speed.** The Brax state stays in JAX, packed into one buffer per dtype. Each ``step`` is one compiled
-``jit(vmap(...))`` call (agent scatter/gather, ``frame_skip`` via ``lax.scan``) and each reset one more, which
-draws fresh random starts for exactly the envs being reset (Brax's ``AutoResetWrapper`` replays one cached
-start). The state buffers are donated. On CPU actions go in as NumPy views and outputs come back as one copied
-buffer (``backends.jax``'s ``Transfer``), cut into TensorDicts by the env's executor (``BufferOutputs``: NumPy views
-and one bool block); on GPU both ways are zero-copy DLPack. JAX caches are never cleared
-on the hot path. ``marl-envs bench brax/<name>`` compares with pure JAX.
+``jit(vmap(...))`` call (agent scatter/gather, ``frame_skip`` via ``lax.scan``, the done entries, the time limit);
+``step_and_maybe_reset`` adds to that call a fresh random start for every env, kept where the episode ended (Brax's
+``AutoResetWrapper`` replays one cached start instead). The state buffers are donated. The outputs come back as one
+buffer per dtype that torch reads as views (``backends.jax``'s executor): on the CPU through one NumPy copy, on a
+GPU by zero-copy DLPack, never waiting for the device. JAX caches are never cleared on the hot path. ``marl-envs
+bench brax/<name>`` compares with pure JAX.
 
 **Compile once.** JAX's persistent compilation cache is switched on when the first env is built, in
 ``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``; compilations over 0.2 s
@@ -77,6 +77,7 @@ from ..._messages import shell_safe
 from ..._mujoco import camera_of
 from ..._validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
 from ...specs import Bounded, Composite, Unbounded
+from ..._outputs import TensorDictOutputs, Tree
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
 from . import _exports as exports
 from . import _scenes as scenes
@@ -176,8 +177,7 @@ class BraxWrapper(JaxEnvBase):
         if action_indices is None and group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
         program = env if isinstance(env, exports.Program) else exports.Program(env, CoreInfo.of(checked_env(env)))
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps,
-                         synchronous=cache_clear_frequency not in (None, False))
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
         jdevice = self.jax_device
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
@@ -266,8 +266,12 @@ class BraxWrapper(JaxEnvBase):
                 rewards.append(((group, "reward"), (*spec.shape, 1), torch.float32))
             self._declare_specs(groups, state=Unbounded((B, core.observation_size), device=dev))
         actions = [("action",)] if groups is None else [(g, "action") for g in self.group_map]
-        # a differentiable reset keeps the kept envs' gradient history: merged by torch.where, entry by entry
-        self._set_columns(layout, rewards, actions, merges_resets=not self.requires_grad)
+        self._set_columns(layout, rewards, actions)
+        if self.requires_grad:  # the hook's TensorDicts carry gradients: the default executor, merged by torch.where
+            batches = {g: torch.Size((self.num_envs, len(m))) for g, m in self.group_map.items()}
+            self._tree = {name: (Tree([c[0] for c in columns], self.batch_size, self.device, batches), columns)
+                          for name, columns in (("reset", self._reset_columns), ("step", self._step_columns))}
+            self._set_outputs(TensorDictOutputs(self))
 
     def robot_action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The robot's ``(num_envs, action_size)`` action, in the Brax env's own order, that the agents' actions
@@ -276,22 +280,29 @@ class BraxWrapper(JaxEnvBase):
         return flat if self.action_indices is None else flat[:, self._action_source]
 
     # -- the hook: the shared JAX path (JaxEnvBase), or the differentiable one (set in __init__) -------
-    def _differentiable_reset(self, mask: torch.Tensor | None) -> torch.Tensor:
+    def _differentiable_reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         io = self._io
-        jmask = self._all_true if mask is None else io.to_jax(mask)
+        jmask = io.to_jax(torch.ones(self.num_envs, dtype=torch.bool) if mask is None else mask)
         previous = None if self._flat is None or mask is None else io.to_jax(self._flat)
         flat, out = self._diff.reset(previous, jmask)
-        flat, out = io.to_torch(flat), self._received(out)
+        flat, out = io.to_torch(flat), io.to_torch(out)
         if previous is not None:  # envs not reset keep their state, and its gradient history
             flat = torch.where(mask.view(-1, 1), flat, self._flat)
         self._flat = flat
-        return out
+        return self._columns_data("reset", out)
 
-    def _differentiable_step(self, tensordict: TensorDictBase) -> torch.Tensor:
+    def _differentiable_step(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self._flat is None:
             raise RuntimeError("step() before reset(): reset the env first")
         self._flat, out, flags = Step.apply(self._diff, self._io, self._flat, self._flat_action(tensordict))
-        return torch.cat([out, flags.to(out.dtype)], dim=1)
+        return self._columns_data("step", torch.cat([out, flags.to(out.dtype)], dim=1))
+
+    def _columns_data(self, name: str, buffer: torch.Tensor) -> TensorDictBase:
+        """The TensorDict of a differentiable reset's or step's float buffer: float entries as views (they carry
+        the gradients), bool entries compared to 0.5."""
+        tree, columns = self._tree[name]
+        return tree([buffer[:, cols].reshape(shape) if dtype is not torch.bool else buffer[:, cols].detach().reshape(
+            shape) > 0.5 for _, cols, shape, dtype in columns])
 
     def _clear_caches(self) -> None:
         """Every ``cache_clear_frequency`` steps, clear JAX's caches."""

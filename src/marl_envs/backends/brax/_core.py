@@ -145,7 +145,7 @@ class BraxCore(JaxCore):
         device: the JAX device holding the state.
         differentiable: a ``Differentiable`` will drive this core (it compiles its own step).
         export: trace reset and step as ``jax.export`` modules (falls back to plain tracing if export fails).
-        exported: ``{"reset": Exported, "step": Exported}`` to compile instead of tracing.
+        exported: ``{"batched_reset": Exported, "batched_step": Exported}`` to compile instead of tracing.
 
     Raises:
         ValueError: tracing the env's reset or step fails, or its step changes the state's structure.
@@ -166,7 +166,7 @@ class BraxCore(JaxCore):
             # trace the step now: a broken custom env fails here, and compiling reuses the trace
             with _step_errors(self.env):
                 if not (export and self._export()):
-                    self._trace("step", *self._signature("step"))
+                    self._trace("batched_step", *self._signature("batched_step"))
 
     @property
     def env(self):

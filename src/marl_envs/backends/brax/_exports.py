@@ -154,7 +154,7 @@ def path(name: str) -> Path | None:
 
 
 def load(name: str) -> tuple[dict, dict[str, Any]] | None:
-    """``(metadata, {"reset": Exported, "step": Exported})`` saved under ``name``, or None (a miss)."""
+    """``(metadata, {"batched_reset": Exported, "batched_step": Exported})`` saved under ``name``, or None (a miss)."""
     file = path(name)
     if file is None:
         return None

@@ -2,7 +2,8 @@
 
 - ``JaxCore``: the per-env adapter protocol and its compiled ``jit(vmap)`` reset and step (``_core``).
 - ``JaxEnvBase``: the ``EnvBase`` hook over a ``JaxCore``, with ``jax_functions()`` (``_env``).
-- The one-buffer executor of the env's output plan (``_outputs``) and the torch <-> JAX hand-off (``_transfer``).
+- The executor (``_outputs``): a reset or step as one compiled call, its outputs one buffer per dtype, read by
+  torch as views; and the torch <-> JAX hand-off of the differentiable Brax env (``_transfer``).
 - JAX settings applied when the first env is built: the compilation cache, the CPU dispatch and the GPU memory
   shared with torch (``_runtime``).
 
@@ -12,13 +13,13 @@ A family adapter (``marl_envs.backends.gymnax``, ``jaxmarl``, ``brax``) imports 
 from ._core import JaxCore, StateMismatch, StatePacking, env_keys, export_platform, quiet_tracing, strong, tree_paths
 from ._env import FunctionalState, JaxEnvBase, JaxFunctions, check_name
 from ._runtime import (
-    ASYNC_VAR, CACHE_DIR_VAR, JAX_GPU_MEMORY_VARS, OPT_OUT_VAR, PREALLOCATE_VAR, caching_enabled, configure_jax,
+    ASYNC_VAR, CACHE_DIR_VAR, DEVICE_PATH_VAR, JAX_GPU_MEMORY_VARS, OPT_OUT_VAR, PREALLOCATE_VAR, caching_enabled, configure_jax,
     enable_compilation_cache, env_flag, inline_cpu_dispatch, jax_started, share_gpu_memory,
 )
 from ._transfer import Transfer
 
 __all__ = [
-    "ASYNC_VAR", "CACHE_DIR_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "FunctionalState",
+    "ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "FunctionalState",
     "JaxCore", "JaxEnvBase", "JaxFunctions", "StateMismatch", "StatePacking", "Transfer", "caching_enabled",
     "check_name", "configure_jax", "enable_compilation_cache", "env_flag", "env_keys", "export_platform",
     "inline_cpu_dispatch", "jax_started", "quiet_tracing", "share_gpu_memory", "strong", "tree_paths",

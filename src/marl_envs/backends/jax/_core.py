@@ -8,13 +8,13 @@ A family plugs in through a small adapter: a subclass of ``JaxCore`` giving thre
   root ``(terminated, truncated)`` as two bools,
 - ``observe_one(state) -> out`` (optional): ``reset_one``'s outputs for a state kept by a partial reset,
 
-and the state's structure (``_reference``). This class owns everything else once: the state of ``num_envs``
+and the state's structure (``_reference``). This class owns the batched pieces once: the state of ``num_envs``
 envs kept in JAX, packed into one ``(B, n)`` buffer per dtype (``StatePacking``: every buffer costs a dispatch of
-its own, and a state has tens of leaves); one ahead-of-time compiled ``jit(vmap(...))`` step whose outputs and
-flags come back as ONE float32 ``(B, K)`` buffer (one array to hand to torch); one compiled masked reset drawing
-fresh starts with per-env keys (``fold_in(PRNGKey(seed), i)``, split at every reset and, for families whose
-step is random, at every step) and keeping every other env's state bit for bit; donated state buffers; and the
-same functions traced as ``jax.export`` modules when asked (``export=True``).
+its own, and a state has tens of leaves); the batched ``jit(vmap(...))`` step whose outputs and flags come back as
+one float32 ``(B, K)`` array; the masked reset drawing fresh starts with per-env keys (``fold_in(PRNGKey(seed),
+i)``, split at every reset and, for families whose step is random, at every step) and keeping every other env's
+state bit for bit; and the same two functions traced as ``jax.export`` modules when asked (``export=True``). The
+env's executor (``_outputs.Programs``) compiles its reset and step programs over these, with donated buffers.
 
 The key chain is written once, per env (``keyed_reset``, ``keyed_step``): each env carries a key, a reset splits
 it and uses the second half (keeping the first), a step of a family whose step is random does the same. The
@@ -36,7 +36,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._outputs import done_of
 
 __all__ = ["JaxCore", "StateMismatch", "StatePacking", "env_keys", "export_platform", "quiet_tracing", "strong",
            "tree_paths"]
@@ -132,9 +131,6 @@ class JaxCore:
     """
 
     step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
-    #: ``step_and_maybe_reset`` runs the step and the reset of the envs it ends as one compiled call
-    #: (``step_reset``): for families whose episodes end often (SMAX battles end within steps)
-    fused_reset = False
     label = "env"  # how errors name the env
     num_envs: int
     action_size: int
@@ -238,18 +234,6 @@ class JaxCore:
             out = jnp.where(mask[:, None], out, 0.0)
         return buffers, keys, out
 
-    def _step_reset(self, buffers, keys, action, ends):
-        """``_step_packed``, then ``_reset`` of the envs it ended or ``ends`` ``(B,)`` marks, in one program (the
-        reset only runs when some env ended). Returns the step's float buffer, the reset's (zero rows for envs
-        not reset) and the reset mask as 0 / 1, side by side in one array."""
-        buffers, keys, out = self._step_packed(buffers, keys, action)
-        mask = done_of(out[:, -2] > 0.5, out[:, -1] > 0.5) | ends
-        fresh = jax.eval_shape(self._reset, buffers, keys, mask)[2]
-        buffers, keys, reset_out = jax.lax.cond(
-            mask.any(), lambda b, k: self._reset(b, k, mask),
-            lambda b, k: (b, k, jnp.zeros(fresh.shape, fresh.dtype)), buffers, keys)
-        return buffers, keys, jnp.concatenate([out, reset_out, mask[:, None].astype(jnp.float32)], axis=1)
-
     # -- compilation ----------------------------------------------------------------------------------
     def _struct(self, shape, dtype) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(shape, dtype, sharding=self._sharding)
@@ -265,11 +249,9 @@ class JaxCore:
 
     def _signature(self, name: str) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
         """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step``."""
-        if name == "step":
+        if name == "batched_step":
             return self._step_packed, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
         mask = self._struct((self.num_envs,), jnp.bool_)
-        if name == "step_reset":
-            return self._step_reset, (self._state_structs(), self._keys_struct(), self._action_struct(), mask), (0, 1)
         return self._reset, (self._state_structs(), self._keys_struct(), mask), (0, 1)
 
     def _trace(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()) -> None:
@@ -281,7 +263,7 @@ class JaxCore:
     def _export(self) -> bool:
         """Trace step and reset as ``jax.export`` modules into ``self.exported``; False if JAX cannot export them."""
         platform = export_platform(self.device)
-        for name in ("step", "reset"):
+        for name in ("batched_step", "batched_reset"):
             fn, args, _ = self._signature(name)
             start = time.perf_counter()
             try:
@@ -323,32 +305,6 @@ class JaxCore:
 
     def zero_state(self) -> tuple[jax.Array, ...]:
         return tuple(jax.device_put(np.zeros(x.shape, x.dtype), self._sharding) for x in self._state_structs())
-
-    def reset(self, mask: np.ndarray | jax.Array) -> jax.Array:
-        """Reset the envs where ``mask`` ``(B,)`` is True; return the float buffer (no rewards) of all envs."""
-        if self._state is None:
-            self._state = self.zero_state()
-        fn = self._compiled.get("reset") or self._compile("reset")
-        self._state, self._keys, out = fn(self._state, self._keys, mask)
-        return out
-
-    def step(self, action: np.ndarray | jax.Array) -> jax.Array:
-        """Step every env with the flat action ``(B, action_size)``; the float buffer, with ``terminated`` and
-        ``truncated`` (as 0. / 1.) in its last two columns."""
-        if self._state is None:
-            raise RuntimeError("step() before reset(): reset the env first")
-        fn = self._compiled.get("step") or self._compile("step")
-        self._state, self._keys, out = fn(self._state, self._keys, action)
-        return out
-
-    def step_reset(self, action: np.ndarray | jax.Array, ends: np.ndarray | jax.Array) -> jax.Array:
-        """``step(action)``, then the reset of every env that ended or that ``ends`` ``(B,)`` marks, in one call:
-        ``[step's float buffer | reset's float buffer | reset mask (0. / 1.)]``."""
-        if self._state is None:
-            raise RuntimeError("step() before reset(): reset the env first")
-        fn = self._compiled.get("step_reset") or self._compile("step_reset")
-        self._state, self._keys, out = fn(self._state, self._keys, action, ends)
-        return out
 
     def env_state(self, index: int, buffers: Sequence[Any] | None = None) -> Any:
         """The state of env ``index`` as NumPy arrays (for rendering), from ``buffers`` or the current state."""

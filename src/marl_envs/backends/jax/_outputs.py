@@ -1,235 +1,391 @@
-"""The JAX families' executor of the env's output rules: one float buffer to the env's TensorDicts.
+"""The JAX families' executor: a step's whole outcome computed in one compiled call, handed to torch as views.
 
-A JAX-family env gets every output of a reset or a step as one float32 ``(B, K)`` buffer (``_core``). A
-``BufferPlan``, made once from the env's columns, its done levels and its time limit, turns such a buffer into the
-TensorDict of ``reset`` or of ``"next"`` (and the next root data of ``step_and_maybe_reset``) with as little
-per-call Python as it can: it runs every step, and on a CPU with a small batch it is the cost users pay on top of
-JAX.
+A JAX-family env's core (``_core``) gives every output of one env as a float32 vector: the adapter's columns
+(observations, rewards, masks stored as 0 / 1, then the root ``terminated`` and ``truncated``). Here that vector
+becomes the env's entries, inside the compiled call, for every env at once:
 
-- Float entries are views of the buffer (NumPy views on the CPU: NumPy's slicing is the cheaper call there);
-  integer entries (Jumanji's grids and counts) are cast copies of their columns.
-- Every bool entry lives in one bool block: the layout's bool columns (stored as 0 / 1) compared to 0.5 in one
-  call, then the done entries of every level computed by the env's ``DonePlan`` (``marl_envs._outputs``, the
-  same plan ``EnvBase``'s default executor runs).
-- TensorDicts are built unchecked along a nesting worked out once (``Tree``): every leaf fits by construction.
-- A reset after a step is merged into the step's next root data in two array operations (``reset_root``), not
-  entry by entry.
+- ``Emission``: one output's entries of one env (float and integer columns cast, bool columns compared to 0.5,
+  the done entries of every level by the env's ``DonePlan``, the time limit read from the env's step count).
+  The same function makes the data of ``jax_functions()``.
+- ``Layout``: where each entry sits among the output's buffers, one ``(B, width)`` buffer per dtype; on the torch
+  side every entry is a view of its buffer (no kernel), and the TensorDicts are built unchecked (``Tree``).
+- ``Programs``: the compiled reset, step and step-with-auto-reset. The step count of each env lives in JAX
+  beside the state; the time limit is a device scalar; the auto-reset draws a fresh start for every env and
+  selects it where the step ended the episode (no conditional: a conditional's predicate is read on the host
+  on a GPU). Optionally (``validate_actions="deferred"``) the step checks the actions itself.
 
-``BufferOutputs`` is the executor ``JaxEnvBase`` sets when it is built. Where JAX's CPU dispatch is asynchronous,
-the step's TensorDicts are built over an empty buffer while JAX computes (``Pending``), and ``finish`` copies
-JAX's result in.
+``JaxOutputs`` is the executor ``JaxEnvBase`` sets when it is built: one compiled call and one hand-off per
+dtype a step, nothing read back on the host (the deferred check's flag is read only once the device has
+computed it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from ..._outputs import DonePlan, Outputs, StepData, TimeLimit, Tree, block_device, cut_rows, new_block, row_view
+from ..._outputs import DonePlan, Outputs, TimeLimit, Tree
+from ...specs import Binary, Categorical, MultiCategorical, OneHot
 
 if TYPE_CHECKING:
-    from ..._env import EnvBase
+    from ._env import JaxEnvBase
 
-__all__ = ["BufferOutputs", "BufferPlan", "BufferStep", "Pending"]
+__all__ = ["Emission", "JaxOutputs", "Layout", "Programs", "read_ready"]
 
 Key = tuple[str, ...]
-Column = tuple[Key, slice, tuple[int, ...], Any]  # (key, buffer columns, batched shape, torch dtype)
+Column = tuple[Key, slice, tuple[int, ...], Any]  # (key, columns of the core's vector, batched shape, torch dtype)
+NO_LIMIT = np.iinfo(np.int32).max  # the time limit of an env without max_steps: never reached
 
 
-@dataclass
-class Pending:
-    """A step JAX is still computing (asynchronous CPU dispatch): ``result`` is copied in by ``finish``."""
-
-    result: Any
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty(0, dtype=dtype).numpy().dtype
 
 
-@dataclass
-class BufferStep(StepData):
-    """A step of a JAX-family env: its buffer and the leaves cut from it (``data``'s tensors, in plan order)."""
-
-    buffer: Any = None
-    leaves: list | None = None
-    pending: Any = None  # JAX's result, until ``finish`` copied it into ``buffer``
-
-
-class BufferPlan:
-    """The plan of one buffer layout (a reset's or a step's) of a JAX-family env.
+class Layout:
+    """Where each entry of one output sits among the output's buffers: one ``(B, width)`` buffer per dtype,
+    float32 first, entries side by side in their order.
 
     Args:
-        columns: ``(key, buffer columns, batched shape, torch dtype)`` of every entry of the buffer.
-        batch: the env's batch ``(B,)``; device: its device; batches: group name -> its ``(B, n_agents)`` batch.
-        levels: the env's done levels (prefix -> shape of their done entries).
-        limit: the time limit of a step, or None (a reset's).
-        rewards: keys left out of the next root data; actions: keys added to it.
+        entries: ``(key, batched shape, torch dtype)`` of each entry, in order (a key may repeat: two outputs
+            laid side by side).
     """
 
-    def __init__(self, columns: Sequence[Column], *, batch: torch.Size, device: torch.device,
-                 batches: Mapping[str, torch.Size], levels: Mapping[Key, torch.Size], limit: TimeLimit | None,
-                 rewards: Sequence[Key] = (), actions: Sequence[Key] = ()):
-        self.B, self.block_device = batch[0], block_device(device)
-        keys: list[Key] = []
-        # (False, (buffer columns, shape, (NumPy, torch) dtype to cast to or None)) | (True, the block's row_view)
-        self.sources: list[tuple[bool, Any]] = []
+    def __init__(self, entries: Sequence[tuple[Key, tuple[int, ...], torch.dtype]]):
+        self.entries = list(entries)
+        self.dtypes = list(dict.fromkeys(d for _, _, d in entries))
+        self.widths = [0] * len(self.dtypes)
+        self.slots: list[tuple[int, slice, tuple[int, ...]]] = []
+        for _, shape, dtype in entries:
+            index, size = self.dtypes.index(dtype), int(np.prod(shape[1:]))
+            self.slots.append((index, slice(self.widths[index], self.widths[index] + size), tuple(shape)))
+            self.widths[index] += size
+
+    def pack(self, values: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
+        """One env's buffers (JAX vectors, one per dtype) of ``values`` (one per entry, in order)."""
+        parts: list[list[jax.Array]] = [[] for _ in self.dtypes]
+        for (index, _, _), value in zip(self.slots, values):
+            parts[index].append(jnp.asarray(value).reshape(-1).astype(_numpy_dtype(self.dtypes[index])))
+        return tuple(jnp.concatenate(p) if p else jnp.zeros((0,), _numpy_dtype(d)) for p, d in zip(parts, self.dtypes))
+
+    def cut(self, buffers: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The entries of the batched ``buffers``, as views."""
+        return [buffers[index][:, cols].view(shape) for index, cols, shape in self.slots]
+
+
+class Emission:
+    """One output's entries of one env from the core's float vector, in JAX (see the module docstring).
+
+    Args:
+        columns: the output's columns of the core's vector.
+        levels: the env's done levels (prefix -> shape of their done entries).
+        step: a step's output (its done entries read the time limit); else a reset's.
+    """
+
+    def __init__(self, columns: Sequence[Column], levels: Mapping[Key, torch.Size], *, step: bool):
+        self.keys: list[Key] = []
+        self.shapes: list[tuple[int, ...]] = []
+        self.dtypes: list[torch.dtype] = []
+        self._sources: list[tuple[bool, Any]] = []  # (False, (cols, dtype)) | (True, (block rows, shape))
         given: dict[Key, slice] = {}
         compared: list[int] = []
         for key, cols, shape, dtype in columns:
-            keys.append(key)
             if dtype is torch.bool:
                 rows = given[key] = slice(len(compared), len(compared) + cols.stop - cols.start)
                 compared.extend(range(cols.start, cols.stop))
-                self.sources.append((True, row_view(rows, shape)))
-            else:  # an integer entry (a Jumanji grid) is cast from the float32 buffer: a copy, exact below 2**24
-                cast = None if dtype is torch.float32 else (torch.empty(0, dtype=dtype).numpy().dtype, dtype)
-                self.sources.append((False, (cols, tuple(shape), cast)))
-        self.casts = [i for i, (is_bool, where) in enumerate(self.sources) if not is_bool and where[2] is not None]
-        self.done = DonePlan(levels, given, len(compared), limit)
-        for key, view in self.done.entries:
+                self._sources.append((True, (rows, tuple(shape))))
+            else:  # an integer entry (a Jumanji grid) is cast from the float32 vector: exact below 2**24
+                self._sources.append((False, (np.arange(cols.start, cols.stop), _numpy_dtype(dtype))))
+            self.keys.append(key)
+            self.shapes.append(tuple(shape))
+            self.dtypes.append(dtype)
+        # a step's plan always has a limit: without max_steps it is NO_LIMIT, never reached
+        self.done = DonePlan(levels, given, len(compared), TimeLimit(NO_LIMIT) if step else None)
+        for key, (rows, shape, _) in self.done.entries:
             if key not in given:
-                keys.append(key)
-                self.sources.append((True, view))
-        self.compared_columns = compared  # the buffer column behind each of the block's first rows
-        start = compared[0] if compared else 0
-        self.source = (slice(start, start + len(compared)) if compared == list(range(start, start + len(compared)))
-                       else compared)
-        self._reset_bools: dict[int, tuple[int, Any]] = {}  # reset width -> (its bool rows, their columns)
-        self.keys = keys
-        self.tree = Tree(keys, batch, device, batches)
-        skip = set(rewards)
-        self.kept = [i for i, key in enumerate(keys) if key not in skip]
-        self.root_tree = Tree([keys[i] for i in self.kept] + list(actions), batch, device, batches)
+                self.keys.append(key)
+                self.shapes.append(tuple(levels[key[:-1]]))
+                self.dtypes.append(torch.bool)
+                self._sources.append((True, (rows, tuple(levels[key[:-1]]))))
+        self._compared = np.asarray(compared, dtype=int)
 
-    def leaves(self, buffer: np.ndarray | torch.Tensor) -> tuple[list[torch.Tensor], Any]:
-        """The output tensors of ``buffer`` (in ``keys`` order) and the bool block behind the bool ones (empty
-        until ``fill``). ``buffer``: a NumPy array on the CPU; a tensor on a device, or one carrying gradients
-        (the block stays NumPy on the CPU: only the float entries need autograd's views)."""
-        block = new_block(self.done.width, self.B, self.block_device)
-        return self._cut(buffer, block, range(len(self.sources))), block
+    def layout(self, keep: Callable[[Key], bool] = lambda key: True) -> list[tuple[Key, tuple[int, ...], torch.dtype]]:
+        """``(key, shape, dtype)`` of the entries ``keep`` selects, in order."""
+        return [(k, s, d) for k, s, d in zip(self.keys, self.shapes, self.dtypes) if keep(k)]
 
-    def _cut(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor, indices) -> list:
-        """The entries ``indices`` of ``buffer`` (floats) and ``block`` (bools), as tensors."""
-        numpy = isinstance(buffer, np.ndarray)
-        out = []
-        for i in indices:
-            is_bool, where = self.sources[i]
+    def __call__(self, vector: jax.Array, reached: jax.Array | None = None) -> dict[Key, jax.Array]:
+        """The entries (key -> value, without the batch dim) of one env's ``vector``; ``reached``: whether the
+        env is at its time limit (a step's)."""
+        block = jnp.zeros((self.done.width,), bool).at[:len(self._compared)].set(vector[self._compared] > 0.5)
+        block = self.done.fill(block, reached, assign=lambda b, rows, value: b.at[rows].set(value))
+        entries = {}
+        for key, shape, (is_bool, where) in zip(self.keys, self.shapes, self._sources):
             if is_bool:
-                out.append(cut_rows(block, where))
+                rows, _ = where
+                value = block[rows]
+                entries[key] = jnp.broadcast_to(value, (int(np.prod(shape[1:])),)).reshape(shape[1:])
             else:
-                cols, shape, cast = where
-                value = buffer[:, cols].reshape(shape) if numpy else buffer[:, cols].view(shape)
-                if cast is not None:
-                    value = value.astype(cast[0]) if numpy else value.to(cast[1])
-                out.append(torch.from_numpy(value) if numpy else value)
-        return out
-
-    def recast(self, buffer: np.ndarray, leaves: Sequence[torch.Tensor]) -> None:
-        """Cast the integer entries of ``leaves`` again from ``buffer`` (a buffer JAX's result was copied into after
-        the leaves were cut: its float entries are views, its integer entries copies)."""
-        for i in self.casts:
-            cols, shape, _ = self.sources[i][1]
-            np.copyto(leaves[i].numpy(), buffer[:, cols].reshape(shape), casting="unsafe")
-
-    def fill(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor, count: Any) -> None:
-        """Compute the bool block of ``buffer`` (which must hold its values now); ``count``: the env's step
-        counts, for the time limit."""
-        _compare(buffer, block, len(self.compared_columns), self.source)
-        self.done.fill(block, count)
-
-    def next_root(self, leaves: Sequence[torch.Tensor], actions: Sequence[torch.Tensor]) -> TensorDict:
-        """The next root data: these leaves without rewards, plus the actions taken."""
-        return self.root_tree([*(leaves[i] for i in self.kept), *actions])
-
-    def reset_root(self, buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor,
-                   fresh: np.ndarray | torch.Tensor, mask: np.ndarray | torch.Tensor,
-                   actions: Sequence[torch.Tensor]) -> TensorDict:
-        """The next root data of a step (``buffer``, its filled ``block``) whose envs ``mask`` were then reset:
-        ``next_root``'s, except that those envs hold the reset's entries (``fresh``: a reset buffer, whose columns
-        are a step buffer's first ones) and False in every done entry. Two array operations whatever the layout,
-        with the outcome of ``merge_rows`` over the reset's data."""
-        width = fresh.shape[1]
-        if width not in self._reset_bools:  # the block's first rows hold the reset's bool entries (action masks)
-            rows = sum(1 for c in self.compared_columns if c < width)
-            self._reset_bools[width] = (rows, self.compared_columns[:rows])
-        rows, columns = self._reset_bools[width]
-        if isinstance(buffer, np.ndarray):
-            merged = buffer.copy()
-            np.copyto(merged[:, :width], fresh, where=mask[:, None])
-        else:
-            merged = buffer.clone()
-            merged[:, :width] = torch.where(mask[:, None], fresh, buffer[:, :width])
-        kept = np.logical_and(block, ~mask) if isinstance(block, np.ndarray) else block & ~mask  # done: False there
-        if rows:
-            _compare(merged, kept, rows, columns)
-        return self.root_tree([*self._cut(merged, kept, self.kept), *actions])
+                cols, dtype = where
+                entries[key] = vector[cols].reshape(shape[1:]).astype(dtype)
+        return entries
 
 
-def _compare(buffer: np.ndarray | torch.Tensor, block: np.ndarray | torch.Tensor, rows: int, columns) -> None:
-    """The block's first ``rows`` rows: ``buffer``'s ``columns`` (stored as 0 / 1) compared to 0.5."""
-    if isinstance(block, np.ndarray):
-        values = buffer if isinstance(buffer, np.ndarray) else buffer.detach().numpy()
-        np.greater(values[:, columns].T, 0.5, out=block[:rows])
-    else:
-        block[:rows] = buffer.detach()[:, columns].T > 0.5
+def _action_bounds(env: JaxEnvBase) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, int]]]:
+    """Per column of the core's flat action: the lowest and highest valid value (discrete actions; +-inf for
+    continuous ones, checked for finiteness only) and ``(action key, index in the entry)``."""
+    low, high, names = [], [], []
+    for key in env._action_keys:
+        spec = env.full_action_spec[key]
+        width = int(np.prod(spec.shape[1:]))
+        lo, hi = np.full(width, -np.inf), np.full(width, np.inf)
+        if isinstance(spec, Categorical):
+            lo[:], hi[:] = 0, spec.n - 1
+        elif isinstance(spec, MultiCategorical):
+            lo[:], hi[:] = 0, np.broadcast_to(spec.nvec.cpu().numpy(), spec.shape).reshape(spec.shape[0], -1)[0] - 1
+        elif isinstance(spec, (OneHot, Binary)):
+            lo[:], hi[:] = 0, 1
+        low.append(lo)
+        high.append(hi)
+        names += [(key[0] if len(key) == 1 else key, i) for i in range(width)]
+    return np.concatenate(low).astype(np.float32), np.concatenate(high).astype(np.float32), names
 
 
-class BufferOutputs(Outputs):
+class Programs:
+    """The compiled reset, step and step-with-auto-reset of a JAX-family env (see the module docstring).
+
+    Each takes the carry ``(state buffers, keys, step counts, calls)`` (donated): the core's packed state and
+    per-env keys, each env's steps since its reset (int32) and the steps taken (int32); and the deferred check's
+    record (not donated: the host may still read an earlier one): ``(4,)`` int32 (set, step, env, action column)
+    and the first bad value (float32). Each returns the new carry and record, and its output buffers.
+    """
+
+    def __init__(self, env: JaxEnvBase):
+        self.core = core = env._core
+        levels = env._done_levels
+        self.reset_emission = Emission(env._reset_columns, levels, step=False)
+        self.step_emission = Emission(env._step_columns, levels, step=True)
+        rewards = {(k,) if isinstance(k, str) else tuple(k) for k in env.reward_keys}
+        self.kept = [k for k in self.step_emission.keys if k not in rewards]  # the next root data's entries
+        reset_keys = set(self.reset_emission.keys)
+        self._fresh = [k in reset_keys for k in self.kept]  # kept entries a reset gives (else the step's stay)
+        next_entries = self.step_emission.layout()
+        root_entries = self.step_emission.layout(lambda k: k not in rewards)
+        self.reset_layout = Layout(self.reset_emission.layout())
+        self.step_layout = Layout(next_entries)
+        self.both_layout = Layout(next_entries + root_entries)  # a step's "next" and next root, side by side
+        self.low, self.high, self.action_names = _action_bounds(env)
+
+    # -- pieces ---------------------------------------------------------------------------------------
+    def _primitive(self, name: str) -> Callable:
+        """The core's batched ``step`` or ``reset`` (its exported module when it was loaded from one)."""
+        core = self.core
+        name = f"batched_{name}"
+        if name in core.exported:
+            return core.exported[name].call
+        return core._step_packed if name == "batched_step" else core._reset
+
+    def _stepped(self, carry, record, action, limit, check: bool):
+        """The step of every env and its entries (with ``check``, the bad envs left as they were)."""
+        buffers, keys, steps, calls = carry
+        new_buffers, new_keys, out = self._primitive("step")(buffers, keys, action)
+        new_steps = steps + 1
+        entries = jax.vmap(self.step_emission)(out, new_steps >= limit)
+        if check:
+            bad_columns = ~jnp.isfinite(action) | (action < self.low) | (action > self.high)
+            bad = bad_columns.any(axis=1)
+            keep = lambda good, bad_value: jnp.where(  # noqa: E731
+                bad.reshape(-1, *([1] * (good.ndim - 1))), bad_value, good)
+            new_buffers = tuple(keep(n, o) for n, o in zip(new_buffers, buffers))
+            new_keys, new_steps = keep(new_keys, keys), keep(new_steps, steps)
+            # the bad envs' outputs: NaN floats, False (zero) elsewhere: nothing that reads as data
+            entries = {k: keep(v, jnp.full_like(v, jnp.nan) if v.dtype == jnp.float32 else jnp.zeros_like(v))
+                       for k, v in entries.items()}
+            env = jnp.argmax(bad)
+            column = jnp.argmax(bad_columns[env])
+            found = jnp.stack([jnp.int32(1), calls, env.astype(jnp.int32), column.astype(jnp.int32)])
+            first = bad.any() & (record[0][0] == 0)
+            record = (jnp.where(first, found, record[0]), jnp.where(first, action[env, column], record[1]))
+        return (new_buffers, new_keys, new_steps, calls + 1), record, entries
+
+    # -- the compiled programs ------------------------------------------------------------------------
+    def reset(self, carry, record, mask):
+        buffers, keys, steps, calls = carry
+        buffers, keys, out = self._primitive("reset")(buffers, keys, mask)
+        values = jax.vmap(self.reset_emission)(out)
+        steps = jnp.where(mask, 0, steps)
+        return (buffers, keys, steps, calls), record, self._batched_pack(self.reset_layout, [
+            values[k] for k in self.reset_emission.keys])
+
+    def step(self, carry, record, action, limit, check: bool = False):
+        carry, record, entries = self._stepped(carry, record, action, limit, check)
+        return carry, record, self._batched_pack(self.step_layout, [entries[k] for k in self.step_emission.keys])
+
+    def step_reset(self, carry, record, action, limit, check: bool = False):
+        """The step, then a fresh start for every env, kept where the step ended the episode."""
+        carry, record, entries = self._stepped(carry, record, action, limit, check)
+        buffers, keys, steps, calls = carry
+        done = entries[("done",)].reshape(-1)
+        buffers, keys, out = self._primitive("reset")(buffers, keys, done)
+        fresh = jax.vmap(self.reset_emission)(out)
+        root = []
+        for key, given in zip(self.kept, self._fresh):
+            value = entries[key]
+            if given:
+                value = jnp.where(done.reshape(-1, *([1] * (value.ndim - 1))), fresh[key], value)
+            root.append(value)
+        steps = jnp.where(done, 0, steps)
+        values = [entries[k] for k in self.step_emission.keys] + root
+        return (buffers, keys, steps, calls), record, self._batched_pack(self.both_layout, values)
+
+    @staticmethod
+    def _batched_pack(layout: Layout, values: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
+        B = values[0].shape[0]
+        return jax.vmap(layout.pack)([v.reshape(B, -1) for v in values])
+
+
+def read_ready(array: jax.Array) -> np.ndarray:
+    """The host value of ``array``, which the caller has seen computed (``is_ready()``): a read that never waits."""
+    return np.asarray(array)
+
+
+class JaxOutputs(Outputs):
     """The executor of a JAX-family env (see the module docstring).
 
     Args:
-        env: the env.
-        reset_columns / step_columns: the columns of the core's reset and step buffers.
-        actions: the action keys whose values make the core's flat action (added to the next root data).
-        merges_resets: merge a reset into the step's buffer (``reset_root``); False where gradients flow
-            through the kept envs' entries (the differentiable Brax env), which ``merge_rows`` keeps.
+        env: the env (its core, columns and action keys set).
+        device_path: hand arrays over by DLPack both ways (a GPU; ``MARL_ENVS_DEVICE_PATH=1`` on the CPU), else
+            NumPy views in and one NumPy copy out (the cheaper hand-off on the CPU).
     """
 
-    def __init__(self, env: EnvBase, reset_columns: Sequence[Column], step_columns: Sequence[Column],
-                 actions: Sequence[Key], *, merges_resets: bool = True):
+    deferred_checks = True
+
+    def __init__(self, env: JaxEnvBase, *, device_path: bool):
         super().__init__(env)
-        self.reset_columns, self.step_columns, self.actions = list(reset_columns), list(step_columns), list(actions)
-        self.merges_resets = merges_resets
-        self.width = step_columns[-1][1].stop
+        self.device_path = self.deferred_by_default = device_path
+        core = env._core
+        self._sharding = core._sharding
+        B = env.num_envs
+        self._put = lambda value: jax.device_put(value, self._sharding)
+        self._all = self._put(np.ones(B, dtype=bool))
+        self._steps = self._put(np.zeros(B, dtype=np.int32))
+        self._calls = self._put(np.zeros((), dtype=np.int32))
+        self._record = self._clean_record()
+        self._watch: tuple | None = None  # the latest record not read yet
+        self.programs = Programs(env)
         self.refresh()
 
     def refresh(self) -> None:
         env = self.env
+        if not hasattr(self, "programs"):
+            return
         batches = {g: torch.Size((env.num_envs, len(m))) for g, m in env.group_map.items()}
-        common = {"batch": env.batch_size, "device": env.device, "batches": batches, "levels": env._done_levels}
-        rewards = [(k,) if isinstance(k, str) else tuple(k) for k in env.reward_keys]
-        self.reset_plan = BufferPlan(self.reset_columns, limit=None, **common)
-        self.step_plan = BufferPlan(self.step_columns, limit=env._limit, rewards=rewards, actions=self.actions,
-                                    **common)
+        actions = env._action_keys
+        programs = self.programs
+        self._reset_tree = Tree(programs.reset_emission.keys, env.batch_size, env.device, batches)
+        self._next_tree = Tree(programs.step_emission.keys, env.batch_size, env.device, batches)
+        self._root_tree = Tree(programs.kept + list(actions), env.batch_size, env.device, batches)
+        self._limit = self._put(np.int32(NO_LIMIT if env.max_steps is None else env.max_steps))
+        self._check = env._deferred
+        self._n_next = len(programs.step_emission.keys)
 
-    def step(self, raw: Any) -> BufferStep:
-        pending = None
-        if isinstance(raw, Pending):  # the TensorDicts are built over a buffer JAX's result is copied into later
-            # zeros, not empty: the integer entries are cast from it now (and again once it holds the result)
-            pending, raw = raw.result, np.zeros((self.env.num_envs, self.width), dtype=np.float32)
-        leaves, block = self.step_plan.leaves(raw)
-        return BufferStep(self.step_plan.tree(leaves), block, buffer=raw, leaves=leaves, pending=pending)
+    def step_counts(self) -> torch.Tensor:
+        return torch.from_numpy(np.array(self._steps)).to(torch.int64).to(self.env.device)
 
-    def finish(self, step: BufferStep, next_root: TensorDictBase | None = None) -> None:
-        if step.pending is not None:
-            np.copyto(step.buffer, np.asarray(step.pending))  # waits for JAX
-            self.step_plan.recast(step.buffer, step.leaves)
-            step.pending = None
-        self.step_plan.fill(step.buffer, step.block, self._count(step.block))
+    # -- the hand-off ---------------------------------------------------------------------------------
+    def _action(self, tensordict: TensorDictBase):
+        env = self.env
+        if self.device_path:
+            return jax.dlpack.from_dlpack(env._flat_action(tensordict).detach())
+        parts = [tensordict.get(key).detach().numpy().reshape(env.num_envs, -1) for key in env._action_keys]
+        flat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        return flat.astype(np.float32, copy=False)
 
-    def next_root(self, step: BufferStep, tensordict: TensorDictBase) -> TensorDictBase:
-        return self.step_plan.next_root(step.leaves, [tensordict.get(k) for k in self.actions])
+    def _received(self, buffers: Sequence[jax.Array]) -> list[torch.Tensor]:
+        if self.device_path:
+            return [torch.from_dlpack(b) for b in buffers]
+        return [torch.from_numpy(np.array(b)) for b in buffers]
 
-    def reset(self, raw: np.ndarray | torch.Tensor) -> TensorDictBase:
-        leaves, block = self.reset_plan.leaves(raw)
-        self.reset_plan.fill(raw, block, None)
-        return self.reset_plan.tree(leaves)
+    def _clean_record(self) -> tuple[jax.Array, jax.Array]:
+        return self._put(np.zeros(4, dtype=np.int32)), self._put(np.zeros((), dtype=np.float32))
 
-    def merge_reset(self, step: BufferStep, next_root: TensorDictBase, mask: torch.Tensor,
-                    raw: np.ndarray | torch.Tensor) -> TensorDictBase:
-        if not self.merges_resets:
-            return super().merge_reset(step, next_root, mask, raw)
-        flags = mask.numpy() if isinstance(step.block, np.ndarray) else mask
-        return self.step_plan.reset_root(step.buffer, step.block, raw, flags, [next_root.get(k) for k in self.actions])
+    def _carry(self):
+        core = self.env._core
+        if core._state is None:
+            core._state = core.zero_state()
+        return (core._state, core._keys, self._steps, self._calls), self._record
+
+    def _keep(self, carry, record) -> None:
+        core = self.env._core
+        core._state, core._keys, self._steps, self._calls = carry
+        self._record = record
+        if self._check and self._watch is None:
+            self._watch = record
+
+    def _compiled(self, name: str):
+        core, programs = self.env._core, self.programs
+        check = self._check and name != "reset"
+        label = f"{name}+check" if check else name
+        fn = core._compiled.get(label)
+        if fn is not None:
+            return fn
+        B, struct = core.num_envs, core._struct
+        carry = (core._state_structs(), core._keys_struct(), struct((B,), jnp.int32), struct((), jnp.int32))
+        record = (struct((4,), jnp.int32), struct((), jnp.float32))
+        if name == "reset":
+            return core.compiled(label, programs.reset, lambda: (carry, record, struct((B,), jnp.bool_)), (0,))
+        method = programs.step if name == "step" else programs.step_reset
+        return core.compiled(label, lambda c, r, a, lim: method(c, r, a, lim, check),
+                             lambda: (carry, record, core._action_struct(), struct((), jnp.int32)), (0,))
+
+    def _poll(self) -> None:
+        """Raise on a bad action the deferred check recorded, once the device has computed the record."""
+        watch = self._watch
+        if watch is None or not watch[0].is_ready() or not watch[1].is_ready():
+            return
+        self._watch = None
+        found, value = read_ready(watch[0]), read_ready(watch[1])
+        if not found[0]:
+            return
+        self._record = self._clean_record()
+        key, index = self.programs.action_names[int(found[3])]
+        spec = self.env.full_action_spec[key]
+        from ..._validate import _domain
+
+        raise ValueError(
+            f"action {key!r} of env {int(found[2])} at step {int(found[1])} (counted from the env's build) was "
+            f"{float(value)!r} (its entry {index} per env); expected {_domain(spec)}. validate_actions='deferred' "
+            f"left that env where it was and set its float outputs of that step to NaN; "
+            f"set env.validate_actions='immediate' to raise before the step instead")
+
+    # -- the executor ---------------------------------------------------------------------------------
+    def reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        self._poll()
+        jmask = self._all if mask is None else (
+            jax.dlpack.from_dlpack(mask.contiguous()) if self.device_path else mask.numpy())
+        carry, record, buffers = self._compiled("reset")(*self._carry(), jmask)
+        self._keep(carry, record)
+        return self._reset_tree(self.programs.reset_layout.cut(self._received(buffers)))
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self._poll()
+        carry, record, buffers = self._compiled("step")(*self._carry(), self._action(tensordict), self._limit)
+        self._keep(carry, record)
+        if self.env._after_step is not None:
+            self.env._after_step()
+        return self._next_tree(self.programs.step_layout.cut(self._received(buffers)))
+
+    def step_and_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        self._poll()
+        carry, record, buffers = self._compiled("step_reset")(*self._carry(), self._action(tensordict),
+                                                               self._limit)
+        self._keep(carry, record)
+        if self.env._after_step is not None:
+            self.env._after_step()
+        leaves, n = self.programs.both_layout.cut(self._received(buffers)), self._n_next
+        actions = [tensordict.get(k) for k in self.env._action_keys]
+        return self._next_tree(leaves[:n]), self._root_tree([*leaves[n:], *actions])

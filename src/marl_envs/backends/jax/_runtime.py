@@ -13,6 +13,9 @@
   CUDA GPU, ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` is set before JAX starts (JAX then allocates as it needs and
   frees), unless the user set any of JAX's GPU memory variables (``JAX_GPU_MEMORY_VARS``) or
   ``MARL_ENVS_JAX_PREALLOCATE=1``. ``marl-envs doctor`` shows what is in force.
+- **The device code path on the CPU** (``MARL_ENVS_DEVICE_PATH=1``, read when an env is built): a JAX-family env
+  on the CPU then runs exactly the code it runs on a GPU (DLPack hand-offs both ways, actions checked inside the
+  compiled step), for tests that count host reads and for anyone debugging the GPU path without a GPU.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 
 from ..._names import user_cache
 
-__all__ = ["ASYNC_VAR", "CACHE_DIR_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "caching_enabled",
+__all__ = ["ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "caching_enabled",
            "configure_jax", "enable_compilation_cache", "env_flag", "inline_cpu_dispatch", "jax_started",
            "share_gpu_memory"]
 
@@ -43,6 +46,7 @@ def caching_enabled() -> bool:
 
 
 ASYNC_VAR = "MARL_ENVS_JAX_CPU_ASYNC"
+DEVICE_PATH_VAR = "MARL_ENVS_DEVICE_PATH"
 
 
 def jax_started() -> bool | None:
