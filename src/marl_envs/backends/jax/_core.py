@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 
-__all__ = ["JaxCore", "StateMismatch", "StatePacking", "env_keys", "export_platform", "quiet_tracing", "strong",
-           "tree_paths"]
+__all__ = ["JaxCore", "StateMismatch", "StatePacking", "env_keys", "export_platform", "quiet_tracing", "split_key",
+           "strong", "tree_paths"]
 
 
 @contextlib.contextmanager
@@ -103,6 +103,36 @@ class StatePacking:
         lead = (buffers[0].shape[0],) if batch is None else batch
         leaves = [buffers[g][..., a:b].reshape((*lead, *shape)) for g, a, b, shape in self.slots]
         return jax.tree.unflatten(self.treedef, leaves)
+
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry(k1: jax.Array, k2: jax.Array, x1: jax.Array, x2: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The Threefry-2x32 hash (20 rounds) of the counters ``(x1, x2)`` under the key ``(k1, k2)``, written out.
+
+    JAX's own lowering of this hash on a CPU is a five-step loop (small programs compile faster), which for a batch
+    of keys costs several times the written-out rounds XLA fuses into one kernel: a key split per env and step is
+    most of a cheap env's step there. The same arithmetic, so the same bits, on every platform."""
+    keys = (k1, k2, k1 ^ k2 ^ np.uint32(0x1BD11BDA))
+    x1, x2 = x1 + keys[0], x2 + keys[1]
+    for block in range(5):
+        for r in _ROTATIONS[block % 2]:
+            x1 = x1 + x2
+            x2 = ((x2 << np.uint32(r)) | (x2 >> np.uint32(32 - r))) ^ x1
+        x1 = x1 + keys[(block + 1) % 3]
+        x2 = x2 + keys[(block + 2) % 3] + np.uint32(block + 1)
+    return x1, x2
+
+
+def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``jax.random.split(key)`` of a raw ``(2,)`` uint32 key, bit for bit, as its two halves; the written-out hash
+    where JAX splits keys so (``jax_threefry_partitionable``, JAX's default), else JAX's own split."""
+    if not jax.config.jax_threefry_partitionable:
+        pair = jax.random.split(key)
+        return pair[0], pair[1]
+    b1, b2 = _threefry(key[0], key[1], jnp.zeros(2, jnp.uint32), jnp.arange(2, dtype=jnp.uint32))
+    return jnp.stack([b1[0], b2[0]]), jnp.stack([b1[1], b2[1]])
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -172,7 +202,7 @@ class JaxCore:
     def keyed_reset(self, key: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
         """One env's reset from its carried ``key``: ``(key carried on, state, out)``; the key is split and its
         second half used."""
-        kept, now = jax.random.split(key)
+        kept, now = split_key(key)
         state, out = self.reset_one(now)
         return kept, self._cast(state), out
 
@@ -181,7 +211,7 @@ class JaxCore:
         its second half used if ``step_uses_key``, else passed on as it is."""
         now = key
         if self.step_uses_key:
-            key, now = jax.random.split(key)
+            key, now = split_key(key)
         state, out, flags = self.step_one(now, state, action)
         return key, state, out, flags
 

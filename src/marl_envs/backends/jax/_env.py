@@ -97,6 +97,11 @@ def _slices(entries: Sequence[Entry]) -> list[tuple]:
     return out
 
 
+def _one(entries: dict) -> dict:
+    """The entries of a batch of one env, without the batch dim."""
+    return {key: value[0] for key, value in entries.items()}
+
+
 class JaxEnvBase(EnvBase):
     """``EnvBase`` over a ``JaxCore``. Subclasses call ``__init__``, set ``self._core`` and call ``_set_columns``.
 
@@ -159,7 +164,7 @@ class JaxEnvBase(EnvBase):
         def fresh(key):
             with quiet_tracing():
                 key, state, out = keyed_reset(key)
-            return FunctionalState(state, key, jnp.zeros((), jnp.int32)), programs.reset_emission(out)
+            return FunctionalState(state, key, jnp.zeros((), jnp.int32)), _one(programs.reset_emission(out[None]))
 
         def reset(key):
             state, obs = fresh(key)
@@ -176,7 +181,7 @@ class JaxEnvBase(EnvBase):
                 key, env, out, flags = keyed_step(state.key, state.env, jnp.concatenate(flat))
             steps = state.steps + 1
             vector = jnp.concatenate([out, flags.astype(jnp.float32)])
-            return FunctionalState(env, key, steps), programs.step_emission(vector, steps >= limit)
+            return FunctionalState(env, key, steps), _one(programs.step_emission(vector[None], (steps >= limit)[None]))
 
         def step(state, actions):
             state, out = stepped(state, actions)

@@ -65,17 +65,27 @@ class Layout:
             index, size = self.dtypes.index(dtype), int(np.prod(shape[1:]))
             self.slots.append((index, slice(self.widths[index], self.widths[index] + size), tuple(shape)))
             self.widths[index] += size
+        # how ``cut`` reads them: each buffer split at its entries' widths in one call, then the split parts in
+        # entry order, reshaped where the entry has more than one dim past the batch
+        self._sizes = [[cols.stop - cols.start for i, cols, _ in self.slots if i == index]
+                       for index in range(len(self.dtypes))]
+        counts = [0] * len(self.dtypes)
+        self._order = []
+        for index, _, shape in self.slots:
+            self._order.append((index, counts[index], None if len(shape) == 2 else shape))
+            counts[index] += 1
 
     def pack(self, values: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
-        """One env's buffers (JAX vectors, one per dtype) of ``values`` (one per entry, in order)."""
+        """The ``(B, width)`` buffers (one per dtype) of ``values`` (one ``(B, ...)`` array per entry, in order)."""
         parts: list[list[jax.Array]] = [[] for _ in self.dtypes]
         for (index, _, _), value in zip(self.slots, values):
-            parts[index].append(jnp.asarray(value).reshape(-1).astype(_numpy_dtype(self.dtypes[index])))
-        return tuple(jnp.concatenate(p) if p else jnp.zeros((0,), _numpy_dtype(d)) for p, d in zip(parts, self.dtypes))
+            parts[index].append(value.reshape(value.shape[0], -1).astype(_numpy_dtype(self.dtypes[index])))
+        return tuple(jnp.concatenate(p, axis=1) for p in parts)
 
     def cut(self, buffers: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The entries of the batched ``buffers``, as views."""
-        return [buffers[index][:, cols].view(shape) for index, cols, shape in self.slots]
+        parts = [buffer.split_with_sizes(sizes, 1) for buffer, sizes in zip(buffers, self._sizes)]
+        return [parts[index][i] if shape is None else parts[index][i].view(shape) for index, i, shape in self._order]
 
 
 class Emission:
@@ -100,7 +110,7 @@ class Emission:
                 compared.extend(range(cols.start, cols.stop))
                 self._sources.append((True, (rows, tuple(shape))))
             else:  # an integer entry (a Jumanji grid) is cast from the float32 vector: exact below 2**24
-                self._sources.append((False, (np.arange(cols.start, cols.stop), _numpy_dtype(dtype))))
+                self._sources.append((False, (cols, _numpy_dtype(dtype))))
             self.keys.append(key)
             self.shapes.append(tuple(shape))
             self.dtypes.append(dtype)
@@ -119,20 +129,41 @@ class Emission:
         return [(k, s, d) for k, s, d in zip(self.keys, self.shapes, self.dtypes) if keep(k)]
 
     def __call__(self, vector: jax.Array, reached: jax.Array | None = None) -> dict[Key, jax.Array]:
-        """The entries (key -> value, without the batch dim) of one env's ``vector``; ``reached``: whether the
-        env is at its time limit (a step's)."""
-        block = jnp.zeros((self.done.width,), bool).at[:len(self._compared)].set(vector[self._compared] > 0.5)
-        block = self.done.fill(block, reached, assign=lambda b, rows, value: b.at[rows].set(value))
+        """The entries (key -> ``(B, ...)`` value) of the envs' vectors ``vector`` ``(B, K)``; ``reached``
+        ``(B,)``: whether each env is at its time limit (a step's).
+
+        The plan runs on a block held as a list of ``(B,)`` rows: slices and stacks, which XLA fuses, where
+        writes into one array would be scatters (slow on a CPU)."""
+        B = vector.shape[0]
+        rows = _Rows([vector[:, c] > 0.5 for c in self._compared] + [None] * (self.done.width - len(self._compared)), B)
+        self.done.fill(rows, None if reached is None else reached.reshape(1, B))
         entries = {}
         for key, shape, (is_bool, where) in zip(self.keys, self.shapes, self._sources):
             if is_bool:
-                rows, _ = where
-                value = block[rows]
-                entries[key] = jnp.broadcast_to(value, (int(np.prod(shape[1:])),)).reshape(shape[1:])
+                value = rows[where[0]].T  # (B, rows)
+                size = int(np.prod(shape[1:]))
+                entries[key] = (jnp.broadcast_to(value, (B, size)) if value.shape[1] != size else value).reshape(
+                    (B, *shape[1:]))
             else:
                 cols, dtype = where
-                entries[key] = vector[cols].reshape(shape[1:]).astype(dtype)
+                entries[key] = vector[:, cols].reshape((B, *shape[1:])).astype(dtype)
         return entries
+
+
+class _Rows:
+    """A bool block as a list of ``(B,)`` rows, read and written by row slices (``DonePlan.fill``'s block)."""
+
+    def __init__(self, rows: list, batch: int):
+        self.rows, self.batch = rows, batch
+
+    def __getitem__(self, rows: slice) -> jax.Array:
+        return jnp.stack(self.rows[rows])
+
+    def __setitem__(self, rows: slice, value: Any) -> None:
+        n = rows.stop - rows.start
+        value = jnp.broadcast_to(jnp.asarray(value, bool), (n, self.batch))
+        for i in range(n):
+            self.rows[rows.start + i] = value[i]
 
 
 def _action_bounds(env: JaxEnvBase) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, int]]]:
@@ -158,10 +189,10 @@ def _action_bounds(env: JaxEnvBase) -> tuple[np.ndarray, np.ndarray, list[tuple[
 class Programs:
     """The compiled reset, step and step-with-auto-reset of a JAX-family env (see the module docstring).
 
-    Each takes the carry ``(state buffers, keys, step counts, calls)`` (donated): the core's packed state and
-    per-env keys, each env's steps since its reset (int32) and the steps taken (int32); and the deferred check's
-    record (not donated: the host may still read an earlier one): ``(4,)`` int32 (set, step, env, action column)
-    and the first bad value (float32). Each returns the new carry and record, and its output buffers.
+    Each takes the carry ``(state buffers, keys, step counts)`` (donated): the core's packed state, the per-env
+    keys and each env's steps since its reset (int32); and the record (not donated: the host may still read an
+    earlier one), ``(6,)`` int32: the deferred check's first bad action (set, step, env, action column, the value's
+    float32 bits) and the steps taken. Each returns the new carry and record, and its output buffers.
     """
 
     def __init__(self, env: JaxEnvBase):
@@ -191,10 +222,10 @@ class Programs:
 
     def _stepped(self, carry, record, action, limit, check: bool):
         """The step of every env and its entries (with ``check``, the bad envs left as they were)."""
-        buffers, keys, steps, calls = carry
+        buffers, keys, steps = carry
         new_buffers, new_keys, out = self._primitive("step")(buffers, keys, action)
         new_steps = steps + 1
-        entries = jax.vmap(self.step_emission)(out, new_steps >= limit)
+        entries = self.step_emission(out, new_steps >= limit)
         if check:
             bad_columns = ~jnp.isfinite(action) | (action < self.low) | (action > self.high)
             bad = bad_columns.any(axis=1)
@@ -207,31 +238,31 @@ class Programs:
                        for k, v in entries.items()}
             env = jnp.argmax(bad)
             column = jnp.argmax(bad_columns[env])
-            found = jnp.stack([jnp.int32(1), calls, env.astype(jnp.int32), column.astype(jnp.int32)])
-            first = bad.any() & (record[0][0] == 0)
-            record = (jnp.where(first, found, record[0]), jnp.where(first, action[env, column], record[1]))
-        return (new_buffers, new_keys, new_steps, calls + 1), record, entries
+            found = jnp.stack([jnp.int32(1), record[5], env.astype(jnp.int32), column.astype(jnp.int32),
+                               jax.lax.bitcast_convert_type(action[env, column], jnp.int32), record[5]])
+            record = jnp.where(bad.any() & (record[0] == 0), found, record)
+        return (new_buffers, new_keys, new_steps), record.at[5].add(1), entries
 
     # -- the compiled programs ------------------------------------------------------------------------
     def reset(self, carry, record, mask):
-        buffers, keys, steps, calls = carry
+        buffers, keys, steps = carry
         buffers, keys, out = self._primitive("reset")(buffers, keys, mask)
-        values = jax.vmap(self.reset_emission)(out)
+        values = self.reset_emission(out)
         steps = jnp.where(mask, 0, steps)
-        return (buffers, keys, steps, calls), record, self._batched_pack(self.reset_layout, [
+        return (buffers, keys, steps), record, self.reset_layout.pack([
             values[k] for k in self.reset_emission.keys])
 
     def step(self, carry, record, action, limit, check: bool = False):
         carry, record, entries = self._stepped(carry, record, action, limit, check)
-        return carry, record, self._batched_pack(self.step_layout, [entries[k] for k in self.step_emission.keys])
+        return carry, record, self.step_layout.pack([entries[k] for k in self.step_emission.keys])
 
     def step_reset(self, carry, record, action, limit, check: bool = False):
         """The step, then a fresh start for every env, kept where the step ended the episode."""
         carry, record, entries = self._stepped(carry, record, action, limit, check)
-        buffers, keys, steps, calls = carry
+        buffers, keys, steps = carry
         done = entries[("done",)].reshape(-1)
         buffers, keys, out = self._primitive("reset")(buffers, keys, done)
-        fresh = jax.vmap(self.reset_emission)(out)
+        fresh = self.reset_emission(out)
         root = []
         for key, given in zip(self.kept, self._fresh):
             value = entries[key]
@@ -240,12 +271,7 @@ class Programs:
             root.append(value)
         steps = jnp.where(done, 0, steps)
         values = [entries[k] for k in self.step_emission.keys] + root
-        return (buffers, keys, steps, calls), record, self._batched_pack(self.both_layout, values)
-
-    @staticmethod
-    def _batched_pack(layout: Layout, values: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
-        B = values[0].shape[0]
-        return jax.vmap(layout.pack)([v.reshape(B, -1) for v in values])
+        return (buffers, keys, steps), record, self.both_layout.pack(values)
 
 
 def read_ready(array: jax.Array) -> np.ndarray:
@@ -262,20 +288,20 @@ class JaxOutputs(Outputs):
             NumPy views in and one NumPy copy out (the cheaper hand-off on the CPU).
     """
 
-    deferred_checks = True
+    deferred_checks = deferred_by_default = True  # on every device: one contract, and the cheaper check on a CPU too
 
     def __init__(self, env: JaxEnvBase, *, device_path: bool):
         super().__init__(env)
-        self.device_path = self.deferred_by_default = device_path
+        self.device_path = device_path
         core = env._core
         self._sharding = core._sharding
         B = env.num_envs
         self._put = lambda value: jax.device_put(value, self._sharding)
         self._all = self._put(np.ones(B, dtype=bool))
+        self._core = core
         self._steps = self._put(np.zeros(B, dtype=np.int32))
-        self._calls = self._put(np.zeros((), dtype=np.int32))
-        self._record = self._clean_record()
-        self._watch: tuple | None = None  # the latest record not read yet
+        self._record = self._put(np.zeros(6, dtype=np.int32))
+        self._watch: jax.Array | None = None  # the latest record not read yet
         self.programs = Programs(env)
         self.refresh()
 
@@ -292,6 +318,10 @@ class JaxOutputs(Outputs):
         self._limit = self._put(np.int32(NO_LIMIT if env.max_steps is None else env.max_steps))
         self._check = env._deferred
         self._n_next = len(programs.step_emission.keys)
+        self._action_keys = list(env._action_keys)
+        self._cut_step, self._cut_both = programs.step_layout.cut, programs.both_layout.cut
+        self._after_step = env._after_step
+        self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
 
     def step_counts(self) -> torch.Tensor:
         return torch.from_numpy(np.array(self._steps)).to(torch.int64).to(self.env.device)
@@ -310,32 +340,22 @@ class JaxOutputs(Outputs):
             return [torch.from_dlpack(b) for b in buffers]
         return [torch.from_numpy(np.array(b)) for b in buffers]
 
-    def _clean_record(self) -> tuple[jax.Array, jax.Array]:
-        return self._put(np.zeros(4, dtype=np.int32)), self._put(np.zeros((), dtype=np.float32))
-
     def _carry(self):
-        core = self.env._core
+        core = self._core
         if core._state is None:
             core._state = core.zero_state()
-        return (core._state, core._keys, self._steps, self._calls), self._record
-
-    def _keep(self, carry, record) -> None:
-        core = self.env._core
-        core._state, core._keys, self._steps, self._calls = carry
-        self._record = record
-        if self._check and self._watch is None:
-            self._watch = record
+        return (core._state, core._keys, self._steps), self._record
 
     def _compiled(self, name: str):
         core, programs = self.env._core, self.programs
         check = self._check and name != "reset"
-        label = f"{name}+check" if check else name
+        label = f"{name}+check" if check else name  # as ``_labels``
         fn = core._compiled.get(label)
         if fn is not None:
             return fn
         B, struct = core.num_envs, core._struct
-        carry = (core._state_structs(), core._keys_struct(), struct((B,), jnp.int32), struct((), jnp.int32))
-        record = (struct((4,), jnp.int32), struct((), jnp.float32))
+        carry = (core._state_structs(), core._keys_struct(), struct((B,), jnp.int32))
+        record = struct((6,), jnp.int32)
         if name == "reset":
             return core.compiled(label, programs.reset, lambda: (carry, record, struct((B,), jnp.bool_)), (0,))
         method = programs.step if name == "step" else programs.step_reset
@@ -345,13 +365,14 @@ class JaxOutputs(Outputs):
     def _poll(self) -> None:
         """Raise on a bad action the deferred check recorded, once the device has computed the record."""
         watch = self._watch
-        if watch is None or not watch[0].is_ready() or not watch[1].is_ready():
+        if watch is None or not watch.is_ready():
             return
         self._watch = None
-        found, value = read_ready(watch[0]), read_ready(watch[1])
+        found = read_ready(watch)
         if not found[0]:
             return
-        self._record = self._clean_record()
+        self._record = self._put(np.array([0, 0, 0, 0, 0, found[5]], dtype=np.int32))
+        value = found[4:5].view(np.float32)[0]
         key, index = self.programs.action_names[int(found[3])]
         spec = self.env.full_action_spec[key]
         from ..._validate import _domain
@@ -364,28 +385,35 @@ class JaxOutputs(Outputs):
 
     # -- the executor ---------------------------------------------------------------------------------
     def reset(self, mask: torch.Tensor | None) -> TensorDictBase:
-        self._poll()
+        if self._watch is not None:
+            self._poll()
         jmask = self._all if mask is None else (
             jax.dlpack.from_dlpack(mask.contiguous()) if self.device_path else mask.numpy())
-        carry, record, buffers = self._compiled("reset")(*self._carry(), jmask)
-        self._keep(carry, record)
+        core = self._core
+        carry, self._record, buffers = self._compiled("reset")(*self._carry(), jmask)
+        core._state, core._keys, self._steps = carry
         return self._reset_tree(self.programs.reset_layout.cut(self._received(buffers)))
 
+    def _run(self, name: str, tensordict: TensorDictBase) -> list[torch.Tensor]:
+        """Run the compiled ``step`` or ``step_reset``; its output buffers, as torch tensors."""
+        if self._watch is not None:
+            self._poll()
+        core = self._core
+        if core._state is None:
+            raise RuntimeError("step() before reset(): reset the env first")
+        fn = core._compiled.get(self._labels[name]) or self._compiled(name)
+        (core._state, core._keys, self._steps), record, buffers = fn(
+            (core._state, core._keys, self._steps), self._record, self._action(tensordict), self._limit)
+        self._record = record
+        if self._check and self._watch is None:
+            self._watch = record
+        if self._after_step is not None:
+            self._after_step()
+        return self._received(buffers)
+
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._poll()
-        carry, record, buffers = self._compiled("step")(*self._carry(), self._action(tensordict), self._limit)
-        self._keep(carry, record)
-        if self.env._after_step is not None:
-            self.env._after_step()
-        return self._next_tree(self.programs.step_layout.cut(self._received(buffers)))
+        return self._next_tree(self._cut_step(self._run("step", tensordict)))
 
     def step_and_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        self._poll()
-        carry, record, buffers = self._compiled("step_reset")(*self._carry(), self._action(tensordict),
-                                                               self._limit)
-        self._keep(carry, record)
-        if self.env._after_step is not None:
-            self.env._after_step()
-        leaves, n = self.programs.both_layout.cut(self._received(buffers)), self._n_next
-        actions = [tensordict.get(k) for k in self.env._action_keys]
-        return self._next_tree(leaves[:n]), self._root_tree([*leaves[n:], *actions])
+        leaves, n = self._cut_both(self._run("step_reset", tensordict)), self._n_next
+        return self._next_tree(leaves[:n]), self._root_tree([*leaves[n:], *map(tensordict.get, self._action_keys)])
