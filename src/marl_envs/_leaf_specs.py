@@ -159,6 +159,8 @@ class Bounded(TensorSpec):
             ) from err
         if bool((self.low > self.high).any()):
             raise ValueError(f"Bounded spec needs low <= high, got low={self.low} high={self.high}")
+        # read once here: rand() then never reads the bounds on the host
+        self._finite = bool((torch.isfinite(self.low) & torch.isfinite(self.high)).all())
 
     def _tensor_fields(self):
         return {"low": self.low, "high": self.high}
@@ -174,9 +176,9 @@ class Bounded(TensorSpec):
         low, high = self.low.expand(full), self.high.expand(full)
         if self.dtype.is_floating_point:
             u = torch.rand(full, generator=generator, device=self.device, dtype=self.dtype)
-            finite = torch.isfinite(low) & torch.isfinite(high)
             value = low + (high - low) * u
-            if not bool(finite.all()):  # half-open or unbounded dims: sample around the finite end
+            if not self._finite:  # half-open or unbounded dims: sample around the finite end
+                finite = torch.isfinite(low) & torch.isfinite(high)
                 normal = torch.randn(full, generator=generator, device=self.device, dtype=self.dtype)
                 anchor = torch.where(torch.isfinite(low), low, torch.where(torch.isfinite(high), high, 0.0))
                 value = torch.where(finite, value, self.project(anchor + normal))

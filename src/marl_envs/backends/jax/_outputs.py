@@ -32,11 +32,12 @@ from tensordict import TensorDictBase
 
 from ..._outputs import DonePlan, Outputs, TimeLimit, Tree
 from ...specs import Binary, Categorical, MultiCategorical, OneHot
+from ._core import quiet_tracing
 
 if TYPE_CHECKING:
     from ._env import JaxEnvBase
 
-__all__ = ["Emission", "JaxOutputs", "Layout", "Programs", "read_ready"]
+__all__ = ["Emission", "JaxOutputs", "Layout", "Programs", "export_program", "read_ready"]
 
 Key = tuple[str, ...]
 Column = tuple[Key, slice, tuple[int, ...], Any]  # (key, columns of the core's vector, batched shape, torch dtype)
@@ -274,6 +275,28 @@ class Programs:
         return (buffers, keys, steps), record, self.both_layout.pack(values)
 
 
+def export_program(env: JaxEnvBase, name: str = "step_reset", *, platform: str = "cuda") -> Any:
+    """The env's compiled ``name`` (``"reset"``, ``"step"``, ``"step_reset"``), as its executor runs it (with the
+    deferred check if the env's ``validate_actions`` chooses it), traced as a ``jax.export.Exported`` for
+    ``platform``: to read what a device would run (``exported.mlir_module()``). A Brax env loaded from its saved
+    CPU modules is traced from the Brax env again."""
+    outputs = env._outputs
+    if not isinstance(outputs, JaxOutputs):
+        raise TypeError(f"{type(env).__name__} has no compiled programs (a differentiable env steps through torch)")
+    core = env._core
+    exported, core.exported = core.exported, {}
+    try:
+        fn, args = outputs.signature(name, struct=lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype))
+        with quiet_tracing():
+            return jax.export.export(jax.jit(fn), platforms=[platform])(*args)
+    finally:
+        core.exported = exported
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return (tensor.detach() if tensor.requires_grad else tensor).numpy()
+
+
 def read_ready(array: jax.Array) -> np.ndarray:
     """The host value of ``array``, which the caller has seen computed (``is_ready()``): a read that never waits."""
     return np.asarray(array)
@@ -321,6 +344,7 @@ class JaxOutputs(Outputs):
         self._action_keys = list(env._action_keys)
         self._cut_step, self._cut_both = programs.step_layout.cut, programs.both_layout.cut
         self._after_step = env._after_step
+        self._flat_action, self._batch = env._flat_action, env.num_envs
         self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
 
     def step_counts(self) -> torch.Tensor:
@@ -328,10 +352,11 @@ class JaxOutputs(Outputs):
 
     # -- the hand-off ---------------------------------------------------------------------------------
     def _action(self, tensordict: TensorDictBase):
-        env = self.env
+        """The core's flat float32 action: by DLPack on the device path, else a NumPy view of each action (the
+        cheaper hand-off on the CPU; cast and joined by NumPy)."""
         if self.device_path:
-            return jax.dlpack.from_dlpack(env._flat_action(tensordict).detach())
-        parts = [tensordict.get(key).detach().numpy().reshape(env.num_envs, -1) for key in env._action_keys]
+            return jax.dlpack.from_dlpack(self._flat_action(tensordict).detach())
+        parts = [_numpy(tensordict.get(key)).reshape(self._batch, -1) for key in self._action_keys]
         flat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         return flat.astype(np.float32, copy=False)
 
@@ -346,21 +371,30 @@ class JaxOutputs(Outputs):
             core._state = core.zero_state()
         return (core._state, core._keys, self._steps), self._record
 
+    def signature(self, name: str, struct: Callable | None = None) -> tuple[Callable, tuple]:
+        """``(function, argument structs)`` of the program ``name`` (``struct(shape, dtype)`` makes the structs;
+        default: on the env's device)."""
+        core, programs = self._core, self.programs
+        struct = struct or core._struct
+        B = core.num_envs
+        state = tuple(struct((B, w), np.dtype(d)) for w, d in zip(core.widths, core.dtypes))
+        carry = (state, struct((B, 2), jnp.uint32), struct((B,), jnp.int32))
+        record = struct((6,), jnp.int32)
+        if name == "reset":
+            return programs.reset, (carry, record, struct((B,), jnp.bool_))
+        method, check = (programs.step if name == "step" else programs.step_reset), self._check
+        return (lambda c, r, a, lim: method(c, r, a, lim, check)), (
+            carry, record, struct((B, core.action_size), jnp.float32), struct((), jnp.int32))
+
     def _compiled(self, name: str):
-        core, programs = self.env._core, self.programs
+        core = self._core
         check = self._check and name != "reset"
         label = f"{name}+check" if check else name  # as ``_labels``
         fn = core._compiled.get(label)
         if fn is not None:
             return fn
-        B, struct = core.num_envs, core._struct
-        carry = (core._state_structs(), core._keys_struct(), struct((B,), jnp.int32))
-        record = struct((6,), jnp.int32)
-        if name == "reset":
-            return core.compiled(label, programs.reset, lambda: (carry, record, struct((B,), jnp.bool_)), (0,))
-        method = programs.step if name == "step" else programs.step_reset
-        return core.compiled(label, lambda c, r, a, lim: method(c, r, a, lim, check),
-                             lambda: (carry, record, core._action_struct(), struct((), jnp.int32)), (0,))
+        fn, args = self.signature(name)
+        return core.compiled(label, fn, lambda: args, (0,))
 
     def _poll(self) -> None:
         """Raise on a bad action the deferred check recorded, once the device has computed the record."""
