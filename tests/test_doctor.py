@@ -87,3 +87,15 @@ def test_every_backend_has_its_check_env():
     assert list(doctor.ENVS) == marl_envs.available_backends()
     for backend, (name, _) in doctor.ENVS.items():
         assert name.partition("/")[0] == backend
+
+
+def test_the_host_wait_check_needs_a_gpu():
+    """The check keeps the GPU busy with a kernel and times the host: it runs on CUDA devices only (the GPU check
+    in the docs ran it); on the CPU it says so."""
+    from marl_envs.doctor import host_wait, run
+
+    with pytest.raises(ValueError, match=r"the host-wait check needs a CUDA device \(a kernel that keeps the GPU busy\), "
+                                         r"got 'cpu'"):
+        host_wait("gymnax/CartPole-v1", {}, "cpu")
+    report = run(backends=["gymnax"], devices=["cpu"])
+    assert not [row for row in report.rows if row.check == "host-wait"]

@@ -4,7 +4,9 @@ For each installed backend and each device torch can use, one env (``ENVS``) is 
 JAX -> torch hand-off of the JAX families is checked on each device (zero-copy on a GPU, by DLPack; a copy on the
 CPU, by design: ``backends.jax.Transfer``); JAX's GPU memory settings are shown with what they mean beside torch.
 A check that fails is a ``FAIL`` row carrying the error, and the command then exits with status 1: something
-installed is broken. On a machine with a GPU this one command runs every CUDA path of the library.
+installed is broken. On a machine with a GPU this one command runs every CUDA path of the library, and the
+host-wait check (``host_wait``) of each JAX family and VMAS: whether a step makes the host wait for the GPU, with
+the step's time beside the raw library loop's.
 
 >>> from marl_envs.doctor import run
 >>> report = run(backends=["vmas"])
@@ -26,7 +28,7 @@ from typing import Any
 from . import __version__, registry
 from ._messages import unknown_name
 
-__all__ = ["ENVS", "PACKAGES", "Report", "Row", "format_report", "run"]
+__all__ = ["ENVS", "HOST_WAIT_ENVS", "PACKAGES", "Report", "Row", "format_report", "host_wait", "run"]
 
 #: The env each backend is checked with (small and quick to build: a backend's check, not a benchmark).
 ENVS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -43,6 +45,11 @@ ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "mamujoco": ("mamujoco/HalfCheetah_6x1", {}),
     "openspiel": ("openspiel/kuhn_poker", {}),
 }
+#: The backends whose step is checked for host waits on a GPU (``host_wait``), and the number of envs then.
+HOST_WAIT_ENVS = ("gymnax", "jaxmarl", "brax", "jumanji", "playground", "vmas")
+HOST_WAIT_BATCH = 4096
+#: Where the host waits by design (a NOTE, not a FAIL): VMAS resets the done envs by their indices.
+WAITS_BY_DESIGN = {"vmas": "VMAS resets exactly the done envs, by their indices: the host reads which are done"}
 #: The distributions whose versions are shown: the core's, each backend's, TorchRL's and BenchMARL's.
 PACKAGES = ("torch", "tensordict", "numpy", "vmas", "jax", "jaxlib", "brax", "mujoco", "pettingzoo", "mpe2",
             "jaxmarl", "gymnax", "jumanji", "playground", "lbforaging", "rware", "magent2", "gymnasium-robotics",
@@ -144,6 +151,74 @@ def _hand_off(device: str) -> str:
     return "zero-copy (DLPack: the tensor reads JAX's buffer)"
 
 
+def host_wait(name: str, kwargs: dict[str, Any], device: str, *, num_envs: int = HOST_WAIT_BATCH,
+              steps: int = 20) -> tuple[bool, str]:
+    """Whether ``step_and_maybe_reset`` of ``name`` makes the host wait for the GPU ``device``, and the detail.
+
+    A GPU kernel of about 100 ms is queued first, then ``steps`` steps: a step that never waits returns long
+    before the kernel ends (this sees every wait, torch's, JAX's and DLPack's alike). The detail gives the step's
+    time beside the raw library loop's (``marl_envs.bench``, both in this process).
+
+    Raises:
+        ValueError: ``device`` is not a CUDA device.
+    """
+    import torch
+
+    from . import bench
+
+    if torch.device(device).type != "cuda":
+        raise ValueError(f"the host-wait check needs a CUDA device (a kernel that keeps the GPU busy), got {device!r}")
+    env = registry.make(name, num_envs=num_envs, device=device, **kwargs)
+    try:
+        plan = [env.rand_action(env.reset()).select(*env.action_keys) for _ in range(4)]
+        td = env.reset()
+
+        def run_steps(n: int, td):
+            for t in range(n):
+                td.update(plan[t % len(plan)])
+                td = env.step_and_maybe_reset(td)[1]
+            return td
+
+        td = run_steps(30, td)  # compiled and warm
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        torch.cuda._sleep(10_000_000)  # the GPU's cycles per second, to size a ~100 ms kernel
+        torch.cuda.synchronize(device)
+        cycles = int(10_000_000 * 0.1 / max(time.perf_counter() - start, 1e-6))
+        torch.cuda._sleep(cycles)
+        start = time.perf_counter()
+        td = run_steps(steps, td)
+        host = time.perf_counter() - start
+        torch.cuda.synchronize(device)
+        total = time.perf_counter() - start
+    finally:
+        env.close()
+    waited = host > 0.5 * total
+    rows = bench.run(name, num_envs=num_envs, steps=100, rounds=3, device=device, **kwargs)
+    ours, raw = rows[0], next((r for r in rows[1:] if r[2]), None)
+    timing = f"step {ours[1] / ours[2] * num_envs * 1e3:.3f} ms"
+    if raw is not None:
+        timing += f", {raw[0]}: {raw[1] / raw[2] * num_envs * 1e3:.3f} ms ({ours[1] / raw[1]:.2f}x)"
+    verdict = "the host waited for the GPU" if waited else "no host wait"
+    return waited, (f"{name} x{num_envs}: {verdict} ({steps} steps returned after {host * 1e3:.1f} ms of a "
+                    f"{total * 1e3:.0f} ms kernel); {timing}")
+
+
+def _host_wait_row(rows: list[Row], backend: str, device: str) -> None:
+    name, kwargs = ENVS[backend]
+    start = time.perf_counter()
+    try:
+        waited, detail = host_wait(name, kwargs, device)
+    except Exception as err:  # noqa: BLE001 - a row, as every check
+        rows.append(Row("host-wait", device, FAIL, _error(err)))
+        return
+    detail += f" ({time.perf_counter() - start:.1f} s)"
+    if waited and backend in WAITS_BY_DESIGN:
+        rows.append(Row("host-wait", device, NOTE, f"{detail}: {WAITS_BY_DESIGN[backend]}"))
+    else:
+        rows.append(Row("host-wait", device, FAIL if waited else PASS, detail))
+
+
 def _jax_memory(rows: list[Row], torch_gpu: bool) -> str:
     """A row per JAX GPU memory setting, what it means beside torch, and whether marl-envs set it; what is in
     force."""
@@ -196,6 +271,9 @@ def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = N
     if jax_families:
         for device in chosen:
             _check(report.rows, "jax->torch", device, lambda: _hand_off(device))
+    for device in (d for d in chosen if d.startswith("cuda")):
+        for backend in (b for b in HOST_WAIT_ENVS if b in installed):
+            _host_wait_row(report.rows, backend, device)
     return report
 
 
