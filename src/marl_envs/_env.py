@@ -405,8 +405,8 @@ class EnvBase:
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
         self._check_batch(tensordict, "step")
-        check_actions(tensordict, self._action_checks, values=self._immediate)
-        data = self._outputs.step(tensordict)
+        actions = check_actions(tensordict, self._action_checks, values=self._immediate)
+        data = self._outputs.step(tensordict, actions)
         set_fitted(tensordict, "next", data, self.device)  # only now: a failed step leaves the input as it was
         return tensordict
 
@@ -418,8 +418,8 @@ class EnvBase:
             data to act on next, in which done envs already hold the first observation of a new episode.
         """
         self._check_batch(tensordict, "step")
-        check_actions(tensordict, self._action_checks, values=self._immediate)
-        data, next_root = self._outputs.step_and_reset(tensordict)
+        actions = check_actions(tensordict, self._action_checks, values=self._immediate)
+        data, next_root = self._outputs.step_and_reset(tensordict, actions)
         set_fitted(tensordict, "next", data, self.device)
         return tensordict, next_root
 

@@ -278,9 +278,9 @@ class Outputs:
     """The executor of an env's output rules: the one path from its backend to the env's data.
 
     ``EnvBase`` hands it every reset and step, once the inputs are checked: ``reset(mask)`` returns the data of
-    a reset of the envs ``mask`` ``(B,)`` selects (all: None), ``step(tensordict)`` the ``"next"`` data of a
-    step, ``step_and_reset(tensordict)`` those and the next root data, in which the envs done hold a fresh
-    start. Each executor keeps the envs' step counts (the time limit reads them) where its backend runs.
+    a reset of the envs ``mask`` ``(B,)`` selects (all: None), ``step(tensordict, actions)`` the ``"next"`` data of
+    a step (``actions``: the values of ``env.action_keys`` in ``tensordict``, checked), ``step_and_reset(tensordict,
+    actions)`` those and the next root data, in which the envs done hold a fresh start. Each executor keeps the envs' step counts (the time limit reads them) where its backend runs.
 
     Attributes:
         deferred_checks: the executor can check action values inside the backend's step, without waiting for
@@ -305,10 +305,11 @@ class Outputs:
     def reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         raise NotImplementedError
 
-    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+    def step(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]) -> TensorDictBase:
         raise NotImplementedError
 
-    def step_and_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+    def step_and_reset(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]
+                       ) -> tuple[TensorDictBase, TensorDictBase]:
         raise NotImplementedError
 
     def step_counts(self) -> torch.Tensor:
@@ -400,13 +401,14 @@ class TensorDictOutputs(Outputs):
         self._complete(data, False)
         return data
 
-    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+    def step(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor] = ()) -> TensorDictBase:
         data = self._batched(self.env._step(tensordict))
         self._tick()
         self._complete(data, True)
         return data
 
-    def step_and_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+    def step_and_reset(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor] = ()
+                       ) -> tuple[TensorDictBase, TensorDictBase]:
         env, fresh = self.env, None
         if env._fused_reset:
             ends = None if env._limit is None else env._limit.reached(self.count, ahead=1)

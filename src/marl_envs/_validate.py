@@ -325,9 +325,9 @@ def check_carried(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, 
                           "the envs not reset keep it; drop it or give it the spec's layout")
 
 
-def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, values: bool) -> None:
+def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, values: bool) -> list[torch.Tensor]:
     """Raise unless every action of ``checks`` (``action_checks``) is in ``tensordict`` with its spec's shape, dtype
-    and device, and (if ``values``) valid values: one host sync for all keys.
+    and device, and (if ``values``) valid values: one host sync for all keys. Returns the actions, in order.
 
     Raises:
         KeyError: an action is missing.
@@ -344,12 +344,12 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
                           f"env.full_action_spec[{check.key!r}].rand() builds a valid one")
         actions.append(action)
     if not values:
-        return
+        return actions
     flags = [_any_bad(check, action) for check, action in zip(checks, actions)]  # every row, the fast way
     if not any(flag is True for flag in flags):
         lazy = [flag for flag in flags if flag is not False]
         if not lazy or not bool(lazy[0] if len(lazy) == 1 else torch.stack(lazy).any()):  # one host sync at most
-            return
+            return actions
     for check, action, flag in zip(checks, actions, flags):
         if not bool(flag):
             continue
@@ -361,6 +361,7 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
             f"action {check.key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
             f"index {bad.nonzero()[0].tolist()}; expected {_domain(check.spec)}"
         )
+    return actions
 
 
 def _rows(tensordict: TensorDictBase, check: ActionCheck) -> torch.Tensor | None:

@@ -342,21 +342,25 @@ class JaxOutputs(Outputs):
         self._check = env._deferred
         self._n_next = len(programs.step_emission.keys)
         self._action_keys = list(env._action_keys)
+        checked = [(c.key,) if isinstance(c.key, str) else tuple(c.key) for c in env._action_checks]
+        order = [checked.index(key) for key in self._action_keys]  # the checked actions, in the core's order
+        self._action_order = None if order == list(range(len(checked))) else order
         self._cut_step, self._cut_both = programs.step_layout.cut, programs.both_layout.cut
         self._after_step = env._after_step
-        self._flat_action, self._batch = env._flat_action, env.num_envs
+        self._batch = env.num_envs
         self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
 
     def step_counts(self) -> torch.Tensor:
         return torch.from_numpy(np.array(self._steps)).to(torch.int64).to(self.env.device)
 
     # -- the hand-off ---------------------------------------------------------------------------------
-    def _action(self, tensordict: TensorDictBase):
+    def _action(self, actions: Sequence[torch.Tensor]):
         """The core's flat float32 action: by DLPack on the device path, else a NumPy view of each action (the
         cheaper hand-off on the CPU; cast and joined by NumPy)."""
         if self.device_path:
-            return jax.dlpack.from_dlpack(self._flat_action(tensordict).detach())
-        parts = [_numpy(tensordict.get(key)).reshape(self._batch, -1) for key in self._action_keys]
+            parts = [a.detach().reshape(self._batch, -1) for a in actions]
+            return jax.dlpack.from_dlpack((parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).to(torch.float32))
+        parts = [_numpy(a).reshape(self._batch, -1) for a in actions]
         flat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         return flat.astype(np.float32, copy=False)
 
@@ -428,16 +432,17 @@ class JaxOutputs(Outputs):
         core._state, core._keys, self._steps = carry
         return self._reset_tree(self.programs.reset_layout.cut(self._received(buffers)))
 
-    def _run(self, name: str, tensordict: TensorDictBase) -> list[torch.Tensor]:
-        """Run the compiled ``step`` or ``step_reset``; its output buffers, as torch tensors."""
-        if self._watch is not None:
+    def _run(self, name: str, actions: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Run the compiled ``step`` or ``step_reset`` on the actions (in the core's order); its output buffers, as
+        torch tensors."""
+        if self._watch is not None and self._watch.is_ready():
             self._poll()
         core = self._core
         if core._state is None:
             raise RuntimeError("step() before reset(): reset the env first")
         fn = core._compiled.get(self._labels[name]) or self._compiled(name)
         (core._state, core._keys, self._steps), record, buffers = fn(
-            (core._state, core._keys, self._steps), self._record, self._action(tensordict), self._limit)
+            (core._state, core._keys, self._steps), self._record, self._action(actions), self._limit)
         self._record = record
         if self._check and self._watch is None:
             self._watch = record
@@ -445,9 +450,14 @@ class JaxOutputs(Outputs):
             self._after_step()
         return self._received(buffers)
 
-    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return self._next_tree(self._cut_step(self._run("step", tensordict)))
+    def step(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]) -> TensorDictBase:
+        if self._action_order is not None:
+            actions = [actions[i] for i in self._action_order]
+        return self._next_tree(self._cut_step(self._run("step", actions)))
 
-    def step_and_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        leaves, n = self._cut_both(self._run("step_reset", tensordict)), self._n_next
-        return self._next_tree(leaves[:n]), self._root_tree([*leaves[n:], *map(tensordict.get, self._action_keys)])
+    def step_and_reset(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]
+                       ) -> tuple[TensorDictBase, TensorDictBase]:
+        if self._action_order is not None:
+            actions = [actions[i] for i in self._action_order]
+        leaves, n = self._cut_both(self._run("step_reset", actions)), self._n_next
+        return self._next_tree(leaves[:n]), self._root_tree([*leaves[n:], *actions])
