@@ -49,7 +49,11 @@ ENVS: dict[str, tuple[str, dict[str, Any]]] = {
 HOST_WAIT_ENVS = ("gymnax", "jaxmarl", "brax", "jumanji", "playground", "vmas")
 HOST_WAIT_BATCH = 4096
 #: Where the host waits by design (a NOTE, not a FAIL): VMAS resets the done envs by their indices.
-WAITS_BY_DESIGN = {"vmas": "VMAS resets exactly the done envs, by their indices: the host reads which are done"}
+WAITS_BY_DESIGN = {
+    "vmas": "VMAS resets exactly the done envs, by their indices: the host reads which are done",
+    "playground": "a Playground reset lets the model settle for hundreds of physics steps: fresh starts are computed "
+                  "only at steps where some env ended (a conditional, whose predicate the host reads)",
+}
 #: The distributions whose versions are shown: the core's, each backend's, TorchRL's and BenchMARL's.
 PACKAGES = ("torch", "tensordict", "numpy", "vmas", "jax", "jaxlib", "brax", "mujoco", "pettingzoo", "mpe2",
             "jaxmarl", "gymnax", "jumanji", "playground", "lbforaging", "rware", "magent2", "gymnasium-robotics",

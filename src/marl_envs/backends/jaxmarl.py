@@ -47,6 +47,7 @@ import torch
 
 from groupings import GroupMap, MarlGroupMapType
 
+from .._mujoco import prepare_mujoco_gl
 from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, quiet_import
 from .._spaces import space_spec
@@ -88,8 +89,10 @@ _BATTLES = ("SMAX", "HeuristicEnemySMAX")  # a team wins when the other is wiped
 # JaxMARL prints about its optional submodules when imported and when some envs are built: nothing to act on
 @functools.cache
 def import_jaxmarl():
-    """``jaxmarl``, imported quietly, after JAX is configured (importing it starts JAX)."""
+    """``jaxmarl``, imported quietly, after JAX is configured (importing it starts JAX) and MuJoCo's headless
+    rendering prepared (it imports Brax, which imports MuJoCo: a Brax env built later must still render)."""
     configure_jax()
+    prepare_mujoco_gl()
     return quiet_import("jaxmarl", EVERY_WARNING, drop=EVERYTHING)
 
 

@@ -208,3 +208,6 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
         super().__init__(env, num_envs=num_envs, device=device, max_steps=max_steps,
                          seed=seed, action_indices=mapping and mapping.action_indices,
                          observation_indices=mapping and mapping.observation_indices, group_map=group_map)
+        # a DM Control reset lets the model settle (CheetahRun: 200 physics steps): a fresh start for every env at
+        # every step would cost tens of steps, so fresh starts are computed only at steps where some env ended
+        self._core.resets_when_needed = True

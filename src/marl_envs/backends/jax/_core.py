@@ -161,6 +161,10 @@ class JaxCore:
     """
 
     step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
+    #: the auto-reset computes fresh starts only at steps where some env ended (one conditional over the batch),
+    #: for envs whose reset costs many steps (Playground's resets settle the model): else a fresh start for every
+    #: env at every step, selected where the episode ended (no conditional: nothing read on the host on a GPU)
+    resets_when_needed = False
     label = "env"  # how errors name the env
     num_envs: int
     action_size: int

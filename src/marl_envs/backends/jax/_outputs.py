@@ -262,7 +262,15 @@ class Programs:
         carry, record, entries = self._stepped(carry, record, action, limit, check)
         buffers, keys, steps = carry
         done = entries[("done",)].reshape(-1)
-        buffers, keys, out = self._primitive("reset")(buffers, keys, done)
+        if self.core.resets_when_needed:  # one conditional: on a GPU, one wait for its predicate a step
+            def skip(buffers, keys):
+                return buffers, keys, jnp.zeros(shape.shape, shape.dtype)
+
+            shape = jax.eval_shape(self._primitive("reset"), buffers, keys, done)[2]
+            buffers, keys, out = jax.lax.cond(
+                done.any(), lambda b, k: self._primitive("reset")(b, k, done), skip, buffers, keys)
+        else:
+            buffers, keys, out = self._primitive("reset")(buffers, keys, done)
         fresh = self.reset_emission(out)
         root = []
         for key, given in zip(self.kept, self._fresh):
