@@ -27,7 +27,11 @@ key                                 shape           from Jumanji
 Which fields are per agent is ``PER_AGENT``'s table (a shape cannot tell: Connector's 10 x 10 grid has 10 agents).
 Ends come from the ``TimeStep``: an episode ends on its ``LAST`` step; Jumanji's ``truncation`` keeps the discount
 above 0 (a time limit) and its ``termination`` sets it to 0, so ``truncated`` is a last step with some discount
-left and ``terminated`` the other last steps. The step is Jumanji's ``step`` (no auto-reset: the terminal
+left and ``terminated`` the other last steps. Four envs (Cleaner, MMST, RobotWarehouse, SearchAndRescue) end their
+``time_limit`` with a ``termination``: a last step at which the state's step count has reached the env's
+``time_limit`` is ``truncated`` (and not ``terminated``) in every env, as a value target must bootstrap there; a
+true terminal state on that very step is reported ``truncated`` too (Jumanji's flags cannot tell the two apart
+there). The step is Jumanji's ``step`` (no auto-reset: the terminal
 observation stays in ``next``); the envs that are done are reset by the core's masked reset. Jumanji keeps its
 random key in the state, so a step draws no key of ours.
 
@@ -127,7 +131,11 @@ class _JumanjiCore(JaxCore):
         self._fields, self._extras, self._separate = list(fields), list(extras), separate
         self._width, self._action_dtype = action_width, action_dtype
         self.action_size = len(order) * action_width
+        limit = getattr(env, "time_limit", None)
+        self._time_limit = limit if isinstance(limit, (int, np.integer)) and not isinstance(limit, bool) else None
         self._setup_packed(num_envs=num_envs, device=device)
+        # the state's step counter, read against time_limit (SearchAndRescue names it ``step``)
+        self._counter = next((f for f in ("step_count", "step") if hasattr(self._reference, f)), None)
 
     @functools.cached_property
     def _reference(self) -> Any:
@@ -157,6 +165,8 @@ class _JumanjiCore(JaxCore):
         discount = jnp.asarray(timestep.discount)
         last = timestep.last()
         truncated = last & jnp.any(discount > 0)  # truncation keeps a discount, termination zeroes it
+        if self._time_limit is not None and self._counter is not None:  # some envs end their limit by termination
+            truncated = truncated | (last & (jnp.asarray(getattr(state, self._counter)) >= self._time_limit))
         parts = self._outputs(timestep) + [self._per_agent(jnp.asarray(timestep.reward, jnp.float32))]
         if self._separate:
             parts.append(self._per_agent(discount == 0).astype(jnp.float32))
