@@ -105,8 +105,8 @@ class EnvBase:
           given a bad action are not advanced and their float outputs of that step are NaN; a sticky flag on
           the device records the first bad value, and the env's next call that finds it computed raises
           ``ValueError`` naming the step, the env index and the value (then clears it).
-        - ``True`` (default): ``"deferred"`` where the env runs the device code path (a GPU, or
-          ``MARL_ENVS_DEVICE_PATH=1``) and supports it, else ``"immediate"``.
+        - ``True`` (default): ``"deferred"`` for the JAX families (on every device: one contract, and the cheaper
+          check on a CPU too), ``"immediate"`` for the others.
         - ``False``: no check, once a policy is trusted.
 
         In a backend that applies only the actions of the agents a group's ``"mask"`` marks (PettingZoo: the acting

@@ -7,15 +7,16 @@ The rules:
   ``done = terminated | truncated``; a group without its own ``terminated`` reads the root's, a level without its
   own ``truncated`` reads the time limit (or False), and a level's own ``truncated`` is or-ed with the limit.
   The plan is a list of operations on the rows of one bool *block* (one row per bool column, env index along the
-  columns), made once per output and run by ``fill``; every done entry is a view of its rows.
+  columns), made once per output and run by ``fill``, the one interpreter of the plan for NumPy, torch and JAX
+  blocks; every done entry is a view of its rows.
 - **The next root** (``next_root``): a step's outputs without the rewards, plus the actions taken.
 - **The reset merge** (``merge_rows``): envs reset take the reset's entries, the others keep theirs.
 
-An env's *executor* (``EnvBase._outputs``) turns its backend's raw outputs into TensorDicts by these rules.
+An env's *executor* (``EnvBase._outputs``) runs its backend and turns the outputs into TensorDicts by these rules.
 ``TensorDictOutputs`` is the default, for backends whose ``_step`` / ``_reset`` return TensorDicts (VMAS,
 PettingZoo, a user's env): their ``terminated`` / ``truncated`` entries are copied into the block, the plan
-fills it, the done entries are cut from it. The JAX families have a faster executor of the same plans over their
-one float buffer (``marl_envs.backends.jax``), chosen when the env is built.
+fills it, the done entries are cut from it. The JAX families' executor (``marl_envs.backends.jax``), chosen when
+the env is built, runs the same plans inside each compiled step.
 """
 
 from __future__ import annotations
@@ -280,7 +281,8 @@ class Outputs:
     ``EnvBase`` hands it every reset and step, once the inputs are checked: ``reset(mask)`` returns the data of
     a reset of the envs ``mask`` ``(B,)`` selects (all: None), ``step(tensordict, actions)`` the ``"next"`` data of
     a step (``actions``: the values of ``env.action_keys`` in ``tensordict``, checked), ``step_and_reset(tensordict,
-    actions)`` those and the next root data, in which the envs done hold a fresh start. Each executor keeps the envs' step counts (the time limit reads them) where its backend runs.
+    actions)`` those and the next root data, in which the envs done hold a fresh start. Each executor keeps the
+    envs' step counts (the time limit reads them) where its backend runs.
 
     Attributes:
         deferred_checks: the executor can check action values inside the backend's step, without waiting for

@@ -443,3 +443,17 @@ def test_functional_state_carries_the_torch_envs_keys_and_step_counts(autoreset_
     np.testing.assert_array_equal(np.asarray(state.key), np.asarray(env._core._keys))
     np.testing.assert_array_equal(np.asarray(state.steps), env._outputs.step_counts().numpy())
 
+
+
+def test_split_key_is_jax_random_split_bit_for_bit():
+    """The core splits keys with the written-out Threefry hash (JAX's CPU lowering of it is a loop): the same bits as
+    ``jax.random.split``, for random keys and the edge values of both words."""
+    from marl_envs.backends.jax import split_key
+
+    edges = [[0, 0], [0xFFFFFFFF, 0xFFFFFFFF], [0, 1], [1, 0], [2**31, 5], [7, 2**32 - 2]]
+    keys = jnp.concatenate([jnp.asarray(edges, jnp.uint32), jax.random.randint(
+        jax.random.PRNGKey(1), (500, 2), 0, 2**31 - 1).astype(jnp.uint32)])
+    kept, now = jax.jit(jax.vmap(split_key))(keys)
+    pairs = jax.vmap(jax.random.split)(keys)
+    np.testing.assert_array_equal(np.asarray(kept), np.asarray(pairs[:, 0]))
+    np.testing.assert_array_equal(np.asarray(now), np.asarray(pairs[:, 1]))

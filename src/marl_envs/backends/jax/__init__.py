@@ -10,7 +10,9 @@
 A family adapter (``marl_envs.backends.gymnax``, ``jaxmarl``, ``brax``) imports from this package only.
 """
 
-from ._core import JaxCore, StateMismatch, StatePacking, env_keys, export_platform, quiet_tracing, strong, tree_paths
+from ._core import (
+    JaxCore, StateMismatch, StatePacking, env_keys, export_platform, quiet_tracing, split_key, strong, tree_paths,
+)
 from ._env import FunctionalState, JaxEnvBase, JaxFunctions, check_name
 from ._runtime import (
     ASYNC_VAR, CACHE_DIR_VAR, DEVICE_PATH_VAR, JAX_GPU_MEMORY_VARS, OPT_OUT_VAR, PREALLOCATE_VAR, caching_enabled, configure_jax,
@@ -22,5 +24,5 @@ __all__ = [
     "ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "FunctionalState",
     "JaxCore", "JaxEnvBase", "JaxFunctions", "StateMismatch", "StatePacking", "Transfer", "caching_enabled",
     "check_name", "configure_jax", "enable_compilation_cache", "env_flag", "env_keys", "export_platform",
-    "inline_cpu_dispatch", "jax_started", "quiet_tracing", "share_gpu_memory", "strong", "tree_paths",
+    "inline_cpu_dispatch", "jax_started", "quiet_tracing", "share_gpu_memory", "split_key", "strong", "tree_paths",
 ]
