@@ -338,8 +338,6 @@ class JaxOutputs(Outputs):
 
     def refresh(self) -> None:
         env = self.env
-        if not hasattr(self, "programs"):
-            return
         batches = {g: torch.Size((env.num_envs, len(m))) for g, m in env.group_map.items()}
         actions = env._action_keys
         programs = self.programs
@@ -400,8 +398,7 @@ class JaxOutputs(Outputs):
 
     def _compiled(self, name: str):
         core = self._core
-        check = self._check and name != "reset"
-        label = f"{name}+check" if check else name  # as ``_labels``
+        label = self._labels.get(name, name)  # the reset has no check
         fn = core._compiled.get(label)
         if fn is not None:
             return fn
