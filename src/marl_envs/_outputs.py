@@ -87,31 +87,39 @@ def set_fitted(tensordict: TensorDict, key: str, value: TensorDict, device: torc
 
 
 class Tree:
-    """Builds the nested TensorDict of ``keys`` from a list of leaves in the same order, unchecked.
+    """Builds the nested TensorDict of ``keys`` from a list of leaves (``keys[i]`` at ``leaves[first + i]``),
+    unchecked.
 
     A top-level name with nested keys becomes a sub-TensorDict of batch ``batches[name]`` (a group's
     ``(B, n_agents)``), or ``batch`` when the name is no group; deeper levels keep their parent's batch.
     """
 
     def __init__(self, keys: Sequence[Key], batch: torch.Size, device: torch.device,
-                 batches: Mapping[str, torch.Size] | None = None):
+                 batches: Mapping[str, torch.Size] | None = None, first: int = 0):
         self.batch, self.device = batch, device
         self.leaves: list[tuple[str, int]] = []
         nested: dict[str, list[tuple[Key, int]]] = {}
-        for index, key in enumerate(keys):
+        for index, key in enumerate(keys, first):
             if len(key) == 1:
                 self.leaves.append((key[0], index))
             else:
                 nested.setdefault(key[0], []).append((key[1:], index))
-        self.subtrees: list[tuple[str, Tree, list[int]]] = []
+        self.subtrees: list[tuple[str, Tree]] = []
         for name, entries in nested.items():
-            inner = (batches or {}).get(name, batch)
-            self.subtrees.append((name, Tree([k for k, _ in entries], inner, device), [i for _, i in entries]))
+            inner = Tree([k for k, _ in entries], (batches or {}).get(name, batch), device)
+            inner._reindex([i for _, i in entries])
+            self.subtrees.append((name, inner))
+
+    def _reindex(self, indices: Sequence[int]) -> None:
+        """Read leaf ``indices[i]`` where this tree read leaf ``i`` (a subtree reads its parent's list)."""
+        self.leaves = [(name, indices[i]) for name, i in self.leaves]
+        for _, tree in self.subtrees:
+            tree._reindex(indices)
 
     def __call__(self, leaves: Sequence[Any]) -> TensorDict:
         source = {name: leaves[i] for name, i in self.leaves}
-        for name, tree, indices in self.subtrees:
-            source[name] = tree([leaves[i] for i in indices])
+        for name, tree in self.subtrees:
+            source[name] = tree(leaves)
         return unchecked_tensordict(source, self.batch, self.device)
 
 

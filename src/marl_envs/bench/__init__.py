@@ -69,11 +69,12 @@ def references(backend: str) -> References:
 
 
 class OursLoop:
-    """Our env: ``step_and_maybe_reset`` over the plan (with ``legal_actions``, legal random actions drawn per
-    step where masks rule)."""
+    """Our env: ``step_and_maybe_reset`` over the plan, each action written with ``set`` as a policy module writes
+    its output (with ``legal_actions``, legal random actions drawn per step where masks rule)."""
 
     def __init__(self, env: EnvBase, plan: Sequence[TensorDictBase], legal_actions: bool = True):
-        self.env, self.plan = env, plan
+        self.env = env
+        self.plan = [[(key, step.get(key)) for key in env.action_keys] for step in plan]
         self.masked = legal_actions and any(
             key[-1] == "action_mask" for key in env.observation_keys if isinstance(key, tuple))
         self.td = env.reset()
@@ -84,7 +85,8 @@ class OursLoop:
             if self.masked:
                 env.rand_action(td)
             else:
-                td.update(self.plan[t])
+                for key, action in self.plan[t]:
+                    td.set(key, action)
             td = env.step_and_maybe_reset(td)[1]
         self.td = td
 

@@ -55,11 +55,14 @@ class Layout:
     Args:
         entries: ``(key, batched shape, torch dtype)`` of each entry, in order (a key may repeat: two outputs
             laid side by side).
+        flag: one more bool column after the bool entries (no entry's): the deferred check's "a bad action was
+            recorded", which the CPU path reads from the copy it makes anyway.
     """
 
-    def __init__(self, entries: Sequence[tuple[Key, tuple[int, ...], torch.dtype]]):
+    def __init__(self, entries: Sequence[tuple[Key, tuple[int, ...], torch.dtype]], *, flag: bool = False):
         self.entries = list(entries)
-        self.dtypes = list(dict.fromkeys(d for _, _, d in entries))
+        self.dtypes = list(dict.fromkeys([d for _, _, d in entries] + ([torch.bool] if flag else [])))
+        self.flag = self.dtypes.index(torch.bool) if flag else None  # the flag's buffer (its last column)
         self.widths = [0] * len(self.dtypes)
         self.slots: list[tuple[int, slice, tuple[int, ...]]] = []
         for _, shape, dtype in entries:
@@ -70,17 +73,24 @@ class Layout:
         # entry order, reshaped where the entry has more than one dim past the batch
         self._sizes = [[cols.stop - cols.start for i, cols, _ in self.slots if i == index]
                        for index in range(len(self.dtypes))]
+        if flag:
+            self._sizes[self.flag].append(1)
+            self.widths[self.flag] += 1
         counts = [0] * len(self.dtypes)
         self._order = []
         for index, _, shape in self.slots:
             self._order.append((index, counts[index], None if len(shape) == 2 else shape))
             counts[index] += 1
 
-    def pack(self, values: Sequence[jax.Array]) -> tuple[jax.Array, ...]:
-        """The ``(B, width)`` buffers (one per dtype) of ``values`` (one ``(B, ...)`` array per entry, in order)."""
+    def pack(self, values: Sequence[jax.Array], flag: jax.Array | None = None) -> tuple[jax.Array, ...]:
+        """The ``(B, width)`` buffers (one per dtype) of ``values`` (one ``(B, ...)`` array per entry, in order)
+        and the scalar ``flag`` (if the layout has one)."""
         parts: list[list[jax.Array]] = [[] for _ in self.dtypes]
         for (index, _, _), value in zip(self.slots, values):
             parts[index].append(value.reshape(value.shape[0], -1).astype(_numpy_dtype(self.dtypes[index])))
+        if self.flag is not None:
+            B = values[0].shape[0]
+            parts[self.flag].append(jnp.broadcast_to(flag, (B, 1)))
         return tuple(jnp.concatenate(p, axis=1) for p in parts)
 
     def cut(self, buffers: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -208,8 +218,8 @@ class Programs:
         next_entries = self.step_emission.layout()
         root_entries = self.step_emission.layout(lambda k: k not in rewards)
         self.reset_layout = Layout(self.reset_emission.layout())
-        self.step_layout = Layout(next_entries)
-        self.both_layout = Layout(next_entries + root_entries)  # a step's "next" and next root, side by side
+        self.step_layout = Layout(next_entries, flag=True)
+        self.both_layout = Layout(next_entries + root_entries, flag=True)  # "next" and next root, side by side
         self.low, self.high, self.action_names = _action_bounds(env)
 
     # -- pieces ---------------------------------------------------------------------------------------
@@ -255,7 +265,7 @@ class Programs:
 
     def step(self, carry, record, action, limit, check: bool = False):
         carry, record, entries = self._stepped(carry, record, action, limit, check)
-        return carry, record, self.step_layout.pack([entries[k] for k in self.step_emission.keys])
+        return carry, record, self.step_layout.pack([entries[k] for k in self.step_emission.keys], record[0] != 0)
 
     def step_reset(self, carry, record, action, limit, check: bool = False):
         """The step, then a fresh start for every env, kept where the step ended the episode."""
@@ -280,7 +290,7 @@ class Programs:
             root.append(value)
         steps = jnp.where(done, 0, steps)
         values = [entries[k] for k in self.step_emission.keys] + root
-        return (buffers, keys, steps), record, self.both_layout.pack(values)
+        return (buffers, keys, steps), record, self.both_layout.pack(values, record[0] != 0)
 
 
 def export_program(env: JaxEnvBase, name: str = "step_reset", *, platform: str = "cuda") -> Any:
@@ -332,7 +342,8 @@ class JaxOutputs(Outputs):
         self._core = core
         self._steps = self._put(np.zeros(B, dtype=np.int32))
         self._record = self._put(np.zeros(6, dtype=np.int32))
-        self._watch: jax.Array | None = None  # the latest record not read yet
+        self._watch: jax.Array | None = None  # the device path: the latest record not read yet
+        self._recorded = False  # the CPU path: a step's copied flag said a bad action was recorded
         self.programs = Programs(env)
         self.refresh()
 
@@ -343,15 +354,17 @@ class JaxOutputs(Outputs):
         programs = self.programs
         self._reset_tree = Tree(programs.reset_emission.keys, env.batch_size, env.device, batches)
         self._next_tree = Tree(programs.step_emission.keys, env.batch_size, env.device, batches)
-        self._root_tree = Tree(programs.kept + list(actions), env.batch_size, env.device, batches)
+        # "next" and the next root from one list: the step's buffers cut, then the actions
+        self._root_tree = Tree(programs.kept + list(actions), env.batch_size, env.device, batches,
+                               first=len(programs.step_emission.keys))
         self._limit = self._put(np.int32(NO_LIMIT if env.max_steps is None else env.max_steps))
         self._check = env._deferred
-        self._n_next = len(programs.step_emission.keys)
         self._action_keys = list(env._action_keys)
         checked = [(c.key,) if isinstance(c.key, str) else tuple(c.key) for c in env._action_checks]
         order = [checked.index(key) for key in self._action_keys]  # the checked actions, in the core's order
         self._action_order = None if order == list(range(len(checked))) else order
         self._cut_step, self._cut_both = programs.step_layout.cut, programs.both_layout.cut
+        self._flag_step, self._flag_both = programs.step_layout.flag, programs.both_layout.flag
         self._after_step = env._after_step
         self._batch = env.num_envs
         self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
@@ -370,10 +383,15 @@ class JaxOutputs(Outputs):
         flat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
         return flat.astype(np.float32, copy=False)
 
-    def _received(self, buffers: Sequence[jax.Array]) -> list[torch.Tensor]:
+    def _received(self, buffers: Sequence[jax.Array], flag: int | None = None) -> list[torch.Tensor]:
+        """The output ``buffers`` as torch tensors. On the CPU path (a copy, which waits anyway), the flag
+        column of buffer ``flag`` says whether the record holds a bad action: read at the next call."""
         if self.device_path:
             return [torch.from_dlpack(b) for b in buffers]
-        return [torch.from_numpy(np.array(b)) for b in buffers]
+        copies = [np.array(b) for b in buffers]
+        if flag is not None and copies[flag][0, -1]:
+            self._recorded = True
+        return [torch.from_numpy(c) for c in copies]
 
     def _carry(self):
         core = self._core
@@ -406,12 +424,17 @@ class JaxOutputs(Outputs):
         return core.compiled(label, fn, lambda: args, (0,))
 
     def _poll(self) -> None:
-        """Raise on a bad action the deferred check recorded, once the device has computed the record."""
-        watch = self._watch
-        if watch is None or not watch.is_ready():
-            return
-        self._watch = None
-        found = read_ready(watch)
+        """Raise on a bad action the deferred check recorded, once the device has computed the record (the
+        device path: the record watched; the CPU path: the latest record, which its flag said is set)."""
+        if self._recorded:
+            self._recorded = False
+            found = read_ready(self._record)
+        else:
+            watch = self._watch
+            if watch is None or not watch.is_ready():
+                return
+            self._watch = None
+            found = read_ready(watch)
         if not found[0]:
             return
         self._record = self._put(np.array([0, 0, 0, 0, 0, found[5]], dtype=np.int32))
@@ -428,7 +451,7 @@ class JaxOutputs(Outputs):
 
     # -- the executor ---------------------------------------------------------------------------------
     def reset(self, mask: torch.Tensor | None) -> TensorDictBase:
-        if self._watch is not None:
+        if self._recorded or self._watch is not None:
             self._poll()
         jmask = self._all if mask is None else (
             jax.dlpack.from_dlpack(mask.contiguous()) if self.device_path else mask.numpy())
@@ -437,10 +460,10 @@ class JaxOutputs(Outputs):
         core._state, core._keys, self._steps = carry
         return self._reset_tree(self.programs.reset_layout.cut(self._received(buffers)))
 
-    def _run(self, name: str, actions: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def _run(self, name: str, actions: Sequence[torch.Tensor], flag: int | None) -> list[torch.Tensor]:
         """Run the compiled ``step`` or ``step_reset`` on the actions (in the core's order); its output buffers, as
-        torch tensors."""
-        if self._watch is not None and self._watch.is_ready():
+        torch tensors (``flag``: the buffer with the record's flag column)."""
+        if self._recorded or (self._watch is not None and self._watch.is_ready()):
             self._poll()
         core = self._core
         if core._state is None:
@@ -449,20 +472,21 @@ class JaxOutputs(Outputs):
         (core._state, core._keys, self._steps), record, buffers = fn(
             (core._state, core._keys, self._steps), self._record, self._action(actions), self._limit)
         self._record = record
-        if self._check and self._watch is None:
+        if self._check and self.device_path and self._watch is None:
             self._watch = record
         if self._after_step is not None:
             self._after_step()
-        return self._received(buffers)
+        return self._received(buffers, flag if self._check else None)
 
     def step(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]) -> TensorDictBase:
         if self._action_order is not None:
             actions = [actions[i] for i in self._action_order]
-        return self._next_tree(self._cut_step(self._run("step", actions)))
+        return self._next_tree(self._cut_step(self._run("step", actions, self._flag_step)))
 
     def step_and_reset(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]
                        ) -> tuple[TensorDictBase, TensorDictBase]:
         if self._action_order is not None:
             actions = [actions[i] for i in self._action_order]
-        leaves, n = self._cut_both(self._run("step_reset", actions)), self._n_next
-        return self._next_tree(leaves[:n]), self._root_tree([*leaves[n:], *actions])
+        leaves = self._cut_both(self._run("step_reset", actions, self._flag_both))
+        leaves += actions
+        return self._next_tree(leaves), self._root_tree(leaves)
