@@ -42,7 +42,9 @@ def tour() -> None:
 
 def random_rollout(name: str = "vmas/balance", num_envs: int = 1024, steps: int = 200, **kwargs) -> float:
     """Step ``num_envs`` envs with random actions and auto-reset; return env-steps/s."""
-    env = registry.make(name, num_envs=num_envs, max_steps=100, **kwargs)
+    env = registry.make(name, num_envs=num_envs, **kwargs)
+    if env.max_steps is None:  # no time limit of its own: episodes of 100 steps
+        env.max_steps = 100
     env.set_seed(0)
     td = env.reset()
     bar = _progress(steps, f"{name} x {num_envs} envs")

@@ -42,7 +42,10 @@ class EnvBase:
     Args:
         num_envs: number of environments stepped together (the batch size).
         device: device of every tensor the env reads and writes.
-        max_steps: episode length after which an env reports ``truncated=True``; ``None`` for no limit.
+        max_steps: episode length after which an env reports ``truncated=True``; ``None`` for no limit. A backend
+            whose library has its own time limit passes it as ``horizon``: then ``max_steps`` is that limit unless
+            the user asks for a shorter one.
+        horizon: the library's own time limit, ``(steps, how to change it)`` (``(25, "max_cycles=N")``), or None.
 
     Attributes:
         validate_actions: how the action values are checked (see the property).
@@ -51,11 +54,13 @@ class EnvBase:
     """
 
     allow_done_after_reset: bool = False
+    _episode_bound: int | None = None  # a game that ends itself within this many steps (tic-tac-toe: 9)
     _fused_reset: bool = False  # the backend implements _step_reset
     _masked_actions: bool = False  # the backend applies only the actions of agents its group's "mask" marks
     _outputs: Outputs
 
-    def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None):
+    def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None,
+                 horizon: tuple[int, str] | None = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         self.num_envs = num_envs
@@ -64,7 +69,8 @@ class EnvBase:
         self._outputs = TensorDictOutputs(self)
         self._validate: bool | str = True
         self._immediate = True  # the action values are checked before the step (see validate_actions)
-        self.max_steps = max_steps
+        self._horizon = horizon
+        self.max_steps = horizon[0] if max_steps is None and horizon is not None else max_steps
         self._group_map: GroupMap = {}
         self._agent_names: list[str] | None = None
         self._specs: dict[str, Composite] = {
@@ -84,16 +90,35 @@ class EnvBase:
 
     @property
     def max_steps(self) -> int | None:
-        """Episode length after which an env reports ``truncated=True`` (None: no limit)."""
+        """Episode length after which an env reports ``truncated=True`` (None: no limit).
+
+        Where the library has its own time limit (JaxMARL's ``max_steps``, gymnax's ``max_steps_in_episode``,
+        Jumanji's ``time_limit``, PettingZoo's ``max_cycles``, ...), this is that limit, counted in env steps, unless
+        a shorter one was set; a longer one is refused (the library would end the episode first). Reaching it is
+        ``truncated`` and not ``terminated``, whatever the library's own flag says.
+        """
         return self._max_steps
 
     @max_steps.setter
     def max_steps(self, max_steps: int | None) -> None:
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        horizon = self._horizon
+        if horizon is not None and (max_steps is None or max_steps > horizon[0]):
+            raise ValueError(
+                f"max_steps={max_steps!r} is beyond the library's own time limit: its episodes end after {horizon[0]} "
+                f"steps; pass max_steps of at most {horizon[0]}, or lengthen the library's limit ({horizon[1]}) when "
+                f"building the env")
         self._max_steps = max_steps
         self._limit = None if max_steps is None else TimeLimit(max_steps)
         self._outputs.refresh()  # the plans read the limit: made again, not left behind it
+
+    @property
+    def max_episode_length(self) -> int | None:
+        """The most steps an episode can last: ``max_steps`` where there is a time limit, else the bound of a
+        game that ends itself within a known number of moves (OpenSpiel's ``max_game_length``, tic-tac-toe's 9),
+        else None. What a rollout that must see every episode end needs (BenchMARL's evaluation reads it)."""
+        return self._max_steps if self._max_steps is not None else self._episode_bound
 
     @property
     def validate_actions(self) -> bool | str:

@@ -11,6 +11,7 @@ from .specs import Composite, NestedKey
 __all__ = ["check_env_specs"]
 
 _CROSSING_STEPS = 32  # the longest default step_and_maybe_reset comparison run to reach a max_steps truncation
+_HORIZON_STEPS = 1000  # the longest default random play to max_steps, to check the flags there
 
 
 def _fail(key: NestedKey, what: str, expected: object, observed: object) -> AssertionError:
@@ -55,7 +56,8 @@ def _check_no_extra(td: TensorDictBase, allowed: set, where: str) -> None:
         raise _fail(extra[0], f"entry in the {where} data that no spec declares", "declared in a full_*_spec", "present")
 
 
-def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, reset_steps: int | None = None) -> None:
+def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, reset_steps: int | None = None,
+                    horizon_steps: int = _HORIZON_STEPS) -> None:
     """Check that ``env`` keeps every promise of the contract; raise ``AssertionError`` naming the key if not.
 
     Checks: reset and rollout data carry exactly the spec'd keys with their shapes, dtypes, devices and
@@ -67,7 +69,9 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, re
     ``"_reset"`` set from the root ``done``, which must leave ``td["next"]`` as it was. The actions are drawn
     once, honouring action masks, and replayed after the same ``set_seed(seed)``; when the comparison fails, a
     second replay tells a fused path that differs from an env that is not deterministic, and the message says
-    which.
+    which. An env with a time limit (``max_steps``, at most ``horizon_steps``) is played at random to it: there,
+    every env not ended earlier is ``truncated`` at the root and in some agent of each group, and not every one of
+    them is ``terminated`` (a time limit is no terminal state; a true end may coincide with it in a few).
 
     The env is left usable (``reset`` it to start afresh).
 
@@ -78,6 +82,7 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, re
         reset_steps: steps of the ``step_and_maybe_reset`` comparison. None: ``steps``, or ``max_steps + 1``
             when that is more and at most 32, so that a truncation and the first step after its reset are
             compared.
+        horizon_steps: the longest time limit played to (0: none).
 
     Raises:
         AssertionError: a broken promise; the message names the key, the expected and the observed value.
@@ -126,6 +131,8 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, re
     _check_done_algebra(env, data.get("next"), "rollout next")
 
     _check_partial_reset(env)
+    if env.max_steps is not None and env.max_steps <= horizon_steps:
+        _check_horizon(env)
 
     if seed is not None:
         _check_determinism(env, seed, steps)
@@ -151,6 +158,30 @@ def _check_partial_reset(env: EnvBase) -> None:
         for key in env.done_keys:
             if bool(after.get(key)[mask].any()):
                 raise _fail(key, "flag of an env reset by a partial _reset", "all False", after.get(key)[mask])
+
+
+def _check_horizon(env: EnvBase) -> None:
+    """Random play to ``max_steps``: the flags of the step that reaches it, in the envs not ended earlier."""
+    limit, B = env.max_steps, env.num_envs
+    td = env.reset()
+    ended = torch.zeros(B, dtype=torch.bool, device=env.device)
+    for _ in range(limit - 1):
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        ended |= td.get(("next", "done")).reshape(B)
+        td = root
+    nxt = env.rand_step(td).get("next")
+    going = ~ended
+    if not bool(going.any()):
+        return
+    where = f"the step that reaches max_steps={limit}, in the envs not ended earlier ({going.nonzero().flatten().tolist()})"
+    for key in env.done_keys:
+        name = key if isinstance(key, str) else key[-1]
+        value = nxt.get(key)[going].reshape(int(going.sum()), -1)
+        if name == "truncated" and not bool(value.any(dim=1).all()):
+            raise _fail(key, f"flag at {where}", "True (a time limit is a truncation)", value)
+        if name == "terminated" and isinstance(key, str) and bool(value.all()):
+            raise _fail(key, f"flag at {where}", "False in some (a time limit is no terminal state: value targets "
+                        "bootstrap there)", value)
 
 
 def _check_determinism(env: EnvBase, seed: int, steps: int) -> None:

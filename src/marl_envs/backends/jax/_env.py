@@ -116,10 +116,11 @@ class JaxEnvBase(EnvBase):
 
     _core: JaxCore
 
-    def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None):
+    def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None,
+                 horizon: tuple[int, str] | None = None):
         configure_jax()  # before anything below can start JAX's backends
         self.jax_device = jax_device(torch.device(device))  # checked before the base class allocates on it
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=horizon)
         self.device_path = self.device.type != "cpu" or env_flag(DEVICE_PATH_VAR, "0")
         self._io = Transfer(self.device)
 
