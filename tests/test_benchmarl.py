@@ -26,7 +26,7 @@ with warnings.catch_warnings():  # TorchRL deprecates its own weight updaters wh
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models import MlpConfig
 
-from marl_envs.benchmarl import MarlEnvsTask, task  # noqa: E402
+from marl_envs.benchmarl import MarlEnvsTask, benchmarl_defaults, task  # noqa: E402
 
 pytestmark = [
     # BenchMARL 1.5.2 on TorchRL 0.11 warns about its own choices: the collector it uses, frames and iterations
@@ -115,9 +115,13 @@ def test_experiment_runs_two_iterations(name, algorithm, tasks, tmp_path):
 
 @_needs("vmas/balance")
 def test_task_reads_the_env():
+    # BenchMARL's own balance.yaml gives the defaults; the keywords given replace them
+    assert benchmarl_defaults("vmas/balance") == {"max_steps": 100, "n_agents": 4, "random_package_pos_on_line": True,
+                                                  "package_mass": 5}
     balance = task("vmas/balance", max_steps=50, n_agents=3)
-    assert (balance.name, balance.env_id, balance.config) == ("vmas_balance", "vmas/balance",
-                                                              {"max_steps": 50, "n_agents": 3})
+    assert (balance.name, balance.env_id, balance.config) == (
+        "vmas_balance", "vmas/balance",
+        {"max_steps": 50, "n_agents": 3, "random_package_pos_on_line": True, "package_mass": 5})
     assert balance.supports_continuous_actions() and balance.supports_discrete_actions()
     assert balance.env_name() == "marl_envs"
     env = balance.get_env_fun(num_envs=3, continuous_actions=False, seed=1, device="cpu")()
@@ -179,8 +183,10 @@ def test_state_for_a_centralised_critic():
 
 @_needs("vmas/balance")
 def test_refusals_name_the_fix():
-    with pytest.raises(ValueError, match=r"'vmas/balance' has no max_steps .* task\('vmas/balance', max_steps=N\)"):
-        task("vmas/balance")
+    # waterfall has no BenchMARL configuration and no time limit of its own
+    with pytest.raises(ValueError, match=r"'vmas/waterfall' has no time limit of its own .* "
+                                         r"task\('vmas/waterfall', max_steps=N\)"):
+        task("vmas/waterfall")
     with pytest.raises(ValueError, match=r"got num_envs=8, which BenchMARL sets from ExperimentConfig"):
         task("vmas/balance", num_envs=8, max_steps=10)
     with pytest.raises(ValueError, match="which BenchMARL sets from ExperimentConfig.prefer_continuous_actions"):
@@ -189,6 +195,33 @@ def test_refusals_name_the_fix():
         task("vmas/balance", n_agent=3, max_steps=10)
     with pytest.raises(ValueError, match="unknown env 'vmas/balanse'"):
         task("vmas/balanse", max_steps=10)
+
+
+#: Tasks built with no max_steps: each env's own time limit, BenchMARL's configuration of the same task, or the
+#: bound of a game that ends itself (tic-tac-toe: 9 moves).
+UNTIMED = {"jaxmarl/MPE_simple_spread_v3": ({}, 26), "pettingzoo/mpe/simple_spread_v3": ({}, 100),
+           "pettingzoo/classic/tictactoe_v3": ({"flatten_observations": True}, 9), "vmas/simple_adversary": ({}, 100)}
+
+
+# episodes of 100 steps outlast an iteration of 200 frames over 4 envs: BenchMARL says so, as it should
+@pytest.mark.filterwarnings("ignore:No episode terminated this iteration:UserWarning")
+@pytest.mark.parametrize("name", [pytest.param(name, marks=_needs(name)) for name in UNTIMED])
+def test_experiment_runs_without_max_steps(name, tmp_path):
+    keywords, length = UNTIMED[name]
+    chosen = task(name, **keywords)
+    assert "max_steps" not in keywords and chosen.eval_steps == length
+    experiment = Experiment(task=chosen, algorithm_config=MappoConfig.get_from_yaml(),
+                            model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(),
+                            seed=0, config=small_config(tmp_path))
+    experiment.run()
+    assert experiment.n_iters_performed == 2 and experiment.total_frames == 400
+
+
+def test_benchmarl_defaults_match_its_task_configs():
+    assert benchmarl_defaults("pettingzoo/mpe/simple_spread_v3") == {"max_cycles": 100, "N": 3, "local_ratio": 0.5}
+    assert benchmarl_defaults("magent2/adversarial_pursuit_v4")["max_cycles"] == 500
+    assert benchmarl_defaults("pettingzoo/mpe/simple_v3") == {}  # BenchMARL has no simple.yaml
+    assert benchmarl_defaults("jaxmarl/MPE_simple_spread_v3") == {}  # nor JaxMARL tasks
 
 
 @pytest.mark.skipif(not HAS["gymnax"], reason="the gymnax backend is not installed")

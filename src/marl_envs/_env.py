@@ -23,6 +23,11 @@ def _prefixed(prefix: tuple[str, ...], name: str) -> NestedKey:
     return (*prefix, name) if prefix else name
 
 
+def _mask_key(action_key: NestedKey) -> NestedKey:
+    """The key of an action's mask: ``(group, "action_mask")`` beside ``(group, "action")``, else the root's."""
+    return (*action_key[:-1], "action_mask") if isinstance(action_key, tuple) and len(action_key) > 1 else "action_mask"
+
+
 class EnvBase:
     """Base class of every batched multi-agent environment.
 
@@ -332,9 +337,15 @@ class EnvBase:
             if g in spec and isinstance(spec[g], Composite)
         }
         observed = set(keys["observation"]) if self._masked_actions else set()
-        self._action_checks = action_checks(  # a group's "mask" says whose actions count (acting, alive agents)
+        grouped = [key for key in keys["action"] if isinstance(key, tuple) and len(key) > 1]
+        observations = set(keys["observation"])
+        self._action_checks = action_checks(
             [(key, self._specs["action"][key]) for key in keys["action"]],
-            {key: (key[0], "mask") for key in keys["action"] if isinstance(key, tuple) and (key[0], "mask") in observed})
+            # a group's "mask" says whose actions count (acting, alive agents)
+            {key: (key[0], "mask") for key in grouped if (key[0], "mask") in observed},
+            # a choice its action mask forbids is refused like an out-of-range one
+            {key: _mask_key(key) for key in keys["action"] if _mask_key(key) in observations},
+            {key: self._group_map.get(key[0], ()) for key in grouped})
         self._reset_leaves = [(key, self._specs[kind][key]) for kind in ("observation", "done") for key in keys[kind]]
         self._keys = keys
         self._outputs.refresh()

@@ -259,7 +259,8 @@ class ActionCheck(NamedTuple):
     ``_TORCH`` (a 0-dim bool tensor left on its device: no host sync until every action is checked).
     ``rows``: the key of a bool ``(B, n_agents[, 1])`` entry saying whose actions count (the group's ``"mask"``: the
     agents acting, or alive); when the data hold it, the other agents' actions are not checked (nor applied by
-    the backend).
+    the backend). ``legal``: the key of the action's mask (``(group, "action_mask")``, one bool per choice); when
+    the data hold it, a choice it forbids is refused like an out-of-range one. ``agents``: the group's agent names.
     """
 
     key: NestedKey
@@ -269,11 +270,15 @@ class ActionCheck(NamedTuple):
     device: torch.device
     values: int
     rows: NestedKey | None = None
+    legal: NestedKey | None = None
+    agents: tuple[str, ...] = ()
 
 
 def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]],
-                  rows: Mapping[NestedKey, NestedKey] | None = None) -> list[ActionCheck]:
-    """The ``ActionCheck`` of each action entry (key, spec); ``rows``: action key -> the key of its ``rows``."""
+                  rows: Mapping[NestedKey, NestedKey] | None = None, legal: Mapping[NestedKey, NestedKey] | None = None,
+                  agents: Mapping[NestedKey, Sequence[str]] | None = None) -> list[ActionCheck]:
+    """The ``ActionCheck`` of each action entry (key, spec); ``rows``, ``legal``, ``agents``: action key -> its
+    ``rows`` key, its action mask's key, its group's agent names."""
     checks = []
     for key, spec in leaves:
         how = _TORCH
@@ -282,8 +287,34 @@ def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]],
                 how = _FINITE
             elif type(spec) is Categorical and not spec.dtype.is_floating_point:
                 how = _RANGE
-        checks.append(ActionCheck(key, spec, spec.shape, spec.dtype, spec.device, how, (rows or {}).get(key)))
+        mask = (legal or {}).get(key) if isinstance(spec, (Categorical, OneHot)) else None
+        checks.append(ActionCheck(key, spec, spec.shape, spec.dtype, spec.device, how, (rows or {}).get(key), mask,
+                                  tuple((agents or {}).get(key, ()))))
     return checks
+
+
+def _forbidden(check: ActionCheck, action: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """Bool of the action's leading dims: the choices ``legal`` (its action mask) forbids. An out-of-range choice
+    reads as its nearest in range here (the range check names it)."""
+    spec = check.spec
+    choice = action.argmax(-1) if isinstance(spec, OneHot) else action
+    choice = choice.long().clamp(0, spec.n - 1)
+    return ~legal.reshape(*choice.shape, spec.n).gather(-1, choice.unsqueeze(-1)).squeeze(-1)
+
+
+def _refuse_forbidden(check: ActionCheck, action: torch.Tensor, legal: torch.Tensor, forbidden: torch.Tensor) -> None:
+    """Raise on the first choice ``forbidden`` flags, naming the env, the agent, the choice and the legal ones."""
+    at = forbidden.nonzero()[0].tolist()
+    env, agent = at[0], (at[1] if len(at) > 1 else None)
+    row = (env,) if agent is None else (env, agent)
+    choice = action[row].argmax(-1) if isinstance(check.spec, OneHot) else action[row]
+    allowed = legal.reshape(*forbidden.shape, check.spec.n)[row].nonzero().flatten().tolist()
+    who = "" if agent is None else f", agent {agent}" + (
+        f" ({check.agents[agent]!r})" if agent < len(check.agents) else "")
+    raise ValueError(
+        f"action {check.key!r} of env {env}{who} was {int(choice)}, which its action mask {check.legal!r} forbids; "
+        f"the legal ones: {allowed}. Nothing of this step was applied: draw actions from the mask (env.rand_action "
+        f"honours it, a masked policy does)")
 
 
 def _any_bad(check: ActionCheck, action: torch.Tensor) -> bool | torch.Tensor:
@@ -346,8 +377,15 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
     if not values:
         return actions
     flags = [_any_bad(check, action) for check, action in zip(checks, actions)]  # every row, the fast way
+    masked = []  # (check, action, legal, forbidden) of the actions whose mask the data hold
+    for check, action in zip(checks, actions):
+        legal = None if check.legal is None else tensordict.get(check.legal, None)
+        if legal is not None:
+            forbidden = _forbidden(check, action, legal)
+            rows = _rows(tensordict, check)
+            masked.append((check, action, legal, forbidden if rows is None else forbidden & rows))
     if not any(flag is True for flag in flags):
-        lazy = [flag for flag in flags if flag is not False]
+        lazy = [flag for flag in flags if flag is not False] + [m[3].any() for m in masked]
         if not lazy or not bool(lazy[0] if len(lazy) == 1 else torch.stack(lazy).any()):  # one host sync at most
             return actions
     for check, action, flag in zip(checks, actions, flags):
@@ -361,6 +399,9 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
             f"action {check.key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
             f"index {bad.nonzero()[0].tolist()}; expected {_domain(check.spec)}"
         )
+    for check, action, legal, forbidden in masked:
+        if bool(forbidden.any()):
+            _refuse_forbidden(check, action, legal, forbidden)
     return actions
 
 

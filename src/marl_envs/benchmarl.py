@@ -25,6 +25,8 @@ outside at run time. Build the ``Experiment`` in Python as above (``docs/benchma
 from __future__ import annotations
 
 import functools
+import importlib.resources
+import re
 from typing import Any
 
 import torch
@@ -49,7 +51,7 @@ from ._env import EnvBase
 from .registry import make
 from .torchrl import TorchRLEnv, to_torchrl
 
-__all__ = ["CONTINUOUS", "DISCRETE", "MarlEnvsTask", "action_kind", "task"]
+__all__ = ["CONTINUOUS", "DISCRETE", "MarlEnvsTask", "action_kind", "benchmarl_defaults", "task"]
 
 CONTINUOUS, DISCRETE = "continuous", "discrete"
 #: The keywords BenchMARL sets itself, each from its own configuration.
@@ -93,7 +95,7 @@ class MarlEnvsTask(TaskClass):
     Attributes:
         env_id: the name ``make`` builds (``"vmas/balance"``).
         kinds: the action kinds the env offers (``{"continuous", "discrete"}`` where it takes ``continuous_actions``).
-        eval_steps: the episode length of evaluation rollouts, the env's ``max_steps``.
+        eval_steps: the episode length of evaluation rollouts, the env's ``max_episode_length``.
     """
 
     def __init__(self, env_id: str, config: dict[str, Any], kinds: frozenset[str], eval_steps: int,
@@ -213,11 +215,38 @@ class MarlEnvsTask(TaskClass):
         return env.render()
 
 
+#: Our backends whose tasks BenchMARL configures too, and the folder of its task configurations.
+_BENCHMARL_FOLDERS = {"vmas": "vmas", "pettingzoo": "pettingzoo", "magent2": "magent"}
+
+
+def benchmarl_defaults(name: str) -> dict[str, Any]:
+    """The keywords of BenchMARL's own configuration of the same task (``conf/task/vmas/balance.yaml`` for
+    ``"vmas/balance"``, ``conf/task/pettingzoo/simple_spread.yaml`` for ``"pettingzoo/mpe/simple_spread_v3"``), as
+    ``VmasTask.BALANCE.get_from_yaml()`` reads them; ``{}`` where BenchMARL has none."""
+    backend, _, rest = name.partition("/")
+    folder = _BENCHMARL_FOLDERS.get(backend)
+    if folder is None:
+        return {}
+    stem = re.sub(r"_v\d+$", "", rest.rpartition("/")[2])
+    path = importlib.resources.files("benchmarl") / "conf" / "task" / folder / f"{stem}.yaml"
+    if not path.is_file():
+        return {}
+    import yaml  # BenchMARL's configuration library (hydra) depends on it
+
+    config = yaml.safe_load(path.read_text()) or {}
+    if config.get("task", rest.rpartition("/")[2]) != rest.rpartition("/")[2]:
+        return {}  # another version of the task
+    return {key: value for key, value in config.items() if key not in ("defaults", "task")}
+
+
 def task(name: str, *, flatten_observations: bool = False, **env_kwargs: Any) -> MarlEnvsTask:
     """A BenchMARL ``TaskClass`` for ``marl_envs.make(name, **env_kwargs)``.
 
-    The env is built once here, with one env, to check the name and keywords and to read its action kinds and
-    episode length: an error surfaces now, not inside BenchMARL's experiment.
+    Where BenchMARL ships a configuration of the same task (its VMAS, PettingZoo and MAgent2 tasks), its keywords
+    (``max_steps``, ``max_cycles``, ``n_agents``, ...) are the defaults, as for a user of ``VmasTask``; the keywords
+    given here replace them. The env is built once here, with one env, to check the name and keywords and to read
+    its action kinds and episode length (``max_episode_length``: the time limit, or the bound of a game that ends
+    itself): an error surfaces now, not inside BenchMARL's experiment.
 
     Args:
         name: any name ``marl_envs.make`` accepts (``"vmas/balance"``, ``"brax/ant_4x2"``, ...).
@@ -229,22 +258,23 @@ def task(name: str, *, flatten_observations: bool = False, **env_kwargs: Any) ->
 
     Raises:
         ValueError: a keyword BenchMARL sets; a single-agent env (BenchMARL trains groups of agents); an env
-            without ``max_steps`` (BenchMARL's evaluation rolls out that many steps: pass ``max_steps=N``).
+            with no episode length (BenchMARL's evaluation rolls out that many steps: pass ``max_steps=N``).
         TypeError, ImportError: as ``marl_envs.make`` raises them (a keyword the env does not take, a backend not
             installed).
     """
     for key in SET_BY_BENCHMARL.keys() & env_kwargs.keys():
         raise ValueError(f"task({name!r}) got {key}={env_kwargs[key]!r}, which BenchMARL sets from "
                          f"{SET_BY_BENCHMARL[key]}: leave it out of the task's keywords")
+    env_kwargs = {**benchmarl_defaults(name), **env_kwargs}
     probe = make(name, num_envs=1, **env_kwargs)
     try:
         if not probe.group_map:
             raise ValueError(f"{name!r} is a single-agent env (its data sit at the root, in no group) and BenchMARL "
                              f"trains groups of agents: pick a multi-agent env (marl-envs list)")
-        if probe.max_steps is None:
-            raise ValueError(f"{name!r} has no max_steps and BenchMARL's evaluation rolls episodes out for max_steps "
-                             f"steps: pass it, task({name!r}, max_steps=N) (episodes the env ends earlier still end "
-                             f"there)")
+        if probe.max_episode_length is None:
+            raise ValueError(f"{name!r} has no time limit of its own and BenchMARL's evaluation rolls episodes out for "
+                             f"max_steps steps: pass it, task({name!r}, max_steps=N) (episodes the env ends earlier "
+                             f"still end there)")
         kinds, switchable = {action_kind(probe)}, False
         other = DISCRETE if CONTINUOUS in kinds else CONTINUOUS
         try:
@@ -256,7 +286,7 @@ def task(name: str, *, flatten_observations: bool = False, **env_kwargs: Any) ->
             kinds.add(action_kind(flipped))
             switchable = True
             flipped.close()
-        return MarlEnvsTask(name, dict(env_kwargs), frozenset(kinds), probe.max_steps, switchable,
+        return MarlEnvsTask(name, dict(env_kwargs), frozenset(kinds), probe.max_episode_length, switchable,
                             flatten=flatten_observations)
     finally:
         probe.close()

@@ -22,7 +22,7 @@ computed it).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -197,13 +197,45 @@ def _action_bounds(env: JaxEnvBase) -> tuple[np.ndarray, np.ndarray, list[tuple[
     return np.concatenate(low).astype(np.float32), np.concatenate(high).astype(np.float32), names
 
 
+class _Mask(NamedTuple):
+    """An action's mask among the programs' inputs: its columns of the core's flat action (one per agent), its
+    choices, and where its ``(B, width * n)`` bools start in the flat ``legal`` input."""
+
+    column: int
+    width: int
+    n: int
+    start: int
+    key: Key
+
+
+def _action_masks(env: JaxEnvBase) -> list[_Mask]:
+    """The masks of the env's masked actions (``action_checks``' ``legal``), in the core's action order."""
+    legal = {(c.key,) if isinstance(c.key, str) else tuple(c.key): c.legal for c in env._action_checks}
+    masks, column, start = [], 0, 0
+    for key in env._action_keys:
+        spec = env.full_action_spec[key]
+        width = int(np.prod(spec.shape[1:]))
+        mask = legal.get(key) if isinstance(spec, Categorical) else None  # (a one-hot action: checked immediately)
+        if mask is not None:
+            mask_key = (mask,) if isinstance(mask, str) else tuple(mask)
+            masks.append(_Mask(column, width, spec.n, start, mask_key))
+            start += width * spec.n
+        column += width
+    return masks
+
+
+_BITS = 31  # choices per int32 word of the record's copy of a mask row
+
+
 class Programs:
     """The compiled reset, step and step-with-auto-reset of a JAX-family env (see the module docstring).
 
     Each takes the carry ``(state buffers, keys, step counts)`` (donated): the core's packed state, the per-env
     keys and each env's steps since its reset (int32); and the record (not donated: the host may still read an
-    earlier one), ``(6,)`` int32: the deferred check's first bad action (set, step, env, action column, the value's
-    float32 bits) and the steps taken. Each returns the new carry and record, and its output buffers.
+    earlier one), ``(6 + words,)`` int32: the deferred check's first bad action (set, step, env, action column, the
+    value's float32 bits), the steps taken, and the legal choices of that action's mask as bits (an env with
+    action masks). A step of an env with action masks also takes ``legal``: each mask's bools, side by side (a
+    choice a mask forbids is a bad action). Each returns the new carry and record, and its output buffers.
     """
 
     def __init__(self, env: JaxEnvBase):
@@ -221,6 +253,10 @@ class Programs:
         self.step_layout = Layout(next_entries, flag=True)
         self.both_layout = Layout(next_entries + root_entries, flag=True)  # "next" and next root, side by side
         self.low, self.high, self.action_names = _action_bounds(env)
+        self.masks = _action_masks(env)
+        self.legal_width = sum(m.width * m.n for m in self.masks)
+        self.words = -(-max((m.n for m in self.masks), default=0) // _BITS)
+        self.record_size = 6 + self.words
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _primitive(self, name: str) -> Callable:
@@ -231,7 +267,32 @@ class Programs:
             return core.exported[name].call
         return core._step_packed if name == "batched_step" else core._reset
 
-    def _stepped(self, carry, record, action, limit, check: bool):
+    def _forbidden(self, action, legal):
+        """``(B, action columns)`` bool: the choices the masks in ``legal`` forbid."""
+        B = action.shape[0]
+        parts, column = [], 0
+        for m in self.masks:
+            if m.column > column:
+                parts.append(jnp.zeros((B, m.column - column), bool))
+            choice = jnp.clip(action[:, m.column:m.column + m.width].astype(jnp.int32), 0, m.n - 1)
+            rows = legal[:, m.start:m.start + m.width * m.n].reshape(B, m.width, m.n)
+            parts.append(~jnp.take_along_axis(rows, choice[..., None], axis=2)[..., 0])
+            column = m.column + m.width
+        if column < action.shape[1]:
+            parts.append(jnp.zeros((B, action.shape[1] - column), bool))
+        return jnp.concatenate(parts, axis=1)
+
+    def _legal_bits(self, legal, env, column):
+        """The legal choices of action ``column`` of ``env`` as ``words`` int32 of bits (zeros if unmasked)."""
+        bits = jnp.zeros(self.words * _BITS, jnp.int32)
+        for m in self.masks:
+            inside = (column >= m.column) & (column < m.column + m.width)
+            offset = m.start + jnp.clip(column - m.column, 0, m.width - 1) * m.n
+            row = jax.lax.dynamic_slice(legal[env], (offset,), (m.n,)).astype(jnp.int32)
+            bits = jnp.where(inside, bits.at[:m.n].set(row), bits)
+        return (bits.reshape(self.words, _BITS) << jnp.arange(_BITS, dtype=jnp.int32)).sum(axis=1)
+
+    def _stepped(self, carry, record, action, limit, check: bool, legal=None):
         """The step of every env and its entries (with ``check``, the bad envs left as they were)."""
         buffers, keys, steps = carry
         new_buffers, new_keys, out = self._primitive("step")(buffers, keys, action)
@@ -239,6 +300,8 @@ class Programs:
         entries = self.step_emission(out, new_steps >= limit)
         if check:
             bad_columns = ~jnp.isfinite(action) | (action < self.low) | (action > self.high)
+            if self.masks:
+                bad_columns = bad_columns | self._forbidden(action, legal)
             bad = bad_columns.any(axis=1)
             keep = lambda good, bad_value: jnp.where(  # noqa: E731
                 bad.reshape(-1, *([1] * (good.ndim - 1))), bad_value, good)
@@ -251,6 +314,8 @@ class Programs:
             column = jnp.argmax(bad_columns[env])
             found = jnp.stack([jnp.int32(1), record[5], env.astype(jnp.int32), column.astype(jnp.int32),
                                jax.lax.bitcast_convert_type(action[env, column], jnp.int32), record[5]])
+            if self.masks:
+                found = jnp.concatenate([found, self._legal_bits(legal, env, column)])
             record = jnp.where(bad.any() & (record[0] == 0), found, record)
         return (new_buffers, new_keys, new_steps), record.at[5].add(1), entries
 
@@ -263,13 +328,13 @@ class Programs:
         return (buffers, keys, steps), record, self.reset_layout.pack([
             values[k] for k in self.reset_emission.keys])
 
-    def step(self, carry, record, action, limit, check: bool = False):
-        carry, record, entries = self._stepped(carry, record, action, limit, check)
+    def step(self, carry, record, action, limit, check: bool = False, legal=None):
+        carry, record, entries = self._stepped(carry, record, action, limit, check, legal)
         return carry, record, self.step_layout.pack([entries[k] for k in self.step_emission.keys], record[0] != 0)
 
-    def step_reset(self, carry, record, action, limit, check: bool = False):
+    def step_reset(self, carry, record, action, limit, check: bool = False, legal=None):
         """The step, then a fresh start for every env, kept where the step ended the episode."""
-        carry, record, entries = self._stepped(carry, record, action, limit, check)
+        carry, record, entries = self._stepped(carry, record, action, limit, check, legal)
         buffers, keys, steps = carry
         done = entries[("done",)].reshape(-1)
         if self.core.resets_when_needed:  # one conditional: on a GPU, one wait for its predicate a step
@@ -341,10 +406,10 @@ class JaxOutputs(Outputs):
         self._all = self._put(np.ones(B, dtype=bool))
         self._core = core
         self._steps = self._put(np.zeros(B, dtype=np.int32))
-        self._record = self._put(np.zeros(6, dtype=np.int32))
         self._watch: jax.Array | None = None  # the device path: the latest record not read yet
         self._recorded = False  # the CPU path: a step's copied flag said a bad action was recorded
         self.programs = Programs(env)
+        self._record = self._put(np.zeros(self.programs.record_size, dtype=np.int32))
         self.refresh()
 
     def refresh(self) -> None:
@@ -365,6 +430,8 @@ class JaxOutputs(Outputs):
         self._action_order = None if order == list(range(len(checked))) else order
         self._cut_step, self._cut_both = programs.step_layout.cut, programs.both_layout.cut
         self._flag_step, self._flag_both = programs.step_layout.flag, programs.both_layout.flag
+        self._masked = bool(programs.masks)
+        self._everything = torch.ones(programs.legal_width, dtype=torch.bool, device=env.device)
         self._after_step = env._after_step
         self._batch = env.num_envs
         self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
@@ -407,12 +474,15 @@ class JaxOutputs(Outputs):
         B = core.num_envs
         state = tuple(struct((B, w), np.dtype(d)) for w, d in zip(core.widths, core.dtypes))
         carry = (state, struct((B, 2), jnp.uint32), struct((B,), jnp.int32))
-        record = struct((6,), jnp.int32)
+        record = struct((programs.record_size,), jnp.int32)
         if name == "reset":
             return programs.reset, (carry, record, struct((B,), jnp.bool_))
         method, check = (programs.step if name == "step" else programs.step_reset), self._check
-        return (lambda c, r, a, lim: method(c, r, a, lim, check)), (
-            carry, record, struct((B, core.action_size), jnp.float32), struct((), jnp.int32))
+        args = (carry, record, struct((B, core.action_size), jnp.float32), struct((), jnp.int32))
+        if programs.masks:
+            return (lambda c, r, a, lim, legal: method(c, r, a, lim, check, legal)), (
+                *args, struct((B, programs.legal_width), jnp.bool_))
+        return (lambda c, r, a, lim: method(c, r, a, lim, check)), args
 
     def _compiled(self, name: str):
         core = self._core
@@ -437,12 +507,28 @@ class JaxOutputs(Outputs):
             found = read_ready(watch)
         if not found[0]:
             return
-        self._record = self._put(np.array([0, 0, 0, 0, 0, found[5]], dtype=np.int32))
+        cleared = np.zeros_like(found)
+        cleared[5] = found[5]
+        self._record = self._put(cleared)
         value = found[4:5].view(np.float32)[0]
-        key, index = self.programs.action_names[int(found[3])]
+        programs, column = self.programs, int(found[3])
+        key, index = programs.action_names[column]
         spec = self.env.full_action_spec[key]
         from ..._validate import _domain
 
+        if np.isfinite(value) and programs.low[column] <= value <= programs.high[column]:  # a choice its mask forbids
+            mask = next(m for m in programs.masks if m.column <= column < m.column + m.width)
+            words = found[6:].astype(np.int64)
+            allowed = [i for i in range(mask.n) if words[i // _BITS] >> (i % _BITS) & 1]
+            group = key[0] if isinstance(key, tuple) else None
+            names = self.env.group_map.get(group, []) if group is not None else []
+            who = f", agent {index}" + (f" ({names[index]!r})" if index < len(names) else "") if group else ""
+            mask_key = mask.key[0] if len(mask.key) == 1 else mask.key
+            raise ValueError(
+                f"action {key!r} of env {int(found[2])}{who} was {int(value)}, which its action mask {mask_key!r} "
+                f"forbids; the legal ones: {allowed}. At step {int(found[1])} (counted from the env's build), "
+                f"validate_actions='deferred' left that env where it was and set its float outputs of that step to "
+                f"NaN; set env.validate_actions='immediate' to raise before the step instead")
         raise ValueError(
             f"action {key!r} of env {int(found[2])} at step {int(found[1])} (counted from the env's build) was "
             f"{float(value)!r} (its entry {index} per env); expected {_domain(spec)}. validate_actions='deferred' "
@@ -460,17 +546,31 @@ class JaxOutputs(Outputs):
         core._state, core._keys, self._steps = carry
         return self._reset_tree(self.programs.reset_layout.cut(self._received(buffers)))
 
-    def _run(self, name: str, actions: Sequence[torch.Tensor], flag: int | None) -> list[torch.Tensor]:
-        """Run the compiled ``step`` or ``step_reset`` on the actions (in the core's order); its output buffers, as
-        torch tensors (``flag``: the buffer with the record's flag column)."""
+    def _legal(self, tensordict: TensorDictBase):
+        """The action masks in ``tensordict``, flat and side by side (every choice legal where an env's data do
+        not hold its mask)."""
+        parts = []
+        for m in self.programs.masks:
+            mask = tensordict.get(m.key, None)
+            parts.append(self._everything[m.start:m.start + m.width * m.n].expand(self._batch, -1) if mask is None
+                         else mask.reshape(self._batch, -1))
+        flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        return jax.dlpack.from_dlpack(flat.contiguous()) if self.device_path else flat.numpy()
+
+    def _run(self, name: str, actions: Sequence[torch.Tensor], flag: int | None,
+             tensordict: TensorDictBase) -> list[torch.Tensor]:
+        """Run the compiled ``step`` or ``step_reset`` on the actions (in the core's order) and the data's action
+        masks; its output buffers, as torch tensors (``flag``: the buffer with the record's flag column)."""
         if self._recorded or (self._watch is not None and self._watch.is_ready()):
             self._poll()
         core = self._core
         if core._state is None:
             raise RuntimeError("step() before reset(): reset the env first")
         fn = core._compiled.get(self._labels[name]) or self._compiled(name)
-        (core._state, core._keys, self._steps), record, buffers = fn(
-            (core._state, core._keys, self._steps), self._record, self._action(actions), self._limit)
+        args = ((core._state, core._keys, self._steps), self._record, self._action(actions), self._limit)
+        if self._masked:
+            args = (*args, self._legal(tensordict))
+        (core._state, core._keys, self._steps), record, buffers = fn(*args)
         self._record = record
         if self._check and self.device_path and self._watch is None:
             self._watch = record
@@ -481,12 +581,12 @@ class JaxOutputs(Outputs):
     def step(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]) -> TensorDictBase:
         if self._action_order is not None:
             actions = [actions[i] for i in self._action_order]
-        return self._next_tree(self._cut_step(self._run("step", actions, self._flag_step)))
+        return self._next_tree(self._cut_step(self._run("step", actions, self._flag_step, tensordict)))
 
     def step_and_reset(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]
                        ) -> tuple[TensorDictBase, TensorDictBase]:
         if self._action_order is not None:
             actions = [actions[i] for i in self._action_order]
-        leaves = self._cut_both(self._run("step_reset", actions, self._flag_both))
+        leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict))
         leaves += actions
         return self._next_tree(leaves), self._root_tree(leaves)
