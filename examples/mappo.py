@@ -68,7 +68,8 @@ PRESETS: dict[str, dict] = {
     "jaxmarl/HeuristicEnemySMAX": {"env_kwargs": {"scenario": "3m"}, "num_envs": 120, "frames": 1_500_000,
                                    "epochs": 5, "minibatch": 1500, "lr": 1e-3},
     # EPyMARL's tasks report the team's return (summed over the agents), as the papers do
-    "lbforaging/Foraging-8x8-2p-2f-coop-v3": {"num_envs": 64, "frames": 1_000_000, "epochs": 5, "minibatch": 1600,
+    "lbforaging/Foraging-8x8-2p-2f-coop-v3": {"num_envs": 64, "frames": 1_000_000, "steps_per_batch": 100,
+                                              "epochs": 5, "minibatch": 1600,
                                               "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True,
                                               "team_return": True},
     "rware/rware-tiny-2ag-v2": {"num_envs": 64, "frames": 3_000_000, "steps_per_batch": 100, "epochs": 5,

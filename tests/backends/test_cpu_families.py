@@ -111,14 +111,14 @@ def test_tuple_agent_direct_steps_equal_the_generic_pettingzoo_path(name, task, 
 
 def test_lbforaging_terminates_when_cleared_and_truncates_at_its_step_limit():
     """The library says ``done`` for both; a cleared field (the last food loaded: a reward) terminates, the
-    step limit truncates."""
+    step limit truncates (both where the field is cleared on the limit's step)."""
     _installed("lbforaging")
     env = marl_envs.make("lbforaging/Foraging-5x5-2p-1f-v3", num_envs=16, seed=0, max_episode_steps=25)
     data = env.rollout(200, break_when_any_done=False)
     nxt = data["next"]
     term, trunc = nxt["terminated"][..., 0], nxt["truncated"][..., 0]
     team_reward = nxt["agents", "reward"].sum((-2, -1))
-    assert term.any() and trunc.any() and not (term & trunc).any()
+    assert term.any() and (trunc & ~term).any()
     assert (team_reward[term] > 0).all()  # the last food was loaded on that step
     assert torch.equal(nxt["agents", "terminated"][..., 0, 0], term)
 
@@ -147,6 +147,115 @@ def test_registry_ids_beyond_the_listed_tasks_build_by_name():
     with pytest.raises(TypeError, match=r"lbforaging task 'Foraging-8x8-2p-2f-coop-v3' got an unexpected keyword "
                                         r"argument 'max_episode_step'; did you mean 'max_episode_steps'\?"):
         marl_envs.make("lbforaging/Foraging-8x8-2p-2f-coop-v3", max_episode_step=5)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Time limits: each library's own as max_steps
+# ------------------------------------------------------------------------------------------------------
+def _play_to_max_steps(env):
+    """Random play to ``env.max_steps``, its last step without a reset (the instances as that step left them): the
+    step's ``"next"`` data and which envs had not ended before it."""
+    B = env.num_envs
+    td, ended = env.reset(), torch.zeros(B, dtype=torch.bool)
+    for _ in range(env.max_steps - 1):
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        ended |= td["next", "done"].reshape(B)
+        td = root
+    return env.step(env.rand_action(td))["next"], ~ended
+
+
+def _ends_at_the_limit(env, nxt, going, true_end):
+    """At the step reaching ``max_steps``, in the envs not ended earlier: truncated at the root and for every agent,
+    terminated exactly where the library's own end (``true_end``, ``(B,)``) came on that step."""
+    assert going.any()
+    assert nxt["truncated"].reshape(-1)[going].all()
+    assert torch.equal(nxt["terminated"].reshape(-1)[going], true_end[going])
+    for group in env.group_map:
+        assert nxt[group, "truncated"][going].all()
+        terminated = nxt[group, "terminated"][going]
+        assert torch.equal(terminated, true_end[going, None, None].expand_as(terminated))
+
+
+def test_lbforaging_max_episode_steps_is_max_steps_and_truncates():
+    _installed("lbforaging")
+    env = marl_envs.make("lbforaging/Foraging-5x5-2p-1f-v3", num_envs=2, seed=0, max_episode_steps=6)
+    assert env.max_steps == env.envs[0].env._max_episode_steps == 6
+    nxt, going = _play_to_max_steps(env)
+    cleared = torch.tensor([not view.env.field.any() for view in env.envs])  # the task's own end, on that step
+    _ends_at_the_limit(env, nxt, going, cleared)
+    with pytest.raises(ValueError, match=r"max_steps=51 is beyond the library's own time limit: its episodes end after "
+                                         r"50 steps; .*\(max_episode_steps=N\)"):
+        marl_envs.make("lbforaging/Foraging-5x5-2p-1f-v3", num_envs=2, max_steps=51)
+
+
+def test_rware_max_steps_is_its_own_step_limit():
+    """RWARE's step limit is its keyword ``max_steps``, ours too: one keyword sets both."""
+    _installed("rware")
+    env = marl_envs.make("rware/rware-tiny-2ag-v2", num_envs=2, seed=0, max_steps=5)
+    assert env.max_steps == env.envs[0].env.max_steps == 5
+    nxt, going = _play_to_max_steps(env)
+    _ends_at_the_limit(env, nxt, going, torch.zeros(2, dtype=torch.bool))  # no goal state
+    env = marl_envs.make("rware/rware-tiny-2ag-v2", num_envs=2)
+    assert env.max_steps == env.envs[0].env.max_steps == 500
+    with pytest.raises(ValueError, match=r"max_steps=501 .*\(max_steps=N\) when building the env"):
+        env.max_steps = 501
+
+
+@pytest.mark.parametrize("name, steps", [("pig", 6), ("coop_box_pushing", 6),
+                                         ("markov_soccer", 5)])  # its horizon counts its opening chance move
+def test_openspiel_horizon_is_max_steps_and_truncates(name, steps):
+    """A game's ``horizon`` parameter is a time limit: the library's game ends at ``max_steps``, truncated."""
+    _installed("openspiel")
+    env = marl_envs.make(f"openspiel/{name}", num_envs=2, seed=0, horizon=6)
+    assert env.envs[0].core.game.get_parameters()["horizon"] == 6 and env.max_steps == steps
+    assert env.max_episode_length == steps
+    nxt, going = _play_to_max_steps(env)
+    assert all(view.core.state.is_terminal() for view in env.envs)  # the library's games ended on that step
+    _ends_at_the_limit(env, nxt, going, torch.zeros(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"max_steps=1001 .*\(horizon=N\) when building the env"):
+        marl_envs.make(f"openspiel/{name}", num_envs=2, max_steps=1001)
+
+
+def test_openspiel_horizon_and_a_true_end_on_its_step():
+    """Cliff walking ends at its horizon and where the walker falls off the cliff (a reward of -100): a fall on the
+    horizon's step is terminated (and truncated), the others only truncated."""
+    _installed("openspiel")
+    env = marl_envs.make("openspiel/cliff_walking", num_envs=16, seed=0, horizon=3)
+    assert env.max_steps == 3
+    nxt, going = _play_to_max_steps(env)
+    fell = nxt["agents", "reward"].reshape(16) <= -100
+    assert (fell & going).any() and (~fell & going).any()
+    _ends_at_the_limit(env, nxt, going, fell)
+
+
+def test_games_that_end_themselves_report_their_bound_and_no_time_limit():
+    _installed("openspiel")
+    env = marl_envs.make("openspiel/kuhn_poker", num_envs=2, seed=0)
+    assert env.max_steps is None and env.max_episode_length == env.envs[0].core.game.max_game_length() == 3
+    data = env.rollout(3, break_when_any_done=False)
+    assert data["next", "done"].any(1).all()  # every game ends within its bound
+
+
+def test_mamujoco_max_episode_steps_is_max_steps_and_truncates():
+    """Gymnasium's time limit of the robot (Reacher's: 50), a move of each agent per step in the AEC API."""
+    _installed("mamujoco")
+    env = marl_envs.make("mamujoco/Reacher_2x1", num_envs=2)
+    assert env.max_steps == env.envs[0].unwrapped.single_agent_env.spec.max_episode_steps == 50
+    for parallel, steps in ((True, 4), (False, 8)):
+        env = marl_envs.make("mamujoco/Reacher_2x1", num_envs=2, seed=0, max_episode_steps=4, parallel=parallel)
+        assert env.max_steps == steps
+        nxt, going = _play_to_max_steps(env)
+        _ends_at_the_limit(env, nxt, going, torch.zeros(2, dtype=torch.bool))  # Reacher never terminates
+
+
+def test_magent2_max_cycles_is_max_steps_and_truncates():
+    _installed("magent2")
+    env = marl_envs.make("magent2/battle", num_envs=2, seed=0, map_size=12, max_cycles=5)
+    assert env.max_steps == env.envs[0].unwrapped.max_cycles == 5
+    nxt, going = _play_to_max_steps(env)
+    assert going.all() and nxt["truncated"].all() and not nxt["terminated"].any()
+    for group in env.group_map:
+        assert nxt[group, "truncated"].all()
 
 
 # ------------------------------------------------------------------------------------------------------

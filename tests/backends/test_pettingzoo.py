@@ -168,6 +168,73 @@ def test_env_class_builds_what_make_builds():
 
 
 # ------------------------------------------------------------------------------------------------------
+# Time limits: the library's own as max_steps
+# ------------------------------------------------------------------------------------------------------
+def _play_to_max_steps(env):
+    """Random play to ``env.max_steps``, its last step without a reset (the instances as that step left them): the
+    step's ``"next"`` data and which envs had not ended before it."""
+    B = env.num_envs
+    td, ended = env.reset(), torch.zeros(B, dtype=torch.bool)
+    for _ in range(env.max_steps - 1):
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        ended |= td["next", "done"].reshape(B)
+        td = root
+    return env.step(env.rand_action(td))["next"], ~ended
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_mpe_max_cycles_is_max_steps_and_reaching_it_is_truncated(parallel):
+    """MPE's ``max_cycles``: env steps of the parallel API, a move of each agent per cycle in the AEC one."""
+    env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0, N=2, max_cycles=4, parallel=parallel)
+    raw = env.envs[0].unwrapped
+    assert env.max_steps == raw.max_cycles * (1 if parallel else len(raw.possible_agents)) == (4 if parallel else 8)
+    assert env.max_episode_length == env.max_steps
+    nxt, going = _play_to_max_steps(env)
+    assert going.all()  # MPE has no end but its time limit
+    assert nxt["truncated"].all() and not nxt["terminated"].any()
+    assert nxt["agents", "truncated"].all() and not nxt["agents", "terminated"].any()
+
+
+def test_multiwalker_time_limit_is_truncated_and_a_fall_on_its_step_terminated():
+    """Multiwalker marks every walker terminated at ``max_cycles``; here that is a truncation, and a fall on that very
+    step is a termination (truncated too)."""
+    env = marl_envs.make("pettingzoo/sisl/multiwalker_v9", num_envs=2, seed=0, max_cycles=300)
+    td = env.reset()
+    for fall in range(1, 301):  # the step of env 0's first fall, under the seeded random actions
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        if td["next", "done"][0]:
+            break
+        td = root
+    assert fall < 300 and td["next", "terminated"][0] and not td["next", "truncated"][0]
+    for cycles, fell in ((fall, True), (fall - 1, False)):  # the same seed: the same actions, the same walk
+        env = marl_envs.make("pettingzoo/sisl/multiwalker_v9", num_envs=2, seed=0, max_cycles=cycles)
+        assert env.max_steps == env.envs[0].unwrapped.env.max_cycles == cycles
+        nxt, going = _play_to_max_steps(env)
+        assert going[0] and nxt["truncated"][0] and nxt["agents", "truncated"][0].all()
+        assert bool(nxt["terminated"][0]) == fell and nxt["agents", "terminated"][0].all() == fell
+
+
+def test_tictactoe_reports_its_bound_and_no_time_limit():
+    env = marl_envs.make("pettingzoo/classic/tictactoe_v3", num_envs=2, seed=0)
+    assert env.max_steps is None and env.max_episode_length == 9
+    data = env.rollout(9, break_when_any_done=False)
+    assert data["next", "done"].any(1).all()  # every game ends within its bound
+
+
+def test_max_steps_beyond_the_librarys_limit_is_refused_and_a_shorter_one_truncates():
+    with pytest.raises(ValueError, match=r"max_steps=100 is beyond the library's own time limit: its episodes end "
+                                         r"after 25 steps; pass max_steps of at most 25, or lengthen the library's "
+                                         r"limit \(max_cycles=N\) when building the env"):
+        marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, max_steps=100)
+    assert marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, max_cycles=100, max_steps=100).max_steps == 100
+    env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0, max_steps=3)  # shorter: allowed
+    nxt, going = _play_to_max_steps(env)
+    assert going.all() and nxt["truncated"].all() and not nxt["terminated"].any()
+    with pytest.raises(ValueError, match=r"max_steps=26 is beyond the library's own time limit"):
+        env.max_steps = 26
+
+
+# ------------------------------------------------------------------------------------------------------
 # Dead agents
 # ------------------------------------------------------------------------------------------------------
 class Shrinking(ParallelEnv):

@@ -8,9 +8,10 @@ torch.Size([2, 2, 12])
 Every id of the library's Gymnasium registry builds by name (``Foraging-<size>x<size>-<players>p-<foods>f[-coop]
 -v3``, ``-2s`` for sight 2, 1920 of them); ``env_names()`` lists the tasks of the EPyMARL benchmark (Papoudakis et
 al., 2021) that the registry has. An episode *terminates* when every food has been collected and is *truncated*
-at ``max_episode_steps`` (50): the library's own ``truncated`` is always False. A seeded reset gives what a fresh
-env gives with that seed (the library's own ``reset(seed=...)`` also depends on where the players stood at the end
-of the last episode); unseeded resets are the library's.
+at ``max_episode_steps`` (50; ``env.max_steps``, lengthened by ``max_episode_steps=N``): the library's own
+``truncated`` is always False. A seeded reset gives what a fresh env gives with that seed (the library's own
+``reset(seed=...)`` also depends on where the players stood at the end of the last episode); unseeded resets are
+the library's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class LBForagingEnv(TupleAgentsFamily):
     family: ClassVar[str] = "lbforaging"
     package: ClassVar[str] = "lbforaging"
     prefix: ClassVar[str] = "Foraging"
+    step_limit: ClassVar[tuple[str, str]] = ("_max_episode_steps", "max_episode_steps")
 
     @staticmethod
     def ends(env: Any, done: bool) -> tuple[bool, bool]:

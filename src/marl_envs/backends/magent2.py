@@ -8,8 +8,9 @@
 Names are MAgent2's modules (``magent2/battle_v4``; ``magent2/battle`` names the installed version). Agents die
 mid-episode: the envs are built with ``use_mask=True`` (a dead agent's ``(group, "mask")`` is False, its entries
 zeros, its reward zero, its ``terminated`` True and kept) and ``done_on_any=False`` (an episode ends when every
-agent has, at ``max_cycles`` at the latest). The teams are groups (``red`` / ``blue``, ``predator`` / ``prey``, ...,
-by ``groupings.default_group_map``), ``return_state=True`` adds the map (``env.state()``) at the root.
+agent has, at ``max_cycles`` at the latest: ``env.max_steps``, *truncated*). The teams are groups (``red`` /
+``blue``, ``predator`` / ``prey``, ..., by ``groupings.default_group_map``), ``return_state=True`` adds the map
+(``env.state()``) at the root.
 """
 
 from __future__ import annotations

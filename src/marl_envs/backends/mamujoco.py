@@ -8,8 +8,9 @@ torch.Size([2, 2, 12])
 
 Names are ``<robot>_<partition>``, MaMuJoCo's own partitions (``agent_conf``; its ``9|8`` is spelled ``9-8``, as every split robot's name is).
 Keywords are MaMuJoCo's (``agent_obsk``, ``local_categories``, ...) and those of the Gymnasium MuJoCo env under it
-(``ctrl_cost_weight``, ...). The episodes are Gymnasium's (``-v5``): a robot that falls *terminates*, 1000 steps
-*truncate*. ``return_state=True`` adds the robot's full observation at the root (``env.state()``). Left out:
+(``ctrl_cost_weight``, ...), with ``max_episode_steps``. The episodes are Gymnasium's (``-v5``): a robot that falls
+*terminates*, its time limit *truncates*: ``max_episode_steps`` steps (1000; Reacher 50, Pusher 100), which is
+``env.max_steps``. ``return_state=True`` adds the robot's full observation at the root (``env.state()``). Left out:
 ``ManySegmentAnt`` / ``ManySegmentSwimmer``, whose model file MaMuJoCo writes into its own installed package at
 every build, and ``CoupledHalfCheetah_1p1``, which fails inside MaMuJoCo 1.4.2 when built with MuJoCo 4
 (``IndexError`` reading a tendon Jacobian in its observation code).
@@ -24,8 +25,8 @@ import re
 from typing import Any, ClassVar
 
 from .._mujoco import prepare_mujoco_gl, quiet_model_build
-from .._quiet import filtered_output
-from .pettingzoo import PettingZooEnv, Task
+from .._quiet import filtered_output, ignored_warnings
+from .pettingzoo import PettingZooEnv, Task, cycle_steps
 
 __all__ = ["MaMuJoCoEnv", "PARTITIONS", "env_names", "make_env"]
 
@@ -45,9 +46,13 @@ def _module() -> Any:
         return importlib.import_module(_MODULE)
 
 
+# PettingZoo's conversion of MaMuJoCo's parallel env to its AEC API warns that the env declares no render_mode
+_AEC_NOTICE = (r"The base environment `MaMuJoCo` does not have a `render_mode` defined", UserWarning)
+
+
 def _build(api: str, robot: str, partition: str, **kwargs: Any) -> Any:
-    with quiet_model_build():
-        return getattr(_module(), api)(robot, partition, **kwargs)
+    with quiet_model_build(), ignored_warnings(_AEC_NOTICE):  # by keyword: MaMuJoCo's AEC ``env`` takes no others
+        return getattr(_module(), api)(scenario=robot, agent_conf=partition, **kwargs)
 
 
 def _keywords(robot: str) -> dict[str, Any]:
@@ -57,13 +62,15 @@ def _keywords(robot: str) -> dict[str, Any]:
     import gymnasium
     from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 
-    module, _, attr = gymnasium.spec(f"{robot}-v5").entry_point.partition(":")
+    spec = gymnasium.spec(f"{robot}-v5")
+    module, _, attr = spec.entry_point.partition(":")
     keywords = {}
     for factory, fixed in ((MujocoEnv, ("model_path", "frame_skip", "observation_space")),
                            (getattr(importlib.import_module(module), attr), ()),
                            (own, ("scenario", "agent_conf", "gym_env"))):
         keywords.update((name, p.default) for name, p in inspect.signature(factory).parameters.items()
                         if name != "self" and name not in fixed and p.kind is not p.VAR_KEYWORD)
+    keywords["max_episode_steps"] = spec.max_episode_steps  # gymnasium.make's, which MaMuJoCo builds the env with
     return keywords
 
 
@@ -91,6 +98,12 @@ class MaMuJoCoEnv(PettingZooEnv):
     @classmethod
     def known_tasks(cls) -> dict[str, Task]:
         return tasks()
+
+    @staticmethod
+    def _library_horizon(env: Any) -> tuple[int, str] | None:
+        """Gymnasium's time limit of the robot's env (``max_episode_steps``), in steps of the robot."""
+        steps = env.unwrapped.single_agent_env.spec.max_episode_steps
+        return (cycle_steps(env, steps), "max_episode_steps=N") if steps else None
 
 
 def env_names() -> list[str]:

@@ -23,7 +23,11 @@ the players form one group, ``agents`` (their specs are equal). Each game state 
   p=probabilities)``), so that a raw ``pyspiel`` loop drawing the same way is reproduced exactly.
   ``(group, "info", "chance")`` is the last outcome drawn in that reset or step (-1: none).
 - **Rewards.** Each step's change of ``state.returns()``: the terminal returns for games that score at the end.
-  The episode terminates at a terminal state (no truncation but ``max_steps``).
+- **Ends.** The episode terminates at a terminal state. A game with a ``horizon`` parameter (``markov_soccer``,
+  ``laser_tag``, ``pig``, ``cliff_walking``, ...) has a time limit: ``env.max_steps`` is that horizon in env steps
+  (``horizon=N`` lengthens it), and a game it ends is *truncated*, not terminated (OpenSpiel ends both alike: the
+  state is replayed in the same game with a longer horizon to tell them apart, once per episode). Any other game
+  ends itself within ``game.max_game_length()`` moves: ``env.max_episode_length``, with ``env.max_steps`` None.
 
 Left out, with the reason: mean-field games, games with neither tensor (their observations are strings), games
 with sampled chance (``SAMPLED_STOCHASTIC``: the library draws the outcomes itself) and games that need parameters.
@@ -51,6 +55,9 @@ CHANCE = "chance"
 #: What OpenSpiel prints on stderr while the games are listed: the errors of games that need parameters (raised as
 #: well, and caught), and notices (``quoridor``'s "has known issues"): dropped
 _LOAD_NOTICES = re.compile(r"^(OpenSpiel exception: |Warning! The implementation of ).*\n?", re.M)
+#: Games whose ``horizon`` counts moves that are no player's: markov_soccer counts its opening chance move (where the
+#: ball is placed), so its players make ``horizon - 1`` moves
+_HORIZON_CHANCE_MOVES = {"markov_soccer": 1}
 
 
 def _import_pyspiel() -> Any:
@@ -83,6 +90,12 @@ class _Game:
         self.returns = [0.0] * len(self.players)
         self.last = [0.0] * len(self.players)  #: every player's reward of the last move (0 after a reset)
         self.chance = -1
+        horizon = self.game.get_parameters().get("horizon")
+        #: the game's time limit (its ``horizon`` parameter), or None: OpenSpiel ends the game there as at a true end
+        self.horizon = horizon if isinstance(horizon, int) and horizon > 0 else None
+        # the same game with a horizon one move longer: a state ended by the horizon alone is not terminal in it
+        self.longer = None if self.horizon is None else pyspiel.load_game(name, {**params, "horizon": horizon + 1})
+        self.cut = False  #: the game ended at its horizon, without a true end (a truncation)
 
     def reset(self, seed: int | None) -> None:
         if seed is not None:
@@ -91,6 +104,7 @@ class _Game:
         self.returns = [0.0] * len(self.players)
         self.last = [0.0] * len(self.players)
         self.chance = -1
+        self.cut = False
         self.resolve_chance()
 
     def resolve_chance(self) -> None:
@@ -112,6 +126,12 @@ class _Game:
             state.apply_action(int(actions[state.current_player()]))
         self.resolve_chance()
         self.rewards()
+        if self.longer is not None and state.is_terminal():  # once a game, at its end: the state replayed
+            self.cut = not self.longer.deserialize_state(state.serialize()).is_terminal()
+
+    def ends(self) -> tuple[bool, bool]:
+        """``(terminated, truncated)`` of the game as it stands: a state ended by the horizon alone is truncated."""
+        return self.state.is_terminal() and not self.cut, self.cut
 
     def rewards(self) -> dict[str, float]:
         """The change of every player's return since the last call (kept in ``last``)."""
@@ -164,11 +184,11 @@ class OpenSpielAEC(AECEnv):
         core, state = self.core, self.core.state
         self.rewards = dict(zip(self.possible_agents, core.last))
         self._cumulative_rewards = dict(self.rewards)  # what last() reports: this step's
-        ended = state.is_terminal()
-        self.terminations = dict.fromkeys(self.agents, ended)
-        self.truncations = dict.fromkeys(self.agents, False)
+        terminated, truncated = core.ends()
+        self.terminations = dict.fromkeys(self.agents, terminated)
+        self.truncations = dict.fromkeys(self.agents, truncated)
         self.infos = core.infos()
-        if not ended:
+        if not state.is_terminal():
             self.agent_selection = self.possible_agents[state.current_player()]
         elif self.agent_selection not in self.agents and self.agents:
             self.agent_selection = self.agents[0]
@@ -237,10 +257,11 @@ class OpenSpielParallel(ParallelEnv):
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         core = self.core
         core.play([actions[agent] for agent in self.possible_agents])
-        ended = core.state.is_terminal()
+        terminated, truncated = core.ends()
         out = (self._observations(), dict(zip(self.possible_agents, core.last)),
-               dict.fromkeys(self.possible_agents, ended), dict.fromkeys(self.possible_agents, False), core.infos())
-        if ended:
+               dict.fromkeys(self.possible_agents, terminated), dict.fromkeys(self.possible_agents, truncated),
+               core.infos())
+        if core.state.is_terminal():
             self.agents = []
         return out
 
@@ -307,7 +328,7 @@ class GameShard(Shard):
         tensors: list[float] = []
         masks: list[int] = []
         rewards: list[float] = []
-        ended, chance, acting = [], [], []
+        ended, cut, chance, acting = [], [], [], []
         for i in rows:
             view = self.instances[i - self.lo]
             game = view.core
@@ -317,6 +338,7 @@ class GameShard(Shard):
                 masks.extend(state.legal_actions_mask(p))
             rewards.extend(game.last)
             ended.append(state.is_terminal())
+            cut.append(game.cut)
             chance.append(game.chance)
             acting.append(-1 if not view.agents else P if plan.parallel else position[view.agent_selection])
         mask = np.asarray(masks, bool).reshape(n, P, -1)
@@ -330,8 +352,9 @@ class GameShard(Shard):
         # the generic writer keeps the defaults (all True) for agents not acting: the same values here
         obs = np.asarray(tensors, np.float32).reshape(n, P, -1)
         rows = batch_index(rows)  # a step's rows: a slice
-        b.live[rows], b.seen[rows], b.trunc[rows] = live, True, False
-        b.term[rows] = over[:, None]
+        truncated = np.asarray(cut)[:, None]
+        b.live[rows], b.seen[rows] = live, True
+        b.term[rows], b.trunc[rows] = over[:, None] & ~truncated, truncated
         f.acting[rows] = acts
         f.reward[rows] = np.asarray(rewards, np.float32).reshape(n, P)
         chances = np.asarray(chance, np.float32)[:, None]
@@ -393,6 +416,21 @@ class OpenSpielEnv(PettingZooEnv):
     @classmethod
     def known_tasks(cls) -> dict[str, Task]:
         return tasks()
+
+    @staticmethod
+    def _library_horizon(env: Any) -> tuple[int, str] | None:
+        """A game's ``horizon`` parameter (a time limit: ``markov_soccer``, ``laser_tag``, ``pig``, ...) as env steps,
+        one per move of a player (or of all players at a simultaneous node)."""
+        core = env.core
+        if core.horizon is None:
+            return None
+        return core.horizon - _HORIZON_CHANCE_MOVES.get(core.game.get_type().short_name, 0), "horizon=N"
+
+    @staticmethod
+    def _library_bound(env: Any) -> int | None:
+        """``max_game_length()`` of a game without a horizon: the most moves of its players, chance left out."""
+        core = env.core
+        return core.game.max_game_length() if core.horizon is None else None
 
 
 def env_names() -> list[str]:

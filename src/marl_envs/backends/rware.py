@@ -10,7 +10,7 @@ Every id of the library's Gymnasium registry builds by name (``rware-<size>-<n>a
 image-observation variants, 228 of them); ``env_names()`` lists the tasks of the EPyMARL benchmark (Papoudakis et
 al., 2021). RWARE has no goal state: an episode only stops at its step limit (``max_steps``, 500) or, where set,
 after ``max_inactivity_steps`` without a delivery, so every end is *truncated* (the library's own ``truncated`` is
-always False).
+always False). RWARE's step limit and the env's ``max_steps`` are one keyword: ``max_steps=N`` sets both.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ class RwareEnv(TupleAgentsFamily):
     family: ClassVar[str] = "rware"
     package: ClassVar[str] = "rware"
     prefix: ClassVar[str] = "rware"
+    step_limit: ClassVar[tuple[str, str]] = ("max_steps", "max_steps")
+    task_max_steps: ClassVar[bool] = True
 
     @staticmethod
     def ends(env: Any, done: bool) -> tuple[bool, bool]:

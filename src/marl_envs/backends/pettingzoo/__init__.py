@@ -30,10 +30,10 @@ from ..._validate import checked_keywords, env_keywords
 from ...specs import Binary, Composite, Unbounded
 from ._shard import BatchPlan, Buffers, Frame, Group, Shard, dead_message, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
-from ._tasks import SWIG_WARNINGS, Task, resolve_task, tasks
+from ._tasks import EPISODE_BOUNDS, SWIG_WARNINGS, Task, resolve_task, tasks
 from ._workers import WorkerPool, shared_zeros
 
-__all__ = ["PettingZooEnv", "PettingZooWrapper", "Task", "env_names", "make_env"]
+__all__ = ["PettingZooEnv", "PettingZooWrapper", "Task", "cycle_steps", "env_names", "make_env"]
 
 Factory = Callable[[], Any]
 
@@ -46,6 +46,12 @@ def env_names() -> list[str]:
 def make_env(name: str, **kwargs: Any) -> PettingZooEnv:
     """``PettingZooEnv(name, **kwargs)``: the factory behind ``marl_envs.make("pettingzoo/<name>", ...)``."""
     return PettingZooEnv(name, **kwargs)
+
+
+def cycle_steps(env: Any, cycles: int) -> int:
+    """The env steps of ``cycles`` cycles of the PettingZoo instance ``env``: a cycle is one step of a parallel env and
+    a move of every agent in an AEC one (there an upper bound: agents that leave make the later cycles shorter)."""
+    return cycles if isinstance(env, quiet_import("pettingzoo").ParallelEnv) else cycles * len(env.possible_agents)
 
 
 def _numeric_infos(info: dict) -> dict[str, tuple[int, ...]]:
@@ -91,7 +97,9 @@ class PettingZooWrapper(EnvBase):
         use_mask: add ``(group, "mask")`` and allow dead agents; required for AEC envs.
         categorical_actions: discrete actions as indices (``True``) or one-hot vectors.
         done_on_any: root done when any agent is done (``True``) or all are; ``None``: any for parallel envs.
-        max_steps: truncate every episode after this many steps (on top of the env's own ``max_cycles``).
+        max_steps: truncate every episode after this many steps; None: at the env's own ``max_cycles`` if it has
+            one (``env.max_steps`` is then ``max_cycles``, times the number of agents in an AEC env), else never. A
+            longer one than the env's own is refused: lengthen ``max_cycles`` instead.
         seed: if given, ``set_seed(seed)``.
         device: device of every tensor.
         num_workers: run the instances in that many worker processes (each a contiguous slice of the batch,
@@ -117,16 +125,18 @@ class PettingZooWrapper(EnvBase):
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool = False,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
                  seed: int | None = None, device: torch.device | str = "cpu", num_workers: int = 0):
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 0 <= num_workers <= num_envs:
-            raise ValueError(f"num_workers must be an int in [0, num_envs={num_envs}], got {num_workers!r}")
         pettingzoo = quiet_import("pettingzoo", SWIG_WARNINGS)
         kinds = (pettingzoo.AECEnv, pettingzoo.ParallelEnv)
+        first = env if isinstance(env, kinds) else self._build(env, 0, kinds)
+        # the library's time limit, read from an instance, bounds max_steps: known before the base class sets it
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=self._library_horizon(first))
+        self._episode_bound = self._library_bound(first)
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 0 <= num_workers <= num_envs:
+            raise ValueError(f"num_workers must be an int in [0, num_envs={num_envs}], got {num_workers!r}")
         if num_workers and isinstance(env, kinds):
             raise ValueError("num_workers > 0 needs a zero-argument factory of the env (each worker builds its own "
                              "instances), not a built env")
-        instances = self._instances(env, num_envs if not num_workers else 1, kinds)  # workers build the others
-        first = instances[0]
+        instances = self._instances(env, first, num_envs if not num_workers else 1, kinds)  # workers build the others
         self.parallel = isinstance(first, pettingzoo.ParallelEnv)
         if not self.parallel and not use_mask:
             raise ValueError(
@@ -169,7 +179,20 @@ class PettingZooWrapper(EnvBase):
     # Construction
     # ------------------------------------------------------------------------------------------------
     @staticmethod
-    def _instances(env: Any, num_envs: int, kinds: tuple[type, ...]) -> list[Any]:
+    def _build(factory: Any, i: int, kinds: tuple[type, ...]) -> Any:
+        """Instance ``i``, built by ``factory`` and checked to be a PettingZoo env."""
+        if not callable(factory):
+            raise TypeError(
+                f"env must be a PettingZoo ParallelEnv/AECEnv or a zero-argument factory of one, got {factory!r}"
+            )
+        instance = factory()
+        if not isinstance(instance, kinds):
+            raise TypeError(f"the env factory returned {instance!r} (instance {i}); expected a PettingZoo "
+                            f"ParallelEnv or AECEnv")
+        return instance
+
+    def _instances(self, env: Any, first: Any, num_envs: int, kinds: tuple[type, ...]) -> list[Any]:
+        """``num_envs`` instances: ``first`` and those ``env`` (a factory) builds, all of one kind."""
         if isinstance(env, kinds):
             if num_envs != 1:
                 raise ValueError(
@@ -178,19 +201,29 @@ class PettingZooWrapper(EnvBase):
                     f"num_envs={num_envs})"
                 )
             return [env]
-        if not callable(env):
-            raise TypeError(
-                f"env must be a PettingZoo ParallelEnv/AECEnv or a zero-argument factory of one, got {env!r}"
-            )
-        instances = [env() for _ in range(num_envs)]
+        instances = [first, *(self._build(env, i, kinds) for i in range(1, num_envs))]
         for i, instance in enumerate(instances):
-            if not isinstance(instance, kinds):
-                raise TypeError(f"the env factory returned {instance!r} (instance {i}); expected a PettingZoo "
-                                f"ParallelEnv or AECEnv")
-            if type(instance) is not type(instances[0]) or instance.possible_agents != instances[0].possible_agents:
+            if type(instance) is not type(first) or instance.possible_agents != first.possible_agents:
                 raise ValueError(f"the env factory built different envs: instance {i} has agents "
-                                 f"{instance.possible_agents}, instance 0 {instances[0].possible_agents}")
+                                 f"{instance.possible_agents}, instance 0 {first.possible_agents}")
         return instances
+
+    @staticmethod
+    def _library_horizon(env: Any) -> tuple[int, str] | None:
+        """The library's own time limit of instance ``env`` in env steps, and the keyword that lengthens it
+        (``EnvBase``'s ``horizon``), or None: PettingZoo's ``max_cycles`` where the env keeps one."""
+        raw = env.unwrapped
+        for holder in (raw, getattr(raw, "env", None)):  # cooperative pong and SISL keep it in the game under it
+            cycles = getattr(holder, "max_cycles", None)
+            if isinstance(cycles, int) and not isinstance(cycles, bool) and cycles > 0:
+                return cycle_steps(env, cycles), "max_cycles=N"
+        return None
+
+    @staticmethod
+    def _library_bound(env: Any) -> int | None:
+        """The most env steps an episode of instance ``env`` lasts where the game ends itself within a known number
+        of moves (``EnvBase._episode_bound``; tic-tac-toe: 9), else None."""
+        return EPISODE_BOUNDS.get((getattr(env, "metadata", None) or {}).get("name"))
 
     def _build_groups(self, group_map: GroupMap | MarlGroupMapType | None, infos: dict, env: Any) -> list[Group]:
         """Each agent's specs -> the core's grouping and stacking; then the group facts the hot path reads."""
@@ -421,6 +454,8 @@ class PettingZooEnv(PettingZooWrapper):
     #: ``use_mask`` and ``done_on_any`` where the caller leaves them None (None: :class:`PettingZooWrapper`'s rules)
     default_use_mask: ClassVar[bool | None] = None
     default_done_on_any: ClassVar[bool | None] = None
+    #: the task's own step limit is its keyword ``max_steps`` (RWARE's): the env's ``max_steps`` sets it too
+    task_max_steps: ClassVar[bool] = False
 
     @classmethod
     def known_tasks(cls) -> Mapping[str, Task]:
@@ -449,6 +484,8 @@ class PettingZooEnv(PettingZooWrapper):
             raise ValueError(f"{self.family} task {spec.name!r} has only a parallel API; build it with "
                              f"parallel=True (its default: leave it out)")
         spec.check_kwargs(task_kwargs, env_keywords(PettingZooEnv))
+        if self.task_max_steps and max_steps is not None:
+            task_kwargs["max_steps"] = max_steps  # one keyword, one limit: the library's and the env's
         self.task = spec.name
         self.task_spec = spec  #: the :class:`Task`: its constructors and keywords
         self.task_kwargs = dict(task_kwargs)  #: the task's own keywords

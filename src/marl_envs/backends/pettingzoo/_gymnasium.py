@@ -182,12 +182,14 @@ class TupleAgentsFamily(PettingZooEnv):
     arguments are :class:`~marl_envs.backends.pettingzoo.PettingZooEnv`'s, the task's keywords its env class's.
 
     A family declares ``family`` (its backend name), ``package`` (the library that registers the ids), ``prefix``
-    (of its ids), ``ends`` (:data:`Ends`) and, where its seeded resets read the last episode, ``forget``
-    (:data:`Forget`).
+    (of its ids), ``ends`` (:data:`Ends`), ``step_limit`` (where its env keeps its time limit, and the keyword that
+    sets it) and, where its seeded resets read the last episode, ``forget`` (:data:`Forget`).
     """
 
     package: ClassVar[str]
     prefix: ClassVar[str]
+    #: the library env's attribute holding its step limit (None or 0: none), and its keyword
+    step_limit: ClassVar[tuple[str, str]]
     forget: ClassVar[Forget | None] = None
     shard_class = TupleShard
 
@@ -198,6 +200,13 @@ class TupleAgentsFamily(PettingZooEnv):
     @classmethod
     def known_tasks(cls) -> dict[str, Task]:
         return gymnasium_tasks(cls.family, cls.package, cls.prefix, cls.ends, cls.forget)
+
+    @classmethod
+    def _library_horizon(cls, env: Any) -> tuple[int, str] | None:
+        """The library env's step limit (``step_limit``): one env step is one step of the library's env."""
+        attribute, keyword = cls.step_limit
+        steps = getattr(env.env, attribute, None)
+        return (steps, f"{keyword}=N") if steps else None
 
     @classmethod
     def listed(cls, names: Sequence[str]) -> list[str]:

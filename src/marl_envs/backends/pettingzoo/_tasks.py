@@ -18,7 +18,11 @@ from typing import Any
 from ..._quiet import EVERY_WARNING, Filter, ignored_warnings, quiet_import
 from ..._validate import check_kwargs, did_you_mean, unknown_name
 
-__all__ = ["SWIG_WARNINGS", "Task", "builds", "resolve_task", "signature_keywords", "tasks"]
+__all__ = ["EPISODE_BOUNDS", "SWIG_WARNINGS", "Task", "builds", "resolve_task", "signature_keywords", "tasks"]
+
+#: The most moves a game of these turn-based envs lasts (by ``metadata["name"]``); one move is one step of the AEC
+#: API, and the game ends for every player on the same move: env steps, as ``EnvBase._episode_bound`` counts them.
+EPISODE_BOUNDS: dict[str, int] = {"tictactoe_v3": 9, "connect_four_v3": 42}
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,50 @@ def _normalise(name: str) -> str:
 
 
 @functools.cache
+def _multiwalker_time_limit() -> type:
+    """A wrapper of multiwalker's AEC env reporting its time limit as a truncation: at ``max_cycles`` the library marks
+    every walker terminated; through it every walker is truncated there, and terminated only where the walkers' own
+    end came on that cycle (a fall, the package dropped, the terrain's end). One class, built at first use."""
+    base = quiet_import("pettingzoo.utils.wrappers", SWIG_WARNINGS).BaseWrapper
+
+    class MultiwalkerTimeLimit(base):
+        def step(self, action: Any) -> None:
+            self.env.step(action)
+            raw = self.unwrapped
+            walkers = raw.env
+            if walkers.frames >= walkers.max_cycles:
+                ended = walkers.get_last_dones()  # by walker index: its place in possible_agents
+                for k, agent in enumerate(raw.possible_agents):
+                    if agent in raw.terminations:
+                        raw.terminations[agent], raw.truncations[agent] = bool(ended[k]), True
+
+    return MultiwalkerTimeLimit
+
+
+#: Tasks whose library reports its time limit as a termination: a wrapper of their AEC env that reports it as a
+#: truncation (their parallel API is PettingZoo's conversion of the wrapped AEC env).
+_TIME_LIMIT_FIXES: dict[str, Callable[[], type]] = {"sisl/multiwalker_v9": _multiwalker_time_limit}
+
+
+def _fixed(name: str, aec: Callable[..., Any], parallel: Callable[..., Any] | None
+           ) -> tuple[Callable[..., Any], Callable[..., Any] | None]:
+    """The constructors of task ``name``, with its time limit fixed where ``_TIME_LIMIT_FIXES`` has one."""
+    fix = _TIME_LIMIT_FIXES.get(name)
+    if fix is None:
+        return aec, parallel
+
+    def fixed_aec(**kwargs: Any) -> Any:
+        return fix()(aec(**kwargs))
+
+    def fixed_parallel(**kwargs: Any) -> Any:
+        from pettingzoo.utils.conversions import aec_to_parallel_wrapper
+
+        return aec_to_parallel_wrapper(fixed_aec(**kwargs))
+
+    return fixed_aec, None if parallel is None else fixed_parallel
+
+
+@functools.cache
 def tasks() -> dict[str, Task]:
     """Every task that builds here, by name."""
     found: dict[str, Task] = {}
@@ -123,7 +171,8 @@ def tasks() -> dict[str, Task]:
         except ImportError:
             continue
         if builds(aec):
-            found[_normalise(env_id)] = Task(_normalise(env_id), aec, parallel, module)
+            name = _normalise(env_id)
+            found[name] = Task(name, *_fixed(name, aec, parallel), module)
     return dict(sorted(found.items()))
 
 
