@@ -100,8 +100,8 @@ def test_brax_physics_backend_lists_the_backends():
 
 def test_pettingzoo_render_mode_lists_the_modes():
     _class("pettingzoo")
-    with pytest.raises(ValueError, match=r"pettingzoo task 'mpe/simple_spread_v3' has no render_mode 'rgb'; its "
-                                         r"render modes are \['human', 'rgb_array'\]"):
+    with pytest.raises(ValueError, match=r"pettingzoo task 'mpe/simple_spread_v3' has no render_mode 'rgb'; did you "
+                                         r"mean 'rgb_array'\? its render modes are \['human', 'rgb_array'\]"):
         marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, render_mode="rgb")
 
 

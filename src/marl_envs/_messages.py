@@ -11,10 +11,15 @@ __all__ = ["did_you_mean", "shell_safe", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:
-    """``"; did you mean 'a' or 'b'?"`` for the close matches of ``name`` among ``candidates`` (``difflib``'s
-    similarity of at least ``cutoff``), else ``""``."""
-    close = difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=cutoff)
-    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    """``"; did you mean 'a' or 'b'?"`` for the candidates that start with ``name`` (``kuhn``: ``kuhn_poker``) and
+    the close matches of ``name`` among ``candidates`` (``difflib``'s similarity of at least ``cutoff``), at most
+    ``n``, else ``""``."""
+    candidates = list(candidates)
+    name = str(name)
+    started = [c for c in candidates if name and c.lower().startswith(name.lower()) and c != name]
+    close = difflib.get_close_matches(name, candidates, n=n, cutoff=cutoff)
+    shown = list(dict.fromkeys(started + close))[:n]
+    return f"; did you mean {' or '.join(map(repr, shown))}?" if shown else ""
 
 
 def unknown_name(what: str, name: str, candidates: Sequence[str], listing: str | None = None) -> ValueError:

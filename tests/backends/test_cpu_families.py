@@ -543,6 +543,17 @@ def test_openspiel_game_parameters_are_keywords():
         marl_envs.make("openspiel/kuhn_poker", player=3)
 
 
+def test_openspiel_refusals_are_raised_once_with_the_fix(capfd):
+    _installed("openspiel")
+    with pytest.raises(ValueError, match=r"unknown openspiel task 'kuhn'; did you mean 'kuhn_poker'\? available: "):
+        marl_envs.make("openspiel/kuhn")
+    with pytest.raises(ValueError, match=r"openspiel/kuhn_poker with \{'players': 30\}: OpenSpiel refused it: .*"
+                                         r"num_players_ = 30, kGameType.max_num_players = 10\. Its parameters and "
+                                         r"defaults: marl-envs info openspiel/kuhn_poker"):
+        marl_envs.make("openspiel/kuhn_poker", players=30)
+    assert "OpenSpiel exception" not in capfd.readouterr().err  # the C++ message, not printed besides
+
+
 @pytest.mark.filterwarnings("ignore:Brax System, piplines and environments:UserWarning")
 def test_our_brax_splits_drive_the_joints_of_mamujocos_partitions():
     """Our Brax scenes derive each agent's joints from the model; MaMuJoCo lists its partitions by hand. Every

@@ -66,12 +66,28 @@ def _import_pyspiel() -> Any:
     return pyspiel
 
 
+#: OpenSpiel's C++ checks print their message to stderr before raising it: kept out of the user's terminal
+_SPIEL_PRINTED = re.compile(r"OpenSpiel exception: .*\Z", re.DOTALL)
+
+
+def _load_game(name: str, params: dict[str, Any]) -> Any:
+    """``pyspiel.load_game(name, params)``; OpenSpiel's refusal of the parameters raised once, as a ``ValueError``
+    naming the env and the keywords (its C++ message printed nowhere)."""
+    pyspiel = _import_pyspiel()
+    try:
+        with filtered_output("stderr", _SPIEL_PRINTED):
+            return pyspiel.load_game(name, params)
+    except pyspiel.SpielError as err:
+        message = " ".join(str(err).split())
+        raise ValueError(f"openspiel/{name} with {params}: OpenSpiel refused it: {message}. Its parameters and "
+                         f"defaults: marl-envs info openspiel/{name}") from None
+
+
 class _Game:
     """One OpenSpiel game state and what the PettingZoo views need of it (shared by the AEC and parallel views)."""
 
     def __init__(self, name: str, params: dict[str, Any]):
-        pyspiel = _import_pyspiel()
-        self.game = pyspiel.load_game(name, params)
+        self.game = _load_game(name, params)
         kind = self.game.get_type()
         self.use_observation = kind.provides_observation_tensor
         shape = (self.game.observation_tensor_shape() if self.use_observation
@@ -94,7 +110,7 @@ class _Game:
         #: the game's time limit (its ``horizon`` parameter), or None: OpenSpiel ends the game there as at a true end
         self.horizon = horizon if isinstance(horizon, int) and horizon > 0 else None
         # the same game with a horizon one move longer: a state ended by the horizon alone is not terminal in it
-        self.longer = None if self.horizon is None else pyspiel.load_game(name, {**params, "horizon": horizon + 1})
+        self.longer = None if self.horizon is None else _load_game(name, {**params, "horizon": horizon + 1})
         self.cut = False  #: the game ended at its horizon, without a true end (a truncation)
 
     def reset(self, seed: int | None) -> None:
