@@ -28,7 +28,7 @@ CASES = {
     "brax-grad": lambda: marl_envs.make("brax/fast", num_envs=16, max_steps=50, seed=0, requires_grad=True),
     "pettingzoo": lambda: marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, N=2, max_cycles=50,
                                                    seed=0),
-    "jaxmarl": lambda: marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=16, max_steps=50, seed=0),
+    "jaxmarl": lambda: marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=16, max_steps=25, seed=0),
     "gymnax": lambda: marl_envs.make("gymnax/CartPole-v1", num_envs=16, max_steps=50, seed=0),
 }
 

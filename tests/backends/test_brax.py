@@ -7,6 +7,7 @@ every physics env is built once per module (``built``), with the cheapest backen
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -280,10 +281,40 @@ def test_split_with_one_group_per_agent_and_different_action_sizes():
 
 
 def test_episode_wrapper_truncation_is_truncated_not_terminated():
+    """An ``EpisodeWrapper``'s limit is the env's ``max_steps`` (its Brax steps over ``action_repeat * frame_skip``),
+    a longer one refused; its truncation is ``truncated``, never ``terminated``."""
     env = BraxWrapper(training.EpisodeWrapper(Drift(), episode_length=2, action_repeat=1), num_envs=3)
+    assert env.max_steps == 2
     data = env.rollout(4, lambda td: td.set("action", torch.zeros(3, 2)), break_when_any_done=False)
     assert data["next", "truncated"][:, :, 0].tolist() == [[False, True, False, True]] * 3
     assert not data["next", "terminated"].any()
+    repeated = training.EpisodeWrapper(Drift(), episode_length=9, action_repeat=2)
+    assert BraxWrapper(repeated, frame_skip=2).max_steps == 3  # 9 Brax steps, 4 an env step
+    with pytest.raises(ValueError, match=r"max_steps=4 is beyond the library's own time limit: its episodes end "
+                                         r"after 3 steps; .*\(EpisodeWrapper\(env, episode_length=N\)\)"):
+        BraxWrapper(repeated, frame_skip=2, max_steps=4)
+
+
+def test_a_scene_truncates_at_braxs_episode_length():
+    """Brax's envs by name have no time limit of their own: ``max_steps`` defaults to the ``episode_length`` that
+    ``brax.envs.create`` gives them (1000), and any other is taken. Random play to it (halfcheetah never falls) ends
+    every env with ``truncated``, never ``terminated``."""
+    env = marl_envs.make("brax/halfcheetah_6x1", num_envs=2, seed=0, **cheapest_brax_kwargs("halfcheetah_6x1"))
+    assert env.max_steps == env.max_episode_length == inspect.signature(
+        brax_envs.create).parameters["episode_length"].default == 1000
+    td, ended = env.reset(), torch.zeros(2, 1, dtype=torch.bool)
+    for _ in range(env.max_steps - 1):
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        ended |= td["next", "done"]
+        td = root
+    nxt = env.step(env.rand_action(td))["next"]
+    assert not ended.any()
+    assert env.done_keys == ["done", "terminated", "truncated"]  # a robot ends as one: the root's flags only
+    assert nxt["truncated"].all() and nxt["done"].all() and not nxt["terminated"].any()
+    env.max_steps = None  # no limit of Brax's own to outlast
+    env.max_steps = 5000
+    assert env.max_steps == 5000
+    env.close()
 
 
 def test_resets_draw_fresh_starts_per_env_and_keep_other_envs():

@@ -184,6 +184,75 @@ def test_mpe_ends_by_time_limit_with_terminal_observation():
     assert not torch.equal(data["next", "agents", "observation"][:, 25], data["agents", "observation"][:, 0])
 
 
+def _play_to_the_limit(env):
+    """Random play (``step_and_maybe_reset``) to ``env.max_steps``: the ``next`` data of the step that reaches it,
+    and per done key the entries still running before it (envs not ended earlier, agents whose own done was unset
+    the step before)."""
+    B = env.num_envs
+    td, ended, before = env.reset(), torch.zeros(B, dtype=torch.bool), None
+    for _ in range(env.max_steps - 1):
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        before = td["next"]
+        ended |= before["done"].reshape(B)
+        td = root
+    nxt = env.step(env.rand_action(td))["next"]
+    running = {}
+    for key in env.done_keys:
+        live = (~ended).reshape(B, *[1] * (nxt[key].ndim - 1)).expand_as(nxt[key])
+        if isinstance(key, tuple) and before is not None:
+            live = live & ~before[(*key[:-1], "done")]
+        running[key] = live
+    return nxt, running
+
+
+def _assert_time_limit_flags(env, nxt, running):
+    """At the time limit: every entry still running is ``truncated`` (and ``done``), none ``terminated``."""
+    assert running["done"].any()  # some env reached the limit
+    for key, live in running.items():
+        value = nxt[key][live]
+        name = key if isinstance(key, str) else key[-1]
+        assert (not value.any()) if name == "terminated" else value.all(), key
+
+
+# (name, make keywords, the library's own time limit read from the env's library object, in env steps)
+HORIZONS = {
+    # MPE tests step >= max_steps before counting the step: 25 + 1 steps
+    "jaxmarl/MPE_simple_spread_v3": ({}, lambda env: env.jaxmarl_env.max_steps + 1),
+    "jaxmarl/coin_game": ({"num_inner_steps": 2, "num_outer_steps": 3},
+                          lambda env: env.jaxmarl_env.num_inner_steps * env.jaxmarl_env.num_outer_steps),
+    "gymnax/Pendulum-v1": ({}, lambda env: env.env_params.max_steps_in_episode),
+}
+
+
+@pytest.mark.parametrize("name", list(HORIZONS))
+def test_the_librarys_time_limit_is_max_steps_and_truncates(name):
+    """``max_steps`` defaults to the library's own time limit in env steps (MPE: 26, Pendulum: 200); random play to
+    it ends every env not ended earlier with ``truncated``, at the root and for every agent, never ``terminated``."""
+    kwargs, horizon = HORIZONS[name]
+    env = marl_envs.make(name, num_envs=3, seed=0, **kwargs)
+    assert env.max_steps == env.max_episode_length == horizon(env)
+    _assert_time_limit_flags(env, *_play_to_the_limit(env))
+
+
+def test_max_steps_beyond_the_librarys_time_limit_is_refused():
+    """A longer ``max_steps`` than the library's limit is refused, naming the keyword that lengthens it; a shorter
+    one is taken; JaxMARL's own ``max_steps`` goes through ``env_kwargs`` (the name is the env's keyword)."""
+    with pytest.raises(ValueError, match=r"max_steps=27 is beyond the library's own time limit: its episodes end "
+                                         r"after 26 steps; pass max_steps of at most 26, or lengthen the library's "
+                                         r"limit \(env_kwargs=\{\"max_steps\": N\}\)"):
+        marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=2, max_steps=27)
+    with pytest.raises(ValueError, match=r"its episodes end after 200 steps; .*\(env_params="
+                                         r"\{\"max_steps_in_episode\": N\}\)"):
+        marl_envs.make("gymnax/Pendulum-v1", num_envs=2, max_steps=201)
+    with pytest.raises(ValueError, match=r"got 'scenario' both in env_kwargs and as a keyword"):
+        marl_envs.make("jaxmarl/SMAX", scenario="3m", env_kwargs={"scenario": "3m"})
+    assert marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=2, max_steps=10).max_steps == 10
+    longer = marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=2, env_kwargs={"max_steps": 40})
+    assert longer.jaxmarl_env.max_steps == 40 and longer.max_steps == 41
+    with pytest.raises(ValueError, match=r"max_steps=None is beyond"):  # the library ends its episodes anyway
+        longer.max_steps = None
+
+
 def test_smax_masks_and_separate_ends():
     env = marl_envs.make("jaxmarl/SMAX", num_envs=2, seed=0)
     assert env.group_map == {"ally": [f"ally_{i}" for i in range(5)], "enemy": [f"enemy_{i}" for i in range(5)]}

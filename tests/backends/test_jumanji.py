@@ -105,9 +105,11 @@ def run(request):
         counter = getattr(state, "step_count", getattr(state, "step", None))
         limit = getattr(raw, "time_limit", None)
         at_limit = np.asarray(counter) >= limit if limit is not None else np.zeros(B, bool)
+        # a termination at the limit is the limit itself where Jumanji ends its limit so, else a true terminal state
+        limit_ended = at_limit & (name in jm.LIMIT_BY_TERMINATION)
         np.testing.assert_array_equal(nxt["done"][:, 0].numpy(), last)
         np.testing.assert_array_equal(nxt["truncated"][:, 0].numpy(), last & (kept_discount | at_limit))
-        np.testing.assert_array_equal(nxt["terminated"][:, 0].numpy(), last & ~(kept_discount | at_limit))
+        np.testing.assert_array_equal(nxt["terminated"][:, 0].numpy(), last & ~(kept_discount | limit_ended))
         truncations[name] = truncations.get(name, 0) + int((last & at_limit).sum())
         if ("agents", "terminated") in nxt.keys(True):  # Connector: an agent that connected or is blocked
             ended = np.asarray(timestep.discount) == 0
@@ -130,11 +132,48 @@ def test_exact_against_raw_jumanji_across_episode_ends(run):
 
 def test_a_time_limit_is_truncated(run):
     """Reaching Jumanji's ``time_limit`` is ``truncated``, never ``terminated``, even in the envs that end their limit
-    with a termination (Cleaner, MMST, RobotWarehouse, SearchAndRescue: time_limit=6 here); checked step by step
-    against the raw state's step count in ``run``, which must have met the limit."""
+    with a termination (``LIMIT_BY_TERMINATION``: Cleaner, MMST, RobotWarehouse, SearchAndRescue; time_limit=6 here);
+    checked step by step against the raw state's step count in ``run``, which must have met the limit."""
     if run["env"].jumanji_env.__class__.__name__ == "MultiCVRP":
         pytest.skip("MultiCVRP has no time limit: its episodes end when every customer is served")
     assert run["truncations"] > 0
+
+
+def test_time_limit_is_max_steps_and_ends_with_truncated(run):
+    """``max_steps`` defaults to the env's ``time_limit`` (6 here; MultiCVRP has none: its tours end within
+    ``2 * num_customers`` steps, its ``max_episode_length``); random play to it ends every env not ended earlier with
+    ``truncated``, at the root and for every agent still running, never ``terminated`` at the root (a Connector agent
+    connected or blocked on that very step has truly ended: ``terminated`` too, as ``run`` checks against Jumanji's
+    discount, but not every agent); a longer ``max_steps`` is refused, naming ``time_limit``."""
+    env = run["env"]
+    raw = env.jumanji_env
+    if env.env_name == "MultiCVRP-v0":
+        assert env.max_steps is None and env.max_episode_length == 2 * raw._num_customers
+        return
+    assert env.max_steps == env.max_episode_length == raw.time_limit == 6
+    B = env.num_envs
+    td, ended, before = env.reset(), torch.zeros(B, dtype=torch.bool), None
+    for _ in range(env.max_steps - 1):
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        before = td["next"]
+        ended |= before["done"].reshape(B)
+        td = root
+    nxt = env.step(env.rand_action(td))["next"]
+    assert not ended.all()
+    for key in env.done_keys:
+        live = (~ended).reshape(B, *[1] * (nxt[key].ndim - 1)).expand_as(nxt[key])
+        if isinstance(key, tuple):  # an agent whose own done was set the step before has ended (Connector)
+            live = live & ~before[(*key[:-1], "done")]
+        value, name = nxt[key][live], key if isinstance(key, str) else key[-1]
+        if name != "terminated":
+            assert value.all(), key
+        elif key == "terminated" or env.env_name != "Connector-v3":
+            assert not value.any(), key
+        else:
+            assert not value.all(), key
+    with pytest.raises(ValueError, match=r"max_steps=7 is beyond the library's own time limit: its episodes end "
+                                         r"after 6 steps; .*\(time_limit=N\)"):
+        marl_envs.make(f"jumanji/{env.env_name}", num_envs=2, max_steps=7, time_limit=6)
 
 
 def test_check_env_specs(run):

@@ -86,8 +86,8 @@ def _split(keys):
 @pytest.fixture(scope="module")
 def walker():
     """``playground/WalkerWalk_2x3`` stepped beside raw Playground's reset / step from the same keys and actions,
-    across an episode boundary (``max_steps=4``)."""
-    env = marl_envs.make("playground/WalkerWalk_2x3", num_envs=B, seed=SEED, max_steps=LIMIT)
+    across an episode boundary (the config's ``episode_length=4``, Playground's own time limit: ``max_steps``)."""
+    env = marl_envs.make("playground/WalkerWalk_2x3", num_envs=B, seed=SEED, config={"episode_length": LIMIT})
     raw = env.playground_env
     reset, step = jax.jit(jax.vmap(raw.reset)), jax.jit(jax.vmap(raw.step))
     carried, now = _split(env_keys(SEED, B))
@@ -111,6 +111,7 @@ def walker():
                                        np.asarray(state.obs)[:, own], rtol=1e-6, atol=1e-6)
             np.testing.assert_allclose(nxt["agents", "reward"][:, j, 0].numpy(), np.asarray(state.reward), rtol=1e-6)
         np.testing.assert_array_equal(nxt["truncated"][:, 0].numpy(), np.full(B, (t + 1) % LIMIT == 0))
+        assert not nxt["terminated"].any()  # the walker never ends itself: its episodes end by the time limit
         if (t + 1) % LIMIT == 0:  # both sides start the next episode from the env's carried key
             ends += 1
             carried, now = _split(carried)
@@ -122,6 +123,17 @@ def walker():
 
 def test_exact_against_raw_playground_across_an_episode_end(walker):
     assert walker["ends"] == 2
+
+
+def test_the_configs_episode_length_is_max_steps(walker):
+    """``max_steps`` is the config's ``episode_length`` (Playground's own time limit; truncated there, checked in
+    ``walker``); a shorter one is taken, a longer one refused, naming the config field."""
+    env = walker["env"]
+    assert env.max_steps == env.max_episode_length == env.playground_env._config.episode_length == LIMIT
+    assert marl_envs.make("playground/CartpoleBalance", num_envs=1).max_steps == 1000  # DM Control's default
+    with pytest.raises(ValueError, match=r"max_steps=5 is beyond the library's own time limit: its episodes end after "
+                                         r"4 steps; .*\(config=\{\"episode_length\": N\}\)"):
+        marl_envs.make("playground/CartpoleBalance", num_envs=1, max_steps=5, config={"episode_length": LIMIT})
 
 
 def test_check_env_specs(walker):

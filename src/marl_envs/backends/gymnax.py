@@ -10,6 +10,10 @@ The step is ``step_env`` (no auto-reset), so the terminal observation stays in `
 two ends apart: ``step_env``'s ``done`` is the natural end (``terminated``) and ``env.is_truncated(state,
 params)`` its time limit (``state.time >= params.max_steps_in_episode``), reported as ``truncated`` unless the
 episode also terminated on that step. ``params`` are the env's ``default_params``, with ``env_params={...}`` overriding fields.
+
+**Time limit.** ``params.max_steps_in_episode`` is the env's ``max_steps``: gymnax counts ``state.time`` from 0 at
+the reset and adds one each step before testing it, so an episode lasts that many env steps (Pendulum-v1: 200;
+``env_params={"max_steps_in_episode": N}`` changes it). A shorter ``max_steps`` is taken, a longer one refused.
 """
 
 from __future__ import annotations
@@ -51,6 +55,15 @@ def make_env(name: str, **kwargs: Any) -> GymnaxEnv:
     return GymnaxEnv(name, **kwargs)
 
 
+def _horizon(params: Any) -> tuple[int, str] | None:
+    """The env's own time limit in env steps (``time`` reaches ``max_steps_in_episode``, a float in the bandits:
+    100.0) and the keyword that changes it; None for params without one."""
+    limit = getattr(params, "max_steps_in_episode", None)
+    if limit is None:
+        return None
+    return math.ceil(float(limit)), 'env_params={"max_steps_in_episode": N}'
+
+
 class _GymnaxCore(JaxCore):
     """The gymnax adapter: ``reset_env(key, params)`` and ``step_env(key, state, action, params)``."""
 
@@ -87,12 +100,14 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
         env_name: a name of ``gymnax.registered_envs``.
         num_envs: batch size.
         device: ``"cpu"`` or ``"cuda[:i]"``.
-        max_steps: episode length reported as ``truncated`` (besides gymnax's own limit); None for none.
+        max_steps: episode length reported as ``truncated``; default (None): gymnax's own limit,
+            ``max_steps_in_episode``; a shorter one is taken, a longer one refused.
         seed: seed of the per-env keys.
         env_params: fields of the env's ``EnvParams`` to override (``{"max_steps_in_episode": 200}``).
 
     Raises:
-        ValueError: unknown env name (with close matches) or unknown ``env_params`` field.
+        ValueError: unknown env name (with close matches), unknown ``env_params`` field, or a ``max_steps``
+            beyond ``max_steps_in_episode``.
     """
 
     @checked_keywords
@@ -110,7 +125,7 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
                                  f"its parameters are {sorted(fields)}")
             params = params.replace(**env_params)
         self.env_name, self.gymnax_env, self.env_params = env_name, env, params
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(params))
         B, dev = self.num_envs, self.device
         obs_shape = tuple(jax.eval_shape(env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), params)[0].shape)
         action = space_spec(env.action_space(params), dev, where=f"gymnax {env_name}'s action")

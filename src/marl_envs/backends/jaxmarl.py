@@ -24,10 +24,19 @@ key                        shape           spec
 
 The root ``terminated`` is ``dones["__all__"]``. JaxMARL has no truncation flag; ``truncated`` is derived: an
 episode that ends while the state's ``step`` counter (HeuristicEnemySMAX: its wrapped SMAX state's) has reached
-the env's ``max_steps`` (MPE, SMAX, Overcooked, JaxNav, MABrax, ...) ended by its time limit, and Coin Game and
-STORM episodes end only by their step counts;
+the env's ``max_steps`` (MPE, SMAX, Overcooked, JaxNav, switch riddle) ended by its time limit, as does a MABrax
+episode that Brax's ``EpisodeWrapper`` marks with its ``truncation``, and Coin Game and STORM episodes end only by
+their step counts;
 ``terminated`` is ``dones["__all__"]`` and not ``truncated``. The step is ``step_env`` (no auto-reset), so the
 terminal observation stays in ``next``; the envs that are done are reset by the core's masked reset.
+
+**Time limit.** The env's own limit is ``max_steps`` (``env.max_steps``), counted in env steps: MPE and SMAX test
+``step >= max_steps`` before counting the step, so their episodes last JaxMARL's ``max_steps`` + 1 steps (MPE: 26,
+SMAX: 101); Overcooked, JaxNav and switch riddle episodes last ``max_steps`` steps, Coin Game's ``num_inner_steps *
+num_outer_steps``, MABrax's ``episode_length`` (over ``action_repeat``). A shorter ``max_steps`` is taken, a longer
+one refused. JaxMARL's own ``max_steps`` is passed as ``env_kwargs={"max_steps": N}`` (the name is this class's
+keyword), where the env takes it: switch riddle's is ``4 * num_agents - 6``, the ``MPE_simple_facmac_*a_v1`` envs'
+fixed. Hanabi has no time limit (``max_steps`` None: a game ends itself).
 """
 
 from __future__ import annotations
@@ -177,6 +186,30 @@ def _step_count(state: Any) -> jax.Array | None:
     return None
 
 
+def _horizon(env: Any, name: str) -> tuple[int, str] | None:
+    """The env's own time limit in env steps and the keyword of ``marl_envs.make`` that changes it; None for an
+    env without one (Hanabi: a game ends itself)."""
+    from jaxmarl.environments import SMAX, CoinGame, SimpleMPE, SwitchRiddle
+
+    if isinstance(env, CoinGame):  # its meta episode: num_outer_steps games of num_inner_steps steps
+        return env.num_inner_steps * env.num_outer_steps, "num_inner_steps=N, num_outer_steps=M"
+    if hasattr(env, "episode_length") and hasattr(env, "action_repeat"):  # MABrax: Brax's EpisodeWrapper
+        return -(-env.episode_length // env.action_repeat), "episode_length=N"
+    limit = getattr(env, "max_steps", None)
+    if not isinstance(limit, (int, np.integer)) or isinstance(limit, bool):
+        return None
+    # MPE and SMAX (HeuristicEnemySMAX wraps one) test ``step >= max_steps`` before counting the step
+    counted_before = isinstance(getattr(env, "_env", env), (SimpleMPE, SMAX))
+    cls = env_classes().get(library_name(name))  # None: make builds it by a function of no keywords (facmac_3a)
+    if cls is not None and "max_steps" in (init_keywords(cls) or ()):
+        how = 'env_kwargs={"max_steps": N}'
+    elif isinstance(env, SwitchRiddle):
+        how = "num_agents=N: 4 * N - 6 steps"
+    else:
+        how = f"none: JaxMARL's {name} fixes it"
+    return int(limit) + counted_before, how
+
+
 class _JaxMarlCore(JaxCore):
     """The JaxMARL adapter: ``reset(key)`` and ``step_env(key, state, actions)`` onto the core's protocol."""
 
@@ -231,17 +264,23 @@ class _JaxMarlCore(JaxCore):
         state = self._cast(state)
         return state, jnp.concatenate(self._observations(obs, state))
 
+    def _time_limit_reached(self, state: Any) -> jax.Array | bool:
+        """Whether the library's time limit ended an episode that ends at ``state``."""
+        if self.name in _TIME_LIMITED:
+            return True
+        info = getattr(state, "info", None)
+        if isinstance(info, dict) and "truncation" in info:  # MABrax: set by the EpisodeWrapper, not on a fall
+            return jnp.asarray(info["truncation"]).reshape(()) > 0
+        step = _step_count(state)
+        if self._max_steps is not None and step is not None:
+            return step >= self._max_steps
+        return False
+
     def step_one(self, key, state, action):
         obs, state, reward, dones, _ = self.env.step_env(key, state, self._actions(action))
         state = self._cast(state)
         done = jnp.asarray(dones["__all__"]).reshape(())
-        step = _step_count(state)
-        if self.name in _TIME_LIMITED:
-            truncated = done
-        elif self._max_steps is not None and step is not None:
-            truncated = done & (step >= self._max_steps)
-        else:
-            truncated = jnp.zeros((), bool)
+        truncated = done & self._time_limit_reached(state)
         parts = self._observations(obs, state)
         for members in self.groups:
             parts += [jnp.asarray(_agent_entry(reward, self.agents, i), jnp.float32).reshape(1) for i in members]
@@ -259,23 +298,35 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         env_name: a name of ``env_names()`` (``jaxmarl.registered_envs`` less ``unavailable()``).
         num_envs: batch size.
         device: ``"cpu"`` or ``"cuda[:i]"`` (JAX must see that GPU).
-        max_steps: episode length reported as ``truncated`` (besides the env's own limit); None for none.
+        max_steps: episode length reported as ``truncated``; default (None): the env's own time limit (see the
+            module docstring; MPE: 26 steps); a shorter one is taken, a longer one refused.
         seed: seed of the per-env keys (``set_seed`` changes it).
         group_map: groups of the agents; default: ``groupings.default_group_map`` over their specs.
-        **env_kwargs: forwarded to ``jaxmarl.make`` (``scenario="3m"``: a SMAX map by name, or a ``Scenario``).
+        env_kwargs: keywords for ``jaxmarl.make`` whose names this class takes itself (``{"max_steps": 50}``: the
+            env's own time limit).
+        **kwargs: forwarded to ``jaxmarl.make`` (``scenario="3m"``: a SMAX map by name, or a ``Scenario``).
 
     Raises:
-        ValueError: unknown env name (with close matches) or one that cannot be built here (with the reason).
+        ValueError: unknown env name (with close matches) or one that cannot be built here (with the reason); a
+            ``max_steps`` beyond the env's own time limit; a keyword given both in ``env_kwargs`` and directly.
     """
 
     @checked_keywords
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0,
-                 group_map: GroupMap | MarlGroupMapType | None = None, **env_kwargs: Any):
+                 group_map: GroupMap | MarlGroupMapType | None = None, env_kwargs: dict[str, Any] | None = None,
+                 **kwargs: Any):
         jaxmarl = import_jaxmarl()
         env_name = shell_safe(env_name, "JaxMARL env")
         check_name("JaxMARL", env_name, env_names(), unavailable())
         library = library_name(env_name)
+        if env_kwargs is not None and not isinstance(env_kwargs, dict):
+            raise TypeError(f"env_kwargs must be a dict of jaxmarl.make keywords, got {env_kwargs!r}")
+        twice = sorted(set(env_kwargs or {}) & set(kwargs))
+        if twice:
+            raise ValueError(f"JaxMARL env {env_name!r} got {twice[0]!r} both in env_kwargs and as a keyword; pass "
+                             f"it once")
+        env_kwargs = {**(env_kwargs or {}), **kwargs}
         if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name: "3m", "2s3z", ...
             from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
 
@@ -290,7 +341,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         with filtered_output("stdout", EVERYTHING), quiet_brax_build():
             env = jaxmarl.make(library, **env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(env, env_name))
         dev = self.device
         agents = list(env.agents)
         names_ = [str(a) for a in agents]

@@ -29,9 +29,18 @@ Ends come from the ``TimeStep``: an episode ends on its ``LAST`` step; Jumanji's
 above 0 (a time limit) and its ``termination`` sets it to 0, so ``truncated`` is a last step with some discount
 left and ``terminated`` the other last steps. Four envs (Cleaner, MMST, RobotWarehouse, SearchAndRescue) end their
 ``time_limit`` with a ``termination``: a last step at which the state's step count has reached the env's
-``time_limit`` is ``truncated`` (and not ``terminated``) in every env, as a value target must bootstrap there; a
-true terminal state on that very step is reported ``truncated`` too (Jumanji's flags cannot tell the two apart
-there). The step is Jumanji's ``step`` (no auto-reset: the terminal
+``time_limit`` is ``truncated`` (and not ``terminated``) in these four, as a value target must bootstrap there; a
+true terminal state on that very step is reported ``truncated`` only (Jumanji's flags cannot tell the two apart
+there). LevelBasedForaging and Connector end their limit with a ``truncation``, so a termination on that step is a
+true terminal state: ``terminated``, and ``truncated`` (the time limit) too.
+
+**Time limit.** The env's ``time_limit`` is its ``max_steps``: every env counts the step before testing
+``step_count >= time_limit`` (SearchAndRescue: ``step``), so an episode lasts ``time_limit`` env steps
+(``time_limit=N`` changes it); a shorter ``max_steps`` is taken, a longer one refused. MultiCVRP has no time limit
+(``max_steps`` None): its episodes end within ``2 * num_customers`` steps, where Jumanji ends an unfinished tour
+with the worst-case remaining cost charged, a ``termination`` (``max_episode_length`` is that bound).
+
+The step is Jumanji's ``step`` (no auto-reset: the terminal
 observation stays in ``next``); the envs that are done are reset by the core's masked reset. Jumanji keeps its
 random key in the state, so a step draws no key of ours.
 
@@ -59,7 +68,7 @@ from .._validate import check_kwargs, checked_keywords, env_keywords, init_keywo
 from ..specs import Binary, Bounded, Categorical, Composite, Unbounded
 from .jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong, tree_paths
 
-__all__ = ["PER_AGENT", "UNAVAILABLE", "JumanjiEnv", "env_names", "make_env", "unavailable"]
+__all__ = ["LIMIT_BY_TERMINATION", "PER_AGENT", "UNAVAILABLE", "JumanjiEnv", "env_names", "make_env", "unavailable"]
 
 PER_AGENT: dict[str, tuple[str, ...]] = {
     "Cleaner-v0": ("agents_locations", "action_mask"),
@@ -74,6 +83,9 @@ PER_AGENT: dict[str, tuple[str, ...]] = {
 leading dim is the agent); every other field is shared."""
 
 _SEPARATE_ENDS = ("Connector-v3",)  # agents end on their own (discount 0 once connected or blocked)
+# envs that end their time_limit with a termination (discount 0), as they end a true terminal state; the others
+# (LevelBasedForaging, Connector) end it with a truncation, and a termination there is a true terminal state
+LIMIT_BY_TERMINATION = ("Cleaner-v0", "MMST-v0", "RobotWarehouse-v0", "SearchAndRescue-v0")
 
 UNAVAILABLE = {"Sokoban-v0": "downloads its level data when built (no network at run time here)"}
 """Registered Jumanji envs that cannot be built here, with the reason."""
@@ -118,6 +130,13 @@ class _Field:
         return jnp.asarray(tree)
 
 
+def _time_limit(env: Any) -> int | None:
+    """The env's ``time_limit`` (the episode's length in env steps: each env counts the step, then tests it), or
+    None (MultiCVRP)."""
+    limit = getattr(env, "time_limit", None)
+    return int(limit) if isinstance(limit, (int, np.integer)) and not isinstance(limit, bool) else None
+
+
 class _JumanjiCore(JaxCore):
     """The Jumanji adapter: ``reset(key)`` and ``step(state, action)`` onto the core's protocol."""
 
@@ -131,8 +150,8 @@ class _JumanjiCore(JaxCore):
         self._fields, self._extras, self._separate = list(fields), list(extras), separate
         self._width, self._action_dtype = action_width, action_dtype
         self.action_size = len(order) * action_width
-        limit = getattr(env, "time_limit", None)
-        self._time_limit = limit if isinstance(limit, (int, np.integer)) and not isinstance(limit, bool) else None
+        # the time_limit Jumanji ends by a termination, read against the state's step counter
+        self._terminating_limit = _time_limit(env) if name in LIMIT_BY_TERMINATION else None
         self._setup_packed(num_envs=num_envs, device=device)
         # the state's step counter, read against time_limit (SearchAndRescue names it ``step``)
         self._counter = next((f for f in ("step_count", "step") if hasattr(self._reference, f)), None)
@@ -165,8 +184,8 @@ class _JumanjiCore(JaxCore):
         discount = jnp.asarray(timestep.discount)
         last = timestep.last()
         truncated = last & jnp.any(discount > 0)  # truncation keeps a discount, termination zeroes it
-        if self._time_limit is not None and self._counter is not None:  # some envs end their limit by termination
-            truncated = truncated | (last & (jnp.asarray(getattr(state, self._counter)) >= self._time_limit))
+        if self._terminating_limit is not None and self._counter is not None:
+            truncated = truncated | (last & (jnp.asarray(getattr(state, self._counter)) >= self._terminating_limit))
         parts = self._outputs(timestep) + [self._per_agent(jnp.asarray(timestep.reward, jnp.float32))]
         if self._separate:
             parts.append(self._per_agent(discount == 0).astype(jnp.float32))
@@ -232,13 +251,15 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         env_name: a name of ``env_names()`` (``RobotWarehouse-v0``, ``LevelBasedForaging-v0``, ...).
         num_envs: batch size.
         device: ``"cpu"`` or ``"cuda[:i]"`` (JAX must see that GPU).
-        max_steps: episode length reported as ``truncated`` (besides the env's own ``time_limit``); None for none.
+        max_steps: episode length reported as ``truncated``; default (None): the env's ``time_limit`` (None in
+            MultiCVRP); a shorter one is taken, a longer one refused.
         seed: seed of the per-env keys (``set_seed`` changes it).
         group_map: groups of the agents (``agent_0``, ...); default: one group ``agents``.
         **env_kwargs: the env class's keywords (``time_limit=50``, ``generator=...``), checked.
 
     Raises:
-        ValueError: unknown env name (with close matches) or one not offered (with the reason).
+        ValueError: unknown env name (with close matches), one not offered (with the reason), or a ``max_steps``
+            beyond the env's ``time_limit``.
         TypeError: a keyword the env class does not take (with close matches).
     """
 
@@ -254,7 +275,12 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
                      env=env_keywords(JumanjiEnv), kind="the env's")
         env = jumanji.make(env_name, **env_kwargs)
         self.env_name, self.jumanji_env = env_name, env
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        limit = _time_limit(env)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps,
+                         horizon=None if limit is None else (limit, "time_limit=N"))
+        customers = getattr(env, "_num_customers", None)  # MultiCVRP: a tour ends within 2 * num_customers steps
+        if limit is None and isinstance(customers, (int, np.integer)):
+            self._episode_bound = 2 * int(customers)
         dev = self.device
         action_spec = env.action_spec
         n = int(action_spec.shape[0])

@@ -25,7 +25,9 @@ observation function, not from a table: moving each joint's ``qpos`` and ``qvel`
 and reading ``_get_obs`` tells on which joints each observation entry depends; an agent observes the entries that depend
 only on the root's joints, its own, their neighbours (joints touching a common body) and the joints its bodies
 hang from (a foot's touch sensor depends on the whole leg), and the entries that depend on no joint (targets).
-Episodes last the config's ``episode_length`` (``max_steps``).
+Episodes last the config's ``episode_length`` (1000 in the DM Control suite), Playground's own time limit (its
+training wrapper ends episodes there): it is the env's ``max_steps``; a shorter one is taken, a longer one refused
+(``config={"episode_length": N}`` changes it).
 """
 
 from __future__ import annotations
@@ -184,12 +186,13 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
         env_name: a name of ``env_names()`` (``CheetahRun``, ``WalkerWalk_2x3``, ...).
         num_envs, device, seed, group_map: as ``BraxWrapper``'s.
         max_steps: episode length reported as ``truncated``; default (None): the config's ``episode_length`` (1000
-            in the DM Control suite, ``config={"episode_length": ...}`` changes it).
+            in the DM Control suite, ``config={"episode_length": ...}`` changes it); a shorter one is taken, a
+            longer one refused.
         config: fields of the env's config to override (``{"ctrl_dt": 0.02}``), checked.
 
     Raises:
         ValueError: unknown env name (with close matches), one not offered (with the reason), an unknown config
-            field, a ``group_map`` for a single robot (not split).
+            field, a ``group_map`` for a single robot (not split), a ``max_steps`` beyond ``episode_length``.
     """
 
     @checked_keywords
@@ -202,12 +205,13 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
         env = _load(task, config)
         self.env_name, self.playground_env = env_name, env
         mapping = split_mapping(env, SPLITS[_robot(task)]) if split else None
-        if max_steps is None:
-            max_steps = int((config or {}).get("episode_length",
-                                               import_playground().get_default_config(task).episode_length))
         super().__init__(env, num_envs=num_envs, device=device, max_steps=max_steps,
                          seed=seed, action_indices=mapping and mapping.action_indices,
                          observation_indices=mapping and mapping.observation_indices, group_map=group_map)
         # a DM Control reset lets the model settle (CheetahRun: 200 physics steps): a fresh start for every env at
         # every step would cost tens of steps, so fresh starts are computed only at steps where some env ended
         self._core.resets_when_needed = True
+
+    def _library_horizon(self, env: Any, frame_skip: int) -> tuple[int, str]:
+        """The config's ``episode_length`` (the env keeps the config it was loaded with)."""
+        return int(env._config.episode_length), 'config={"episode_length": N}'

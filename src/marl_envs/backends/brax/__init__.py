@@ -33,6 +33,12 @@ key                       shape              spec
 (a ``truncation`` info, as ``EpisodeWrapper`` writes, is ``truncated``); ``max_steps`` (counted in env steps,
 each ``frame_skip`` Brax steps) is ``truncated``.
 
+**Time limit.** Brax's envs by name (``brax.envs.get_environment``) have no time limit of their own: Brax puts one
+on in ``brax.envs.create``'s ``EpisodeWrapper``, of ``episode_length=1000`` by default, and ``BraxEnv``'s
+``max_steps`` defaults to the same 1000 (any other, or None, is taken). A ``BraxWrapper`` over an env in an
+``EpisodeWrapper`` takes that wrapper's limit as its ``max_steps`` (``episode_length`` Brax steps, in env steps of
+``action_repeat * frame_skip``); a shorter one is taken, a longer one refused.
+
 **Speed.** The Brax state stays in JAX, packed into one buffer per dtype. Each ``step`` is one compiled
 ``jit(vmap(...))`` call (agent scatter/gather, ``frame_skip`` via ``lax.scan``, the done entries, the time limit);
 ``step_and_maybe_reset`` adds to that call a fresh random start for every env, kept where the episode ended (Brax's
@@ -116,7 +122,8 @@ class BraxWrapper(JaxEnvBase):
         device: ``"cpu"`` or ``"cuda[:i]"`` (JAX must see that GPU).
         frame_skip: Brax steps per env step, the action repeated and rewards summed; an env that ends during
             the skip stops there.
-        max_steps: episode length reported as ``truncated``; None for no limit.
+        max_steps: episode length reported as ``truncated``; None for no limit, or (default) the limit of an
+            ``EpisodeWrapper`` around ``env``, which a longer one may not pass.
         requires_grad: make rewards and observations differentiable w.r.t. actions, through time (a
             ``torch.autograd.Function`` over ``jax.vjp``; see ``detach_state``).
         cache_clear_frequency: call ``jax.clear_caches()`` every that many steps (off by default and never
@@ -177,7 +184,8 @@ class BraxWrapper(JaxEnvBase):
         if action_indices is None and group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
         program = env if isinstance(env, exports.Program) else exports.Program(env, CoreInfo.of(checked_env(env)))
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        horizon = None if program.exported is not None else self._library_horizon(program.env, frame_skip)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=horizon)
         jdevice = self.jax_device
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
@@ -213,6 +221,19 @@ class BraxWrapper(JaxEnvBase):
         self._renderers: dict = {}
         self._build_specs(groups)
         self.set_seed(seed)
+
+    def _library_horizon(self, env: Any, frame_skip: int) -> tuple[int, str] | None:
+        """The time limit of an ``EpisodeWrapper`` around ``env`` in env steps (its steps are Brax steps, each env
+        step ``frame_skip`` calls of its ``action_repeat``), and how to change it; None without one."""
+        from brax.envs.wrappers.training import EpisodeWrapper
+
+        layer = env
+        while layer is not None and not isinstance(layer, EpisodeWrapper):
+            layer = getattr(layer, "env", None)
+        if layer is None:
+            return None
+        per_step = int(layer.action_repeat) * frame_skip
+        return -(-int(layer.episode_length) // per_step), "EpisodeWrapper(env, episode_length=N)"
 
     export_file = None  # BraxEnv: the file of its exported reset and step (see _exports)
     from_export = False  # BraxEnv: built from that file (no Brax import, no tracing)
@@ -399,7 +420,8 @@ class BraxEnv(NamedRepr, BraxWrapper):
             ``halfcheetah_6x1``, ``hopper_3x1``, ``walker2d_2x3``, ``humanoid_9-8``).
         backend: Brax physics pipeline (``generalized``, ``spring``, ``positional``, ``mjx``); None keeps the
             env's default.
-        max_steps: episode length (Brax's default 1000), reported as ``truncated``.
+        max_steps: episode length reported as ``truncated``: by default 1000, the ``episode_length`` Brax's
+            ``brax.envs.create`` gives its envs (those built by name have no time limit of their own).
         mapping: for a scene: None (derived from the robot model: each agent drives one limb and observes the
             root, its joints and their neighbours), ``"jaxmarl"`` (JaxMARL's tables, warning about the indices
             past the observation that JAX clamps), or a dict ``{"action_indices": ..., "observation_indices":
