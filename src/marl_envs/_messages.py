@@ -11,12 +11,13 @@ __all__ = ["did_you_mean", "shell_safe", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:
-    """``"; did you mean 'a' or 'b'?"`` for the candidates that start with ``name`` (``kuhn``: ``kuhn_poker``) and
+    """``"; did you mean 'a' or 'b'?"`` for the candidates that start with ``name`` (``kuhn``: ``kuhn_poker``; three
+    characters or more) and
     the close matches of ``name`` among ``candidates`` (``difflib``'s similarity of at least ``cutoff``), at most
     ``n``, else ``""``."""
     candidates = list(candidates)
     name = str(name)
-    started = [c for c in candidates if name and c.lower().startswith(name.lower()) and c != name]
+    started = [c for c in candidates if len(name) >= 3 and c.startswith(name) and c != name]
     close = difflib.get_close_matches(name, candidates, n=n, cutoff=cutoff)
     shown = list(dict.fromkeys(started + close))[:n]
     return f"; did you mean {' or '.join(map(repr, shown))}?" if shown else ""
