@@ -163,13 +163,14 @@ class Critic(nn.Module):
     observation concatenated. Decentralised (IPPO) or single-agent: from each agent's own observation.
     """
 
-    def __init__(self, n_in: int, n_agents: int, hidden: int, centralised: bool, per_agent_input: bool):
+    def __init__(self, n_in: int, n_agents: int, hidden: int, centralised: bool, per_agent_input: bool,
+                 dims: list[int]):
         super().__init__()
-        self.centralised, self.per_agent_input = centralised, per_agent_input
+        self.centralised, self.per_agent_input, self.dims = centralised, per_agent_input, dims
         self.net = mlp(n_in, n_agents if centralised else 1, hidden)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        x = torch.cat(inputs, -1)
+        x = joined(inputs, self.dims)
         if not self.centralised:
             return self.net(x)
         if self.per_agent_input:
@@ -177,15 +178,21 @@ class Critic(nn.Module):
         return self.net(x).unsqueeze(-1)
 
 
-class ActorInput(nn.Module):
-    """Concatenate a group's observation entries (and pass the action mask) into the policy."""
+def joined(inputs, dims: list[int]) -> torch.Tensor:
+    """The observation entries side by side, each flattened past its agent dim (``dims``: each one's feature dims,
+    e.g. 3 for Connector's ``(G, G, 2)`` views)."""
+    return torch.cat([x.flatten(-d) if d > 1 else x for x, d in zip(inputs, dims)], -1)
 
-    def __init__(self, policy: GroupPolicy, has_mask: bool):
+
+class ActorInput(nn.Module):
+    """Concatenate a group's observation entries, flattened (and pass the action mask), into the policy."""
+
+    def __init__(self, policy: GroupPolicy, has_mask: bool, dims: list[int]):
         super().__init__()
-        self.policy, self.has_mask = policy, has_mask
+        self.policy, self.has_mask, self.dims = policy, has_mask, dims
 
     def _split(self, inputs):
-        return (torch.cat(inputs[:-1], -1), inputs[-1]) if self.has_mask else (torch.cat(inputs, -1), None)
+        return (joined(inputs[:-1], self.dims), inputs[-1]) if self.has_mask else (joined(inputs, self.dims), None)
 
     def forward(self, *inputs):
         return self.policy(*self._split(inputs))
@@ -231,15 +238,17 @@ def build_agents(env: marl_envs.EnvBase, hidden: int, centralised: bool):
     actors, critics, keys = [], [], []
     for group in list(env.group_map) or [None]:
         k, observations, mask = group_keys(env, group)
-        obs_dim = sum(probe.get(o).shape[-1] for o in observations)
+        lead = 1 if group is None else 2  # (B,) or (B, n_agents) before an entry's features
+        dims = [probe.get(o).ndim - lead for o in observations]
+        obs_dim = sum(probe.get(o).shape[lead:].numel() for o in observations)
         n = len(env.group_map[group]) if group is not None else 1
-        policy = ActorInput(GroupPolicy(obs_dim, env.full_action_spec[k.action], hidden), mask is not None)
+        policy = ActorInput(GroupPolicy(obs_dim, env.full_action_spec[k.action], hidden), mask is not None, dims)
         actors.append(TensorDictModule(policy, in_keys=observations + ([mask] if mask else []),
                                        out_keys=[k.action, k.sample, k.log_prob]))
         central = centralised and group is not None
         use_state = central and "state" in env.observation_keys
         n_in = probe.get("state").shape[-1] if use_state else obs_dim * (n if central else 1)
-        critic = Critic(n_in, n, hidden, central, per_agent_input=not use_state)
+        critic = Critic(n_in, n, hidden, central, per_agent_input=not use_state, dims=[1] if use_state else dims)
         critics.append(TensorDictModule(critic, in_keys=["state"] if use_state else observations, out_keys=[k.value]))
         keys.append(k)
     return actors, critics, keys

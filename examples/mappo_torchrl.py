@@ -210,7 +210,8 @@ def random_policy_reward(args, frames: int, steps: int) -> float:
     """The same accounting as training, over ``frames`` frames of the env's random actions."""
     env, groups = make_env(args)
     env.set_seed(12345)
-    collector = Collector(env, None, frames_per_batch=args.num_envs * steps, total_frames=max(frames, 1),
+    # the env's rand_action honours action masks (TorchRL's default random policy draws from the spec alone)
+    collector = Collector(env, env.rand_action, frames_per_batch=args.num_envs * steps, total_frames=max(frames, 1),
                           **COLLECTOR_KWARGS)
     rewards = [mean_of(episode_rewards(data, groups, team=args.team_return).values()) for data in collector]
     collector.shutdown()

@@ -60,6 +60,7 @@ class EnvBase:
 
     allow_done_after_reset: bool = False
     _episode_bound: int | None = None  # a game that ends itself within this many steps (tic-tac-toe: 9)
+    _meanings: Mapping[NestedKey, str] = {}  # what an entry is, in words, where the backend knows (marl-envs info)
     _fused_reset: bool = False  # the backend implements _step_reset
     _masked_actions: bool = False  # the backend applies only the actions of agents its group's "mask" marks
     _outputs: Outputs

@@ -77,7 +77,11 @@ def _name(env: EnvBase, key: NestedKey) -> tuple[bool, str, tuple[str, ...]]:
 
 
 def meaning(env: EnvBase, key: NestedKey, role: str) -> str:
-    """What the entry ``key`` of the spec of ``role`` means, in words (``MEANINGS``, else ``ROLE_MEANINGS``)."""
+    """What the entry ``key`` of the spec of ``role`` means, in words (the backend's own words for it, else
+    ``MEANINGS``, else ``ROLE_MEANINGS``)."""
+    told = env._meanings.get(key)
+    if told is not None:
+        return told
     grouped, name, rest = _name(env, key)
     if name not in MEANINGS:
         return ROLE_MEANINGS[role]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import marl_envs
+from marl_envs import cli
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -208,6 +209,34 @@ def test_layout_of_structured_observations():
     image = env.render(1)  # drawn by Jumanji's own viewer, into an array
     assert env.renders and image.dtype == np.uint8 and image.shape[-1] == 3 and image.std() > 0
     env.close()
+
+
+def test_connector_gives_each_agent_its_view_of_the_grid(capsys):
+    """Connector's agents share one grid (agent i's path, position and target are 3i + 1, 3i + 2, 3i + 3 in it,
+    as Jumanji documents); each agent's ``observation`` shows its own as 1, 2, 3 in channel 0 and the others' as
+    1, 2, 3 in channel 1, and ``marl-envs info`` describes the shared entries in Jumanji's words."""
+    env = marl_envs.make("jumanji/Connector-v3", num_envs=2, seed=0)
+    td = env.reset()
+    for _ in range(3):
+        td = env.step_and_maybe_reset(env.rand_action(td))[1]
+    grid, view = td["grid"], td["agents", "observation"]
+    n = len(env.group_map["agents"])
+    assert view.shape == (2, n, *grid.shape[1:], 2) and view.dtype == torch.float32
+    for i in range(n):
+        for value in (1, 2, 3):
+            own = grid == 3 * i + value
+            assert own.any() or value == 1  # a position and a target always; a path once the agent moved
+            assert (view[:, i, ..., 0][own] == value).all() and (view[:, i, ..., 1][own] == 0).all()
+            for j in range(n):
+                if j != i:
+                    assert (view[:, j, ..., 1][own] == value).all() and (view[:, j, ..., 0][own] == 0).all()
+    assert (view.transpose(0, 1)[:, grid == 0] == 0).all()
+    env.close()
+    assert cli.main(["info", "jumanji/Connector-v3"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "shared by every agent: int array representing the positions of all agents" in rows["grid"]
+    assert "shared by every agent: (int32) the current episode step" in rows["step_count"]
+    assert "each agent's view of the grid: channel 0 its own path" in rows["agents.observation"]
 
 
 def test_jumanji_action_puts_the_agents_in_jumanjis_order():

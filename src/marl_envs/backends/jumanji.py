@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,6 +129,44 @@ class _Field:
         for part in self.path:
             tree = tree[part] if isinstance(tree, dict) else getattr(tree, part)
         return jnp.asarray(tree)
+
+
+class _AgentViews(_Field):
+    """Connector's shared grid as each agent sees it, ``(n, G, G, 2)`` (the input of Jumanji's own Connector
+    network): channel 0 holds the agent's own path, position and target as 1, 2, 3; channel 1 every other agent's,
+    all alike (1, 2, 3), so that one policy serves every agent."""
+
+    def __init__(self, grid: _Field, n: int):
+        super().__init__(grid.path, ("observation",), (*grid.shape, 2), np.float32, True)
+        self._n = n
+
+    def read(self, tree: Any) -> jax.Array:
+        grid = super().read(tree)[..., None, :, :]  # agent i's path, position, target are 3i + 1, 3i + 2, 3i + 3
+        agent = jnp.arange(self._n).reshape(-1, 1, 1)
+        own = (grid > 3 * agent) & (grid <= 3 * agent + 3)
+        mine = jnp.where(own, grid - 3 * agent, 0)
+        theirs = jnp.where(own | (grid == 0), 0, (grid - 1) % 3 + 1)
+        return jnp.stack([mine, theirs], axis=-1)
+
+
+#: Envs whose agents share one observation field and get their own view of it too: the field's path.
+_VIEWS = {"Connector-v3": ("grid",)}
+
+
+def _field_meanings(observation: Any) -> dict[str, str]:
+    """The first sentence of each field's description in the docstring of Jumanji's observation type."""
+    meanings: dict[str, list[str]] = {}
+    field = None
+    for line in (type(observation).__doc__ or "").splitlines():
+        found = re.match(r"\s*-?\s*(\w+):\s*(.+)$", line)
+        if found and found.group(1) in getattr(observation, "_fields", ()):
+            field = found.group(1)
+            meanings[field] = [found.group(2).strip()]
+        elif field is not None and line.strip():
+            meanings[field].append(line.strip())
+        else:
+            field = None
+    return {name: " ".join(words).split(". ")[0].rstrip(".") for name, words in meanings.items()}
 
 
 def _time_limit(env: Any) -> int | None:
@@ -286,6 +325,10 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         n = int(action_spec.shape[0])
         state, timestep = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
         fields = _fields(env_name, timestep.observation, n)
+        if env_name in _VIEWS:  # before the per-agent action mask, which stays the last per-agent field
+            seen = next(f for f in fields if f.path == _VIEWS[env_name])
+            at = next((i for i, f in enumerate(fields) if f.key == ("action_mask",)), len(fields))
+            fields.insert(at, _AgentViews(seen, n))
         mask = next((f for f in fields if f.key == ("action_mask",)), None)
         action, width = _action_spec(env_name, action_spec, mask, n, dev)
         stepped = jax.eval_shape(env.step, state, jax.ShapeDtypeStruct(action_spec.shape, action_spec.dtype))[1]
@@ -309,6 +352,12 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         shared = {f.key: Unbounded((B, *f.shape), dtype=_torch_dtype(f.dtype), device=dev)
                   for f in fields if not f.per_agent}
         self._declare_specs(groups, **_composite(shared, (B,), dev))
+        described = _field_meanings(timestep.observation)
+        self._meanings = {f.key if len(f.key) > 1 else f.key[0]: f"shared by every agent: {described[f.path[0]]}"
+                          for f in fields if not f.per_agent and f.path[0] in described}
+        if env_name in _VIEWS:
+            self._meanings.update({(g, "observation"): "each agent's view of the grid: channel 0 its own path, position "
+                                   "and target (1, 2, 3), channel 1 the other agents' (1, 2, 3)" for g in groups})
         obs = []  # in the core's order: per-agent fields group by group, then shared fields, then extras
         for f in fields:
             if f.per_agent:
