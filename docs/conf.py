@@ -21,10 +21,11 @@ extensions = [
     "sphinx.ext.viewcode",
     "cli_reference",
     "env_catalogue",
+    "results_table",
 ]
 
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_generated", "Thumbs.db", ".DS_Store"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 

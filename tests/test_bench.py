@@ -1,6 +1,7 @@
 """The benchmark harness: one interleaving scheme for every backend, through the References protocol."""
 
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -13,10 +14,10 @@ from marl_envs import bench, registry
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def script(name):
-    """A script of benchmarks/ as a module (the folder is no package)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
+def script(name, folder: Path = BENCHMARKS):
+    """A script of ``folder`` (benchmarks/, or the docs' extensions) as a module (the folder is no package)."""
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
     return importlib.import_module(name)
 
 
@@ -121,3 +122,29 @@ def test_brax_bench_prints_only_its_table():
     for _ in range(2):  # the second run loads the env from the export the first one saved
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         assert done.stderr == "" and done.stdout.startswith("brax/fast: 2 envs x 2 steps\n"), done
+
+
+def test_a_recorded_run_renders_in_the_results_table(tmp_path, capsys):
+    """``marl-envs bench NAME --record FILE`` appends one record a run; the docs' renderer makes one row of each
+    env, size, hardware and raw loop from the latest day's runs (median ratio, range)."""
+    from marl_envs import cli
+
+    records = tmp_path / "results.jsonl"
+    for _ in range(2):
+        assert cli.main(["bench", "vmas/balance", "n_agents=2", "--num-envs", "4", "--steps", "6", "--rounds", "2",
+                         "--record", str(records)]) == 0
+    assert f"recorded in {records}" in capsys.readouterr().out
+    runs = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(runs) == 2
+    run = runs[0]
+    assert (run["env"], run["env_kwargs"], run["num_envs"], run["device"]) == ("vmas/balance", {"n_agents": 2}, 4,
+                                                                              "cpu")
+    assert run["command"] == "marl-envs bench vmas/balance n_agents=2 --num-envs 4 --steps 6 --rounds 2"
+    assert {"marl-envs", "torch", "vmas"} <= run["versions"].keys() and run["hardware"].endswith(" cores")
+    reference = run["references"][0]
+    assert reference["ratio"] == pytest.approx(run["ours"]["us_per_step"] / reference["us_per_step"])
+    results = script("results_table", BENCHMARKS.parent / "docs" / "_ext")
+    rows = results.rows(runs)
+    assert len(rows) == len(run["references"])  # one row a raw loop; the two runs in it
+    assert rows[0][0] == "`vmas/balance` `n_agents=2`" and rows[0][3] == run["date"] and "2 runs" in rows[0][-1]
+

@@ -107,6 +107,15 @@ def _cmd_bench(args: argparse.Namespace) -> None:
     rows = run(args.name, num_envs=num_envs, steps=args.steps, rounds=args.rounds, device=args.device,
                **dict(args.kwargs))
     print(format_bench(args.name, num_envs, args.steps, rows))
+    if args.record:
+        from .bench import append_record, record
+
+        command = " ".join(["marl-envs bench", args.name, *(f"{k}={v}" for k, v in args.kwargs),
+                            f"--num-envs {num_envs} --steps {args.steps} --rounds {args.rounds}",
+                            *([f"--device {args.device}"] if args.device != "cpu" else [])])
+        append_record(args.record, record(args.name, num_envs, args.steps, args.rounds, args.device,
+                                          dict(args.kwargs), rows, command))
+        print(f"recorded in {args.record}")
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
@@ -146,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--rounds", type=int, default=5, help="loops take turns over this many chunks of the steps")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--record", metavar="FILE", help="append the run as a JSON record to FILE (one a line; the docs' "
+                                                     "performance page renders benchmarks/results.jsonl)")
     p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("doctor", help="versions, devices, and each installed backend built and stepped on each "
                        "device (exit status 1 if one is broken)")

@@ -9,11 +9,21 @@ loops the backend contributes. A backend contributes them through one declared p
 in turn (the order rotating from round to round), so a change in the machine's load hits all loops alike. A
 loop's time is the median of its rounds times ``rounds``, so a load spike in one round decides no ratio. Every
 loop first runs a few warm-up steps (compilation, caches).
+
+**Records.** ``record(...)`` turns a run's rows into one JSON record (the env and its keywords, the sizes, the
+device and the hardware, the date, the library versions, ours and each raw loop, the ratios);
+``marl-envs bench NAME --record FILE`` appends it to ``FILE`` (one record a line). The documentation's
+performance page is rendered from ``benchmarks/results.jsonl``.
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib
+import importlib.metadata
+import json
+import os
+import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +37,7 @@ from .._env import EnvBase
 from .._format import table
 from ..registry import make
 
-__all__ = ["Loop", "OursLoop", "References", "format_bench", "references", "run"]
+__all__ = ["Loop", "OursLoop", "References", "append_record", "format_bench", "hardware", "record", "references", "run"]
 
 WARMUP = 3
 
@@ -162,3 +172,55 @@ def format_bench(name: str, num_envs: int, steps: int, rows: Sequence[tuple[str,
             out.append((label, f"{seconds:.3f}", "-", "-", "-"))
     header = f"{name}: {num_envs} envs x {steps} steps\n"
     return header + table(("implementation", "seconds", "env-steps/s", "ours/this time", "ours/this speed"), out)
+
+
+#: The distributions whose versions a record carries, per backend (besides marl-envs and torch).
+_LIBRARIES = {"vmas": ["vmas"], "brax": ["brax", "jax"], "playground": ["playground", "mujoco-mjx", "jax"],
+              "jaxmarl": ["jaxmarl", "jax"], "gymnax": ["gymnax", "jax"], "jumanji": ["jumanji", "jax"],
+              "pettingzoo": ["pettingzoo"], "openspiel": ["open-spiel"], "magent2": ["magent2"],
+              "mamujoco": ["gymnasium-robotics"], "lbforaging": ["lbforaging"], "rware": ["rware"]}
+
+
+def hardware(device: str) -> str:
+    """The device in words: the GPU's name, or the CPU's model and core count."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def record(name: str, num_envs: int, steps: int, rounds: int, device: str, env_kwargs: dict[str, Any],
+           rows: Sequence[tuple[str, float, int]], command: str) -> dict[str, Any]:
+    """One run of ``run`` as a JSON-ready record: what ran, where, when, with which versions, and each loop's
+    time per step beside ours (``ratio``: ours / that loop's time)."""
+    loops = [(label, seconds, env_steps) for label, seconds, env_steps in rows if env_steps]
+    ours = loops[0]
+    versions = {d: _version(d) for d in ["marl-envs", "torch", *_LIBRARIES.get(name.partition("/")[0], [])]}
+    return {
+        "env": name, "env_kwargs": env_kwargs, "num_envs": num_envs, "steps": steps, "rounds": rounds,
+        "device": device.partition(":")[0], "hardware": hardware(device),
+        "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+        "versions": {d: v for d, v in versions.items() if v is not None},
+        "ours": {"label": ours[0], "us_per_step": 1e6 * ours[1] / ours[2] * num_envs},
+        "references": [{"label": label, "us_per_step": 1e6 * seconds / env_steps * num_envs,
+                        "ratio": ours[1] / ours[2] / (seconds / env_steps)} for label, seconds, env_steps in loops[1:]],
+        "command": command,
+    }
+
+
+def append_record(path: str | os.PathLike, entry: dict[str, Any]) -> None:
+    """Append ``entry`` to the records file ``path`` (one JSON record a line)."""
+    with open(path, "a") as out:
+        out.write(json.dumps(entry, sort_keys=True) + "\n")
