@@ -1,8 +1,8 @@
 """The one benchmark harness: our env against each backend's raw reference loops, in one process.
 
-``marl-envs bench NAME`` and ``benchmarks/bench.py`` print its table. The harness builds the env by name, draws
-every step's random actions beforehand (not timed), and times our ``step_and_maybe_reset`` loop against the
-loops the backend contributes. A backend contributes them through one declared protocol: its module
+``marl-envs bench NAME`` prints its table (``benchmarks/results.py`` runs it for every row of the performance
+page). The harness builds the env by name, draws every step's random actions beforehand (not timed), and times our
+``step_and_maybe_reset`` loop against the loops the backend contributes. A backend contributes them through one declared protocol: its module
 ``marl_envs.bench.<backend>`` holds ``BENCH``, a :class:`References`.
 
 **One interleaving scheme.** The steps are cut into ``rounds`` chunks; in each round every loop runs the chunk
