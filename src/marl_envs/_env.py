@@ -557,5 +557,7 @@ class EnvBase:
 
     def __repr__(self) -> str:
         groups = ", ".join(f"{g}: {len(m)}" for g, m in self._group_map.items())
+        bound = "" if self.max_steps is not None or self._episode_bound is None else (
+            f", max_episode_length={self._episode_bound}")  # a game that ends itself: its bound, not a time limit
         return (f"{type(self).__name__}(num_envs={self.num_envs}, groups={{{groups}}}, device={self.device}, "
-                f"max_steps={self.max_steps})")
+                f"max_steps={self.max_steps}{bound})")

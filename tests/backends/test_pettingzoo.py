@@ -217,6 +217,7 @@ def test_multiwalker_time_limit_is_truncated_and_a_fall_on_its_step_terminated()
 def test_tictactoe_reports_its_bound_and_no_time_limit():
     env = marl_envs.make("pettingzoo/classic/tictactoe_v3", num_envs=2, seed=0)
     assert env.max_steps is None and env.max_episode_length == 9
+    assert repr(env).endswith("max_steps=None, max_episode_length=9)")  # a bound, not a time limit
     data = env.rollout(9, break_when_any_done=False)
     assert data["next", "done"].any(1).all()  # every game ends within its bound
 
