@@ -82,6 +82,8 @@ PRESETS: dict[str, dict] = {
     # MuJoCo Playground's cheetah, one agent per joint (MJX physics; episodes of 1000 steps)
     "playground/CheetahRun_6x1": {"num_envs": 64, "frames": 1_000_000, "steps_per_batch": 100, "epochs": 10,
                                   "minibatch": 1600, "lr": 3e-4},
+    # Connector's 10 agents each read their own view of the shared grid (own path, position, target; the others')
+    "jumanji/Connector-v3": {"num_envs": 64, "frames": 150_000},
     "jumanji/RobotWarehouse-v0": {"num_envs": 64, "frames": 2_000_000, "steps_per_batch": 100, "epochs": 5,
                                   "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True},
 }
