@@ -80,3 +80,19 @@ def test_a_masked_out_choice_is_refused_and_nothing_applied(name, mode):
         assert torch.equal(ours.get(key)[0], theirs.get(key)[0]), key
     env.close()
     twin.close()
+
+
+@pytest.mark.skipif(not marl_envs.backend_installed("openspiel"), reason="openspiel is not installed")
+def test_with_no_check_a_library_error_names_the_env_once():
+    """``validate_actions=False`` hands the choice to the library: its refusal comes back once, naming the env."""
+    from marl_envs.backends.pettingzoo import InstanceError
+
+    env = marl_envs.make("openspiel/tic_tac_toe", num_envs=2, seed=0)
+    env.validate_actions = False
+    td = env.step_mdp(env.step(env.rand_action(env.reset())))
+    agent, choice = _forbidden_choice(td)
+    td = env.rand_action(td)
+    td["agents", "action"][0, agent] = choice
+    with pytest.raises(InstanceError, match=r"^the PettingZoo instance of env 0 raised in step: SpielError: .*"
+                                            r"board_\[move\] == CellState::kEmpty"):
+        env.step(td)

@@ -31,9 +31,9 @@ from ...specs import Binary, Composite, Unbounded
 from ._shard import BatchPlan, Buffers, Frame, Group, Shard, dead_message, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
 from ._tasks import EPISODE_BOUNDS, SWIG_WARNINGS, Task, resolve_task, tasks
-from ._workers import WorkerPool, shared_zeros
+from ._workers import InstanceError, WorkerPool, shared_zeros
 
-__all__ = ["PettingZooEnv", "PettingZooWrapper", "Task", "cycle_steps", "env_names", "make_env"]
+__all__ = ["InstanceError", "PettingZooEnv", "PettingZooWrapper", "Task", "cycle_steps", "env_names", "make_env"]
 
 Factory = Callable[[], Any]
 
@@ -323,11 +323,24 @@ class PettingZooWrapper(EnvBase):
         seeds = [self._seeds[i] for i in rows]
         for i in rows:
             self._seeds[i] = None
-        self._runner.reset(rows, seeds)
+        self._call("reset", rows, seeds)
         return self._to_tensordict(self._buffers.reset)
 
+    def _call(self, command: str, *args: Any) -> None:
+        """``runner.<command>(*args)``; a library error of an instance in this process re-raised once, as the
+        workers' are: an ``InstanceError`` naming the env."""
+        try:
+            getattr(self._runner, command)(*args)
+        except InstanceError:
+            raise
+        except Exception as err:
+            if not isinstance(self._runner, Shard):
+                raise
+            raise InstanceError(f"the PettingZoo instance of env {self._runner.current} raised in {command}: "
+                              f"{type(err).__name__}: {err}") from err
+
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._runner.step(self._load_actions(tensordict))
+        self._call("step", self._load_actions(tensordict))
         return self._to_tensordict(self._buffers.step, with_reward=True)
 
     _fused_reset = True  # step_and_maybe_reset steps and resets the instances in one pass (one call per worker)
@@ -338,7 +351,7 @@ class PettingZooWrapper(EnvBase):
         decoded = self._load_actions(tensordict)
         b.ends[:] = False if ends is None else ends.cpu().numpy()
         seeded = any(seed is not None for seed in self._seeds)
-        self._runner.step_reset(decoded, self._seeds if seeded else None)
+        self._call("step_reset", decoded, self._seeds if seeded else None)
         rows = torch.from_numpy(b.reset_rows.copy())
         if seeded:
             for i in rows.nonzero().flatten().tolist():

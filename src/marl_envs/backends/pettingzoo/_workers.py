@@ -32,7 +32,7 @@ import numpy as np
 from ..._quiet import Filter, ignored_warnings
 from ._shard import BatchPlan, Buffers, Shard
 
-__all__ = ["WorkerError", "WorkerPool", "shared_zeros"]
+__all__ = ["InstanceError", "WorkerPool", "shared_zeros"]
 
 #: how long a worker that has replied polls for its next command (yielding its core to any other runnable
 #: thread) before it sleeps: waking a sleeping worker costs a good part of a short step, and its idle core
@@ -47,8 +47,9 @@ _FORK_WARNINGS: tuple[Filter, ...] = (
 _PICKLED = {command: bytes(ForkingPickler.dumps((command, ()))) for command in ("step", "step_reset")}
 
 
-class WorkerError(RuntimeError):
-    """A worker's PettingZoo instance raised, or a worker died."""
+class InstanceError(RuntimeError):
+    """A PettingZoo instance raised in a step or a reset (in this process or in a worker: the message names the env
+    and holds the library's message), or a worker died."""
 
 
 def shared_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -118,7 +119,7 @@ class WorkerPool:
 
     Raises:
         ValueError: ``num_workers`` out of range, or no ``fork`` start method on this platform.
-        WorkerError: a worker could not build its instances.
+        InstanceError: a worker could not build its instances.
     """
 
     def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, plan: BatchPlan, buffers: Buffers,
@@ -158,14 +159,14 @@ class WorkerPool:
                 except (EOFError, OSError):
                     process = self.processes[k]
                     process.join(timeout=1)
-                    failures[k] = WorkerError(
+                    failures[k] = InstanceError(
                         f"PettingZoo worker {k} (envs {self.slices[k][0]}-{self.slices[k][1] - 1}) died with exit "
                         f"code {process.exitcode}; the env cannot step on: build a new one"
                     )
                     continue
                 if status == "error":
                     env_index, original = value
-                    failures[k] = WorkerError(f"the PettingZoo instance of env {env_index} raised in worker "
+                    failures[k] = InstanceError(f"the PettingZoo instance of env {env_index} raised in worker "
                                               f"{k}:\n{original}")
                 replies[k] = value
         if failures:
