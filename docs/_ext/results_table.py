@@ -56,7 +56,8 @@ def rows(records: list[dict]) -> list[list[str]]:
 
 def render(records: list[dict]) -> str:
     """The table in Markdown, with each run's command below it."""
-    header = ["env", "envs", "device", "date", "ours, us a step", "raw loop, us a step", "ours / raw time"]
+    header = ["env", "envs", "device", "date", "ours, us a step", "against (a raw loop, or ours with workers), us a step",
+              "ours / that time"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows(records)]
     commands = sorted({r["command"] for r in records})

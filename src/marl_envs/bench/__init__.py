@@ -2,8 +2,8 @@
 
 ``marl-envs bench NAME`` prints its table (``benchmarks/results.py`` runs it for every row of the performance
 page). The harness builds the env by name, draws every step's random actions beforehand (not timed), and times our
-``step_and_maybe_reset`` loop against the loops the backend contributes. A backend contributes them through one declared protocol: its module
-``marl_envs.bench.<backend>`` holds ``BENCH``, a :class:`References`.
+``step_and_maybe_reset`` loop against the loops the backend contributes. A backend contributes them through one
+declared protocol: its module ``marl_envs.bench.<backend>`` holds ``BENCH``, a :class:`References`.
 
 **One interleaving scheme.** The steps are cut into ``rounds`` chunks; in each round every loop runs the chunk
 in turn (the order rotating from round to round), so a change in the machine's load hits all loops alike. A
@@ -64,7 +64,8 @@ class References:
         timings: ``timings(env)`` -> ``{label: seconds}``, one-off costs of our env, read after the run.
         legal_actions: the reference loops draw legal actions every step where action masks rule (PettingZoo's
             turn-based games reject illegal ones), so ours does too (``rand_action`` per step, timed); False: they
-            step the plan's actions as they are (JaxMARL's SMAX takes any action), and so does ours.
+            step the plan's actions as they are (JaxMARL's SMAX takes any action), and so does ours, with
+            ``validate_actions=False`` where the env has masks (its check would refuse a masked-out choice).
     """
 
     default_num_envs: int
@@ -85,8 +86,10 @@ class OursLoop:
     def __init__(self, env: EnvBase, plan: Sequence[TensorDictBase], legal_actions: bool = True):
         self.env = env
         self.plan = [[(key, step.get(key)) for key in env.action_keys] for step in plan]
-        self.masked = legal_actions and any(
-            key[-1] == "action_mask" for key in env.observation_keys if isinstance(key, tuple))
+        masks = any(key[-1] == "action_mask" for key in env.observation_keys if isinstance(key, tuple))
+        self.masked = legal_actions and masks
+        if masks and not legal_actions:  # the plan's choices ignore the masks, as the raw loops' do
+            env.validate_actions = False
         self.td = env.reset()
 
     def __call__(self, steps: range) -> None:

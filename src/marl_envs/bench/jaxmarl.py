@@ -4,7 +4,8 @@ beforehand, so that a step is one dispatch. Its carry holds everything a step re
 rewards, dones), as a training loop would read them. For envs with action masks (``get_avail_actions``) a
 second loop also computes the masks every step, as a JaxMARL training loop on such an env does (JaxMARL's own
 SMAX baselines call it every step). Both loops step the plan's actions as they are, illegal ones included (SMAX
-takes any action), and so does ours (``legal_actions=False``): the same work on both sides."""
+takes any action), and so does ours (``legal_actions=False``, with no action check): the same work on both
+sides."""
 
 from __future__ import annotations
 

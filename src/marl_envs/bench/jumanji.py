@@ -3,7 +3,7 @@
 JAX device in Jumanji's layout and split into one array per step beforehand, so that a step is one dispatch. Its
 carry is the wrapper's state and ``TimeStep`` (observations, masks, rewards, discounts, extras), as a training
 loop reads them. Both loops step the plan's actions as they are, illegal ones included (Jumanji's envs take any
-action in range), and so does ours (``legal_actions=False``)."""
+action in range), and so does ours (``legal_actions=False``, with no action check)."""
 
 from __future__ import annotations
 
