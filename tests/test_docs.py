@@ -14,7 +14,7 @@ import marl_envs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS_DIR = ROOT / "docs"
-GENERATED = ("_build", "envs")  # the built site and the generated catalogue pages
+GENERATED = ("_build", "envs", "_generated")  # the built site, the catalogue pages and the results table
 DOCS = sorted(p for p in DOCS_DIR.rglob("*.md") if p.relative_to(DOCS_DIR).parts[0] not in GENERATED)
 DOCS.append(ROOT / "README.md")
 #: Reference pages: their content is generated from the code (autodoc, the CLI's parser), not examples.

@@ -174,7 +174,8 @@ def _check_horizon(env: EnvBase) -> None:
     going = ~ended
     if not bool(going.any()):
         return
-    where = f"the step that reaches max_steps={limit}, in the envs not ended earlier ({going.nonzero().flatten().tolist()})"
+    going_envs = going.nonzero().flatten().tolist()
+    where = f"the step that reaches max_steps={limit}, in the envs not ended earlier ({going_envs})"
     for key in env.done_keys:
         if (key if isinstance(key, str) else key[-1]) != "truncated":
             continue
