@@ -177,3 +177,17 @@ def cheapest_brax_kwargs(name: str) -> dict:
         except ValueError:
             return {}
     return {"backend": "spring"}
+
+
+def play_to_max_steps(env):
+    """Random play (``step_and_maybe_reset``) to ``env.max_steps``, its last step without a reset (the instances as
+    that step left them): the ``"next"`` data of the step that reaches it, which envs had not ended before it, and
+    the ``"next"`` data of the step before (None when ``max_steps`` is 1)."""
+    B = env.num_envs
+    td, ended, before = env.reset(), torch.zeros(B, dtype=torch.bool, device=env.device), None
+    for _ in range(env.max_steps - 1):
+        td, root = env.step_and_maybe_reset(env.rand_action(td))
+        before = td["next"]
+        ended |= before["done"].reshape(B)
+        td = root
+    return env.step(env.rand_action(td))["next"], ~ended, before

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from envs import play_to_max_steps
 import marl_envs
 
 STEPS = 40
@@ -152,18 +153,6 @@ def test_registry_ids_beyond_the_listed_tasks_build_by_name():
 # ------------------------------------------------------------------------------------------------------
 # Time limits: each library's own as max_steps
 # ------------------------------------------------------------------------------------------------------
-def _play_to_max_steps(env):
-    """Random play to ``env.max_steps``, its last step without a reset (the instances as that step left them): the
-    step's ``"next"`` data and which envs had not ended before it."""
-    B = env.num_envs
-    td, ended = env.reset(), torch.zeros(B, dtype=torch.bool)
-    for _ in range(env.max_steps - 1):
-        td, root = env.step_and_maybe_reset(env.rand_action(td))
-        ended |= td["next", "done"].reshape(B)
-        td = root
-    return env.step(env.rand_action(td))["next"], ~ended
-
-
 def _ends_at_the_limit(env, nxt, going, true_end):
     """At the step reaching ``max_steps``, in the envs not ended earlier: truncated at the root and for every agent,
     terminated exactly where the library's own end (``true_end``, ``(B,)``) came on that step."""
@@ -180,7 +169,7 @@ def test_lbforaging_max_episode_steps_is_max_steps_and_truncates():
     _installed("lbforaging")
     env = marl_envs.make("lbforaging/Foraging-5x5-2p-1f-v3", num_envs=2, seed=0, max_episode_steps=6)
     assert env.max_steps == env.envs[0].env._max_episode_steps == 6
-    nxt, going = _play_to_max_steps(env)
+    nxt, going, _ = play_to_max_steps(env)
     cleared = torch.tensor([not view.env.field.any() for view in env.envs])  # the task's own end, on that step
     _ends_at_the_limit(env, nxt, going, cleared)
     with pytest.raises(ValueError, match=r"max_steps=51 is beyond the library's own time limit: its episodes end after "
@@ -193,7 +182,7 @@ def test_rware_max_steps_is_its_own_step_limit():
     _installed("rware")
     env = marl_envs.make("rware/rware-tiny-2ag-v2", num_envs=2, seed=0, max_steps=5)
     assert env.max_steps == env.envs[0].env.max_steps == 5
-    nxt, going = _play_to_max_steps(env)
+    nxt, going, _ = play_to_max_steps(env)
     _ends_at_the_limit(env, nxt, going, torch.zeros(2, dtype=torch.bool))  # no goal state
     env = marl_envs.make("rware/rware-tiny-2ag-v2", num_envs=2)
     assert env.max_steps == env.envs[0].env.max_steps == 500
@@ -209,7 +198,7 @@ def test_openspiel_horizon_is_max_steps_and_truncates(name, steps):
     env = marl_envs.make(f"openspiel/{name}", num_envs=2, seed=0, horizon=6)
     assert env.envs[0].core.game.get_parameters()["horizon"] == 6 and env.max_steps == steps
     assert env.max_episode_length == steps
-    nxt, going = _play_to_max_steps(env)
+    nxt, going, _ = play_to_max_steps(env)
     assert all(view.core.state.is_terminal() for view in env.envs)  # the library's games ended on that step
     _ends_at_the_limit(env, nxt, going, torch.zeros(2, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"max_steps=1001 .*\(horizon=N\) when building the env"):
@@ -222,7 +211,7 @@ def test_openspiel_horizon_and_a_true_end_on_its_step():
     _installed("openspiel")
     env = marl_envs.make("openspiel/cliff_walking", num_envs=16, seed=0, horizon=3)
     assert env.max_steps == 3
-    nxt, going = _play_to_max_steps(env)
+    nxt, going, _ = play_to_max_steps(env)
     fell = nxt["agents", "reward"].reshape(16) <= -100
     assert (fell & going).any() and (~fell & going).any()
     _ends_at_the_limit(env, nxt, going, fell)
@@ -244,7 +233,7 @@ def test_mamujoco_max_episode_steps_is_max_steps_and_truncates():
     for parallel, steps in ((True, 4), (False, 8)):
         env = marl_envs.make("mamujoco/Reacher_2x1", num_envs=2, seed=0, max_episode_steps=4, parallel=parallel)
         assert env.max_steps == steps
-        nxt, going = _play_to_max_steps(env)
+        nxt, going, _ = play_to_max_steps(env)
         _ends_at_the_limit(env, nxt, going, torch.zeros(2, dtype=torch.bool))  # Reacher never terminates
 
 
@@ -252,7 +241,7 @@ def test_magent2_max_cycles_is_max_steps_and_truncates():
     _installed("magent2")
     env = marl_envs.make("magent2/battle", num_envs=2, seed=0, map_size=12, max_cycles=5)
     assert env.max_steps == env.envs[0].unwrapped.max_cycles == 5
-    nxt, going = _play_to_max_steps(env)
+    nxt, going, _ = play_to_max_steps(env)
     assert going.all() and nxt["truncated"].all() and not nxt["terminated"].any()
     for group in env.group_map:
         assert nxt[group, "truncated"].all()

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from envs import play_to_max_steps
 import marl_envs
 
 jax = pytest.importorskip("jax")
@@ -188,17 +189,10 @@ def _play_to_the_limit(env):
     """Random play (``step_and_maybe_reset``) to ``env.max_steps``: the ``next`` data of the step that reaches it,
     and per done key the entries still running before it (envs not ended earlier, agents whose own done was unset
     the step before)."""
-    B = env.num_envs
-    td, ended, before = env.reset(), torch.zeros(B, dtype=torch.bool), None
-    for _ in range(env.max_steps - 1):
-        td, root = env.step_and_maybe_reset(env.rand_action(td))
-        before = td["next"]
-        ended |= before["done"].reshape(B)
-        td = root
-    nxt = env.step(env.rand_action(td))["next"]
+    nxt, going, before = play_to_max_steps(env)
     running = {}
     for key in env.done_keys:
-        live = (~ended).reshape(B, *[1] * (nxt[key].ndim - 1)).expand_as(nxt[key])
+        live = going.reshape(env.num_envs, *[1] * (nxt[key].ndim - 1)).expand_as(nxt[key])
         if isinstance(key, tuple) and before is not None:
             live = live & ~before[(*key[:-1], "done")]
         running[key] = live

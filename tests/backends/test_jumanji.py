@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from envs import play_to_max_steps
 import marl_envs
 from marl_envs import cli
 
@@ -152,17 +153,10 @@ def test_time_limit_is_max_steps_and_ends_with_truncated(run):
         assert env.max_steps is None and env.max_episode_length == 2 * raw._num_customers
         return
     assert env.max_steps == env.max_episode_length == raw.time_limit == 6
-    B = env.num_envs
-    td, ended, before = env.reset(), torch.zeros(B, dtype=torch.bool), None
-    for _ in range(env.max_steps - 1):
-        td, root = env.step_and_maybe_reset(env.rand_action(td))
-        before = td["next"]
-        ended |= before["done"].reshape(B)
-        td = root
-    nxt = env.step(env.rand_action(td))["next"]
-    assert not ended.all()
+    nxt, going, before = play_to_max_steps(env)
+    assert going.any()
     for key in env.done_keys:
-        live = (~ended).reshape(B, *[1] * (nxt[key].ndim - 1)).expand_as(nxt[key])
+        live = going.reshape(env.num_envs, *[1] * (nxt[key].ndim - 1)).expand_as(nxt[key])
         if isinstance(key, tuple):  # an agent whose own done was set the step before has ended (Connector)
             live = live & ~before[(*key[:-1], "done")]
         value, name = nxt[key][live], key if isinstance(key, str) else key[-1]

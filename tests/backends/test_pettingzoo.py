@@ -9,6 +9,7 @@ import torch
 pytest.importorskip("pettingzoo")
 pytest.importorskip("mpe2")
 
+from envs import play_to_max_steps  # noqa: E402
 import marl_envs  # noqa: E402
 from gymnasium import spaces  # noqa: E402
 from marl_envs import MarlGroupMapType  # noqa: E402
@@ -170,18 +171,6 @@ def test_env_class_builds_what_make_builds():
 # ------------------------------------------------------------------------------------------------------
 # Time limits: the library's own as max_steps
 # ------------------------------------------------------------------------------------------------------
-def _play_to_max_steps(env):
-    """Random play to ``env.max_steps``, its last step without a reset (the instances as that step left them): the
-    step's ``"next"`` data and which envs had not ended before it."""
-    B = env.num_envs
-    td, ended = env.reset(), torch.zeros(B, dtype=torch.bool)
-    for _ in range(env.max_steps - 1):
-        td, root = env.step_and_maybe_reset(env.rand_action(td))
-        ended |= td["next", "done"].reshape(B)
-        td = root
-    return env.step(env.rand_action(td))["next"], ~ended
-
-
 @pytest.mark.parametrize("parallel", [True, False])
 def test_mpe_max_cycles_is_max_steps_and_reaching_it_is_truncated(parallel):
     """MPE's ``max_cycles``: env steps of the parallel API, a move of each agent per cycle in the AEC one."""
@@ -189,7 +178,7 @@ def test_mpe_max_cycles_is_max_steps_and_reaching_it_is_truncated(parallel):
     raw = env.envs[0].unwrapped
     assert env.max_steps == raw.max_cycles * (1 if parallel else len(raw.possible_agents)) == (4 if parallel else 8)
     assert env.max_episode_length == env.max_steps
-    nxt, going = _play_to_max_steps(env)
+    nxt, going, _ = play_to_max_steps(env)
     assert going.all()  # MPE has no end but its time limit
     assert nxt["truncated"].all() and not nxt["terminated"].any()
     assert nxt["agents", "truncated"].all() and not nxt["agents", "terminated"].any()
@@ -209,7 +198,7 @@ def test_multiwalker_time_limit_is_truncated_and_a_fall_on_its_step_terminated()
     for cycles, fell in ((fall, True), (fall - 1, False)):  # the same seed: the same actions, the same walk
         env = marl_envs.make("pettingzoo/sisl/multiwalker_v9", num_envs=2, seed=0, max_cycles=cycles)
         assert env.max_steps == env.envs[0].unwrapped.env.max_cycles == cycles
-        nxt, going = _play_to_max_steps(env)
+        nxt, going, _ = play_to_max_steps(env)
         assert going[0] and nxt["truncated"][0] and nxt["agents", "truncated"][0].all()
         assert bool(nxt["terminated"][0]) == fell and nxt["agents", "terminated"][0].all() == fell
 
@@ -229,7 +218,7 @@ def test_max_steps_beyond_the_librarys_limit_is_refused_and_a_shorter_one_trunca
         marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, max_steps=100)
     assert marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, max_cycles=100, max_steps=100).max_steps == 100
     env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0, max_steps=3)  # shorter: allowed
-    nxt, going = _play_to_max_steps(env)
+    nxt, going, _ = play_to_max_steps(env)
     assert going.all() and nxt["truncated"].all() and not nxt["terminated"].any()
     with pytest.raises(ValueError, match=r"max_steps=26 is beyond the library's own time limit"):
         env.max_steps = 26
