@@ -24,7 +24,7 @@ from .specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
 __all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devices", "check_actions", "check_carried",
            "check_device", "check_env_index", "check_kwargs", "checked_keywords", "did_you_mean", "env_keywords",
-           "init_keywords", "keyword_error", "keyword_use", "unknown_name"]
+           "forbidden_message", "init_keywords", "keyword_error", "keyword_use", "unknown_name"]
 
 
 def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
@@ -302,6 +302,15 @@ def _forbidden(check: ActionCheck, action: torch.Tensor, legal: torch.Tensor) ->
     return ~legal.reshape(*choice.shape, spec.n).gather(-1, choice.unsqueeze(-1)).squeeze(-1)
 
 
+def forbidden_message(key: NestedKey, env: int, agent: int | None, agents: Sequence[str], choice: int,
+                      mask: NestedKey, allowed: Sequence[int]) -> str:
+    """The one message of a choice an action mask forbids (checked before the step or inside it): the key, the
+    env, the agent (``None``: a root action), the choice and the legal ones."""
+    who = "" if agent is None else f", agent {agent}" + (f" ({agents[agent]!r})" if agent < len(agents) else "")
+    return (f"action {key!r} of env {env}{who} was {choice}, which its action mask {mask!r} forbids; the legal ones: "
+            f"{list(allowed)}.")
+
+
 def _refuse_forbidden(check: ActionCheck, action: torch.Tensor, legal: torch.Tensor, forbidden: torch.Tensor) -> None:
     """Raise on the first choice ``forbidden`` flags, naming the env, the agent, the choice and the legal ones."""
     at = forbidden.nonzero()[0].tolist()
@@ -309,12 +318,10 @@ def _refuse_forbidden(check: ActionCheck, action: torch.Tensor, legal: torch.Ten
     row = (env,) if agent is None else (env, agent)
     choice = action[row].argmax(-1) if isinstance(check.spec, OneHot) else action[row]
     allowed = legal.reshape(*forbidden.shape, check.spec.n)[row].nonzero().flatten().tolist()
-    who = "" if agent is None else f", agent {agent}" + (
-        f" ({check.agents[agent]!r})" if agent < len(check.agents) else "")
     raise ValueError(
-        f"action {check.key!r} of env {env}{who} was {int(choice)}, which its action mask {check.legal!r} forbids; "
-        f"the legal ones: {allowed}. Nothing of this step was applied: draw actions from the mask (env.rand_action "
-        f"honours it, a masked policy does)")
+        forbidden_message(check.key, env, agent, check.agents, int(choice), check.legal, allowed)
+        + " Nothing of this step was applied: draw actions from the mask (env.rand_action honours it, a masked "
+          "policy does)")
 
 
 def _any_bad(check: ActionCheck, action: torch.Tensor) -> bool | torch.Tensor:

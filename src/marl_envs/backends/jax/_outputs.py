@@ -430,7 +430,7 @@ class JaxOutputs(Outputs):
         self._action_order = None if order == list(range(len(checked))) else order
         self._cut_step, self._cut_both = programs.step_layout.cut, programs.both_layout.cut
         self._flag_step, self._flag_both = programs.step_layout.flag, programs.both_layout.flag
-        self._masked = bool(programs.masks)
+        self._masked = bool(programs.masks) and self._check  # the masks go in only where the step checks them
         self._everything = torch.ones(programs.legal_width, dtype=torch.bool, device=env.device)
         self._after_step = env._after_step
         self._batch = env.num_envs
@@ -479,7 +479,7 @@ class JaxOutputs(Outputs):
             return programs.reset, (carry, record, struct((B,), jnp.bool_))
         method, check = (programs.step if name == "step" else programs.step_reset), self._check
         args = (carry, record, struct((B, core.action_size), jnp.float32), struct((), jnp.int32))
-        if programs.masks:
+        if programs.masks and check:  # the masks are read only by the check
             return (lambda c, r, a, lim, legal: method(c, r, a, lim, check, legal)), (
                 *args, struct((B, programs.legal_width), jnp.bool_))
         return (lambda c, r, a, lim: method(c, r, a, lim, check)), args
@@ -514,21 +514,20 @@ class JaxOutputs(Outputs):
         programs, column = self.programs, int(found[3])
         key, index = programs.action_names[column]
         spec = self.env.full_action_spec[key]
-        from ..._validate import _domain
+        from ..._validate import _domain, forbidden_message
 
         if np.isfinite(value) and programs.low[column] <= value <= programs.high[column]:  # a choice its mask forbids
             mask = next(m for m in programs.masks if m.column <= column < m.column + m.width)
             words = found[6:].astype(np.int64)
             allowed = [i for i in range(mask.n) if words[i // _BITS] >> (i % _BITS) & 1]
-            group = key[0] if isinstance(key, tuple) else None
-            names = self.env.group_map.get(group, []) if group is not None else []
-            who = f", agent {index}" + (f" ({names[index]!r})" if index < len(names) else "") if group else ""
-            mask_key = mask.key[0] if len(mask.key) == 1 else mask.key
+            grouped = isinstance(key, tuple)
             raise ValueError(
-                f"action {key!r} of env {int(found[2])}{who} was {int(value)}, which its action mask {mask_key!r} "
-                f"forbids; the legal ones: {allowed}. At step {int(found[1])} (counted from the env's build), "
-                f"validate_actions='deferred' left that env where it was and set its float outputs of that step to "
-                f"NaN; set env.validate_actions='immediate' to raise before the step instead")
+                forbidden_message(key, int(found[2]), index if grouped else None,
+                                  self.env.group_map.get(key[0], []) if grouped else [], int(value),
+                                  mask.key[0] if len(mask.key) == 1 else mask.key, allowed)
+                + f" At step {int(found[1])} (counted from the env's build), validate_actions='deferred' left that "
+                f"env where it was and set its float outputs of that step to NaN; set "
+                f"env.validate_actions='immediate' to raise before the step instead")
         raise ValueError(
             f"action {key!r} of env {int(found[2])} at step {int(found[1])} (counted from the env's build) was "
             f"{float(value)!r} (its entry {index} per env); expected {_domain(spec)}. validate_actions='deferred' "
