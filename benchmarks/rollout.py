@@ -22,7 +22,7 @@ import statistics
 import time
 
 import marl_envs
-from marl_envs._format import table
+from marl_envs.cli.format import table
 
 
 def step_loop(env, steps: int) -> int:

@@ -42,7 +42,7 @@ import torch
 
 import marl_envs
 from marl_envs import bench
-from marl_envs._format import table as text_table
+from marl_envs.cli.format import table as text_table
 
 try:
     import psutil

@@ -160,7 +160,7 @@ def cheapest_brax_kwargs(name: str) -> dict:
     """For ``brax/<name>``: Brax's spring pipeline (its fastest on CPU) where the env takes it, else nothing."""
     import warnings
 
-    from marl_envs._validate import init_keywords
+    from marl_envs._core.validate import init_keywords
     from marl_envs.backends.brax import scenes
     from marl_envs.backends.brax._compat import import_brax
 

@@ -39,12 +39,12 @@ def test_library_errors_are_one_line_with_exit_code_1(capsys):
     assert cli.main(["bench", "test/predator_prey"]) == 1
     assert capsys.readouterr().err == (
         "error: bench times a backend's env against the backend's raw library; 'test/predator_prey' is not a "
-        "backend's env (backends: vmas, brax, pettingzoo, jaxmarl, gymnax, jumanji, playground, lbforaging, rware, "
-        "magent2, mamujoco, openspiel)\n")
+        "backend's env (backends: brax, gymnax, jaxmarl, jumanji, lbforaging, magent2, mamujoco, openspiel, "
+        "pettingzoo, playground, rware, vmas)\n")
 
 
 def test_missing_backend_is_exit_code_1(capsys, monkeypatch):
-    missing = registry._Backend("marl_envs.backends.vmas", ("surely_not_installed_pkg",), "vmas")
+    missing = registry.Backend("marl_envs.backends.vmas", ("surely_not_installed_pkg",), "vmas")
     monkeypatch.setitem(registry._BACKENDS, "vmas", missing)
     monkeypatch.setattr(registry, "_NAME_CACHE", {})
     assert cli.main(["list", "vmas"]) == 1
@@ -103,28 +103,28 @@ def test_list_user_without_registrations_says_how_to_register(capsys, monkeypatc
 
 def test_list_without_backends_says_what_to_install(capsys, monkeypatch):
     for name, backend in registry._BACKENDS.items():
-        missing = registry._Backend(backend.module, ("surely_not_installed_pkg",), backend.extra)
+        missing = registry.Backend(backend.module, ("surely_not_installed_pkg",), backend.extra)
         monkeypatch.setitem(registry._BACKENDS, name, missing)
     assert cli.main(["list"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "test/predator_prey\n"
-    assert captured.err == ("not installed, so not listed: vmas, brax, pettingzoo, jaxmarl, gymnax, jumanji, playground, "
-                            "lbforaging, rware, magent2, mamujoco, openspiel (pip install "
-                            "'marl-envs[vmas,brax,pettingzoo,jaxmarl,gymnax,jumanji,playground,lbforaging,rware,magent2,mamujoco,openspiel]')\n")
+    assert captured.err == ("not installed, so not listed: brax, gymnax, jaxmarl, jumanji, lbforaging, magent2, mamujoco, "
+                            "openspiel, pettingzoo, playground, rware, vmas (pip install "
+                            "'marl-envs[brax,gymnax,jaxmarl,jumanji,lbforaging,magent2,mamujoco,openspiel,pettingzoo,playground,rware,vmas]')\n")
     monkeypatch.setattr(registry, "_USER_ENVS", {})
     assert cli.main(["list"]) == 0
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == ("no envs: no backend is installed; install one with: "
                             "pip install "
-                            "'marl-envs[vmas|brax|pettingzoo|jaxmarl|gymnax|jumanji|playground|lbforaging|rware|magent2|mamujoco|openspiel|all]'\n")
+                            "'marl-envs[brax|gymnax|jaxmarl|jumanji|lbforaging|magent2|mamujoco|openspiel|pettingzoo|playground|rware|vmas|all]'\n")
 
 
 def test_list_unknown_backend_suggests_a_close_one(capsys):
     assert cli.main(["list", "vmass"]) == 1
-    assert capsys.readouterr().err == ("error: unknown backend 'vmass'; did you mean 'vmas'? available: vmas, brax, "
-                                       "pettingzoo, jaxmarl, gymnax, jumanji, playground, lbforaging, rware, magent2, "
-                                       "mamujoco, openspiel, user\n")
+    assert capsys.readouterr().err == ("error: unknown backend 'vmass'; did you mean 'vmas'? available: brax, gymnax, "
+                                       "jaxmarl, jumanji, lbforaging, magent2, mamujoco, openspiel, pettingzoo, "
+                                       "playground, rware, vmas, user\n")
 
 
 def test_info_of_a_single_agent_env_says_so(capsys):
@@ -204,7 +204,7 @@ def test_parse_kwargs_malformed_exits_with_the_usage_code(capsys):
 def test_demo_rollout_writes_no_progress_bar_into_a_file(capsys):
     """Progress bars only on a terminal: ``marl-envs demo > log 2>&1`` gets the result line, not the bar's
     updates (pytest's captured streams are not terminals)."""
-    from marl_envs._demo import random_rollout
+    from marl_envs.cli.demo import random_rollout
 
     rate = random_rollout("test/predator_prey", num_envs=3, steps=4)
     captured = capsys.readouterr()

@@ -163,7 +163,7 @@ def test_keys_follow_what_makes_the_entry_and_the_picture(catalogue, monkeypatch
 
 def test_catalogue_entry_and_picture_of_a_real_env(catalogue, tmp_path):
     pytest.importorskip("vmas")
-    from marl_envs._format import spec_rows
+    from marl_envs.cli.format import spec_rows
 
     entry = catalogue.compute_entry("vmas/simple_adversary")
     env = marl_envs.make("vmas/simple_adversary", num_envs=2, seed=0)

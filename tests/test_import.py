@@ -82,7 +82,7 @@ def test_importing_any_backend_leaves_jax_config_as_it_found_it():
         "before = dict(jax.config.values)\n"
         "import marl_envs.backends.jax, marl_envs.backends.brax, marl_envs.backends.jaxmarl\n"
         "import marl_envs.backends.gymnax, marl_envs.backends.vmas, marl_envs.backends.pettingzoo\n"
-        "import marl_envs.bench.brax, marl_envs.bench.jaxmarl, marl_envs.bench.gymnax\n"
+        "import marl_envs.backends.brax.bench, marl_envs.backends.jaxmarl.bench, marl_envs.backends.gymnax.bench\n"
         "changed = {k: (v, jax.config.values[k]) for k, v in before.items() if jax.config.values[k] != v}\n"
         "assert not changed, changed\n"
         "from jax._src import xla_bridge\n"

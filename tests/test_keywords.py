@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import marl_envs
-from marl_envs._validate import env_keywords
+from marl_envs._core.validate import env_keywords
 
 # name, the backend class its keywords are read from, one of the backend's own keywords (and a value for it)
 BACKENDS = {

@@ -5,7 +5,8 @@ import sys
 import pytest
 
 import marl_envs
-from marl_envs import _names, registry
+from marl_envs import registry
+from marl_envs._core import names as _names
 
 
 @pytest.mark.parametrize("backend", registry.available_backends())
@@ -21,7 +22,7 @@ def test_snapshot_is_the_live_list_of_the_installed_versions(backend):
 def test_listing_known_versions_imports_no_backend():
     code = (
         "import sys\n"
-        "from marl_envs import _names, registry\n"
+        "from marl_envs import registry\nfrom marl_envs._core import names as _names\n"
         "for b in registry.available_backends():\n"
         "    _names.SNAPSHOT[b] = {'versions': _names.stamp(registry._BACKENDS[b].extra), 'names': [b + '/listed']}\n"
         "import marl_envs\n"
@@ -45,7 +46,7 @@ def fake_vmas(monkeypatch, tmp_path):
         calls.append(backend)
         return [f"{backend}/live_{len(calls)}"]
 
-    monkeypatch.setitem(registry._BACKENDS, "vmas", registry._Backend("marl_envs.backends.vmas", ("json",), "vmas"))
+    monkeypatch.setitem(registry._BACKENDS, "vmas", registry.Backend("marl_envs.backends.vmas", ("json",), "vmas"))
     monkeypatch.setattr(registry, "_NAME_CACHE", {})
     monkeypatch.setattr(registry, "_live_names", live)
     monkeypatch.setattr(_names, "SNAPSHOT", {})

@@ -44,7 +44,7 @@ def test_register_validation():
 
 
 def test_missing_backend_names_the_extra(monkeypatch):
-    fake = registry._Backend("marl_envs.backends.vmas", ("surely_not_installed_pkg",), "vmas")
+    fake = registry.Backend("marl_envs.backends.vmas", ("surely_not_installed_pkg",), "vmas")
     monkeypatch.setitem(registry._BACKENDS, "vmas", fake)
     monkeypatch.setattr(registry, "_NAME_CACHE", {})
     assert not marl_envs.backend_installed("vmas")

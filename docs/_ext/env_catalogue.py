@@ -40,7 +40,7 @@ MANIFEST = PICTURES / "pictures.json"
 
 def default_cache() -> Path:
     """``${XDG_CACHE_HOME:-~/.cache}/marl_envs/catalogue``: the entries, kept across clones and builds."""
-    from marl_envs._names import user_cache
+    from marl_envs._core.names import user_cache
 
     return user_cache("catalogue")
 
@@ -283,7 +283,7 @@ def _build(name: str, render: bool = False):
 
 def compute_entry(name: str) -> dict:
     """Build ``name`` and describe it: its repr, group map, spec table and keywords. Compiles nothing."""
-    from marl_envs._format import GROUP_HEADERS, SPEC_HEADERS, group_rows, spec_rows
+    from marl_envs.cli.format import GROUP_HEADERS, SPEC_HEADERS, group_rows, spec_rows
 
     backend = name.partition("/")[0]
     start = time.perf_counter()

@@ -2,13 +2,14 @@
 
 >>> import marl_envs
 >>> marl_envs.available_backends()
-['vmas', 'brax', 'pettingzoo', 'jaxmarl', 'gymnax', 'jumanji', 'playground', 'lbforaging', 'rware', 'magent2', 'mamujoco', 'openspiel']
+['brax', 'gymnax', 'jaxmarl', 'jumanji', 'lbforaging', 'magent2', 'mamujoco', 'openspiel', 'pettingzoo', 'playground', 'rware', 'vmas']
 """
 
 import importlib
 
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
 
+from . import registry
 from .registry import available_backends, available_envs, backend_installed, make, register
 
 __version__ = "0.1.0"
@@ -16,14 +17,14 @@ __version__ = "0.1.0"
 #: What needs torch, imported when first asked for (``marl_envs.EnvBase``, ``from marl_envs import specs``):
 #: ``import marl_envs`` alone imports neither torch nor tensordict, so that listing names (``marl-envs list``)
 #: takes a fraction of a second.
-_LAZY = {"EnvBase": "._env", "check_env_specs": ".checks", "specs": None, "distributed": None}
-#: Backend classes importable from the top level (``from marl_envs import VmasEnv``), each backend module
-#: imported only when one of its classes is asked for (they stay out of ``__all__``: a star import loads none).
-_LAZY_CLASSES = {
-    "VmasEnv": "vmas", "VmasWrapper": "vmas",
-    "BraxEnv": "brax", "BraxWrapper": "brax",
-    "PettingZooEnv": "pettingzoo", "PettingZooWrapper": "pettingzoo",
-}
+_LAZY = {"EnvBase": "._core.env", "check_env_specs": ".checks", "specs": None, "distributed": None}
+
+
+def _exported() -> dict[str, str]:
+    """Backend classes importable from the top level (``from marl_envs import VmasEnv``): those each backend's
+    record exports (``Backend.exports``), its package imported only when one of them is asked for (they stay out
+    of ``__all__``: a star import loads none)."""
+    return {cls: name for name, record in registry.backends().items() for cls in record.exports}
 
 
 def __getattr__(name: str):
@@ -33,15 +34,15 @@ def __getattr__(name: str):
                  else getattr(importlib.import_module(module, __name__), name))
         globals()[name] = value
         return value
-    if name in _LAZY_CLASSES:
-        from .registry import backend_module
-
-        return getattr(backend_module(_LAZY_CLASSES[name]), name)
+    exported = _exported()
+    if name in exported:
+        return getattr(registry.backend_module(exported[name]), name)
     raise AttributeError(f"module 'marl_envs' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, *_LAZY_CLASSES})
+    return sorted({*globals(), *_LAZY, *_exported()})
+
 
 __all__ = [
     "EnvBase",

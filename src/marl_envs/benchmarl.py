@@ -47,7 +47,7 @@ except ImportError as err:  # pragma: no cover - exercised by the import test in
 from groupings import GroupMap
 
 from . import specs
-from ._env import EnvBase
+from ._core.env import EnvBase
 from .registry import make
 from .torchrl import TorchRLEnv, to_torchrl
 

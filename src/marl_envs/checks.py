@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from ._env import EnvBase
+from ._core.env import EnvBase
 from .specs import Composite, NestedKey
 
 __all__ = ["check_env_specs"]

@@ -1,6 +1,7 @@
 """``marl-envs doctor``: what is installed, which devices torch and JAX see, and whether each backend runs there.
 
-For each installed backend and each device torch can use, one env (``ENVS``) is built, reset and stepped; the
+For each installed backend and each device torch can use, the env its record names (``Backend.check_env``) is built, reset and
+stepped; the
 JAX -> torch hand-off of the JAX families is checked on each device (zero-copy on a GPU, by DLPack; a copy on the
 CPU, by design: ``backends.jax.Transfer``); JAX's GPU memory settings are shown with what they mean beside torch.
 A check that fails is a ``FAIL`` row carrying the error, and the command then exits with status 1: something
@@ -26,34 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import __version__, registry
-from ._messages import unknown_name
+from ._core.messages import unknown_name
 
-__all__ = ["ENVS", "HOST_WAIT_ENVS", "PACKAGES", "Report", "Row", "format_report", "host_wait", "run"]
+__all__ = ["HOST_WAIT_BATCH", "PACKAGES", "Report", "Row", "format_report", "host_wait", "run"]
 
-#: The env each backend is checked with (small and quick to build: a backend's check, not a benchmark).
-ENVS: dict[str, tuple[str, dict[str, Any]]] = {
-    "vmas": ("vmas/balance", {"n_agents": 3}),
-    "brax": ("brax/fast", {}),
-    "pettingzoo": ("pettingzoo/mpe/simple_spread_v3", {}),
-    "jaxmarl": ("jaxmarl/MPE_simple_spread_v3", {}),
-    "gymnax": ("gymnax/CartPole-v1", {}),
-    "jumanji": ("jumanji/LevelBasedForaging-v0", {}),
-    "playground": ("playground/CartpoleBalance", {}),  # MJX: about a minute of compiling on a CPU, once
-    "lbforaging": ("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}),
-    "rware": ("rware/rware-tiny-2ag-v2", {}),
-    "magent2": ("magent2/battle", {"map_size": 12}),
-    "mamujoco": ("mamujoco/HalfCheetah_6x1", {}),
-    "openspiel": ("openspiel/kuhn_poker", {}),
-}
-#: The backends whose step is checked for host waits on a GPU (``host_wait``), and the number of envs then.
-HOST_WAIT_ENVS = ("gymnax", "jaxmarl", "brax", "jumanji", "playground", "vmas")
+#: The number of envs of the host-wait check (``host_wait``): each backend's record says whether it has one.
 HOST_WAIT_BATCH = 4096
-#: Where the host waits by design (a NOTE, not a FAIL): VMAS resets the done envs by their indices.
-WAITS_BY_DESIGN = {
-    "vmas": "VMAS resets exactly the done envs, by their indices: the host reads which are done",
-    "playground": "a Playground reset lets the model settle for hundreds of physics steps: fresh starts are computed "
-                  "only at steps where some env ended (a conditional, whose predicate the host reads)",
-}
 #: The distributions whose versions are shown: the core's, each backend's, TorchRL's and BenchMARL's.
 PACKAGES = ("torch", "tensordict", "numpy", "vmas", "jax", "jaxlib", "brax", "mujoco", "pettingzoo", "mpe2",
             "jaxmarl", "gymnax", "jumanji", "playground", "lbforaging", "rware", "magent2", "gymnasium-robotics",
@@ -209,7 +188,8 @@ def host_wait(name: str, kwargs: dict[str, Any], device: str, *, num_envs: int =
 
 
 def _host_wait_row(rows: list[Row], backend: str, device: str) -> None:
-    name, kwargs = ENVS[backend]
+    record = registry.backend_record(backend)
+    name, kwargs = record.check_env
     start = time.perf_counter()
     try:
         waited, detail = host_wait(name, kwargs, device)
@@ -217,8 +197,8 @@ def _host_wait_row(rows: list[Row], backend: str, device: str) -> None:
         rows.append(Row("host-wait", device, FAIL, _error(err)))
         return
     detail += f" ({time.perf_counter() - start:.1f} s)"
-    if waited and backend in WAITS_BY_DESIGN:
-        rows.append(Row("host-wait", device, NOTE, f"{detail}: {WAITS_BY_DESIGN[backend]}"))
+    if waited and isinstance(record.host_wait, str):  # a wait by design: a note, with its reason
+        rows.append(Row("host-wait", device, NOTE, f"{detail}: {record.host_wait}"))
     else:
         rows.append(Row("host-wait", device, FAIL if waited else PASS, detail))
 
@@ -249,7 +229,7 @@ def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = N
     """
     import torch
 
-    from ._validate import available_devices, check_device
+    from ._core.validate import available_devices, check_device
 
     report = Report(versions={"python": platform.python_version(), "marl-envs": __version__,
                               **{package: _version(package) for package in PACKAGES}})
@@ -258,25 +238,26 @@ def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = N
     # "cuda" is checked as the GPU it means (cuda:<current>), the device its tensors report
     chosen = [str(check_device(d)) for d in devices] if devices is not None else torch_devices
     wanted = list(backends) if backends is not None else registry.available_backends()
+    known = [b for b in registry.available_backends() if registry.backend_record(b).check_env is not None]
     for backend in wanted:
-        if backend not in ENVS:
-            raise unknown_name("backend", backend, list(ENVS))
+        if backend not in known:
+            raise unknown_name("backend", backend, known)
     installed = [b for b in wanted if registry.backend_installed(b)]
-    report.rows += [Row(b, "-", NOTE, f"not installed (pip install 'marl-envs[{b}]')") for b in wanted
-                    if b not in installed]
-    jax_families = [b for b in installed if "jax" in registry._BACKENDS[b].packages]
+    report.rows += [Row(b, "-", NOTE, f"not installed (pip install 'marl-envs[{registry.backend_record(b).extra}]')")
+                    for b in wanted if b not in installed]
+    jax_families = [b for b in installed if "jax" in registry.backend_record(b).packages]
     if jax_families:
         _check(report.rows, "jax-memory", "in-force", lambda: _jax_memory(report.rows, torch.cuda.is_available()))
         _check(report.rows, "jax-devices", "all", lambda: _jax_devices(report))
     for backend in installed:
-        name, kwargs = ENVS[backend]
+        name, kwargs = registry.backend_record(backend).check_env
         for device in chosen:
             _check(report.rows, backend, device, lambda: _step_env(name, kwargs, device))
     if jax_families:
         for device in chosen:
             _check(report.rows, "jax->torch", device, lambda: _hand_off(device))
     for device in (d for d in chosen if d.startswith("cuda")):
-        for backend in (b for b in HOST_WAIT_ENVS if b in installed):
+        for backend in (b for b in installed if registry.backend_record(b).host_wait):
             _host_wait_row(report.rows, backend, device)
     return report
 
@@ -296,7 +277,7 @@ def _jax_devices(report: Report) -> str:
 
 def format_report(report: Report) -> str:
     """The report as text: versions, devices, then a table of the checks and a verdict."""
-    from ._format import table
+    from .cli.format import table
 
     width = max(map(len, report.versions))
     lines = ["versions:"] + [f"  {name.ljust(width)}  {version}" for name, version in report.versions.items()]

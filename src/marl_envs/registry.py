@@ -1,58 +1,157 @@
-"""Build environments by name: ``make("vmas/balance", num_envs=64)``.
+"""Build environments by name: ``make("vmas/balance", num_envs=64)``; the backends and how they declare themselves.
 
-Backend names are derived from the installed libraries (``marl_envs.backends.<backend>.env_names()``), which
-are only imported when a name of theirs is asked for. Each backend module provides ``env_names()`` and
-``make_env(name, **kwargs)``. A backend declared ``checks_names`` rejects unknown names in its ``make_env``
-itself: ``make`` then skips listing its names (listing Brax's envs imports Brax, which a Brax env loaded from
-the compile cache does not need). Users add their own factories with ``register``.
+A backend is a package under ``marl_envs.backends`` that declares itself once, in its ``__init__``: a
+:class:`Backend` record named ``BACKEND`` (its libraries, its pip extra, the env the doctor checks it with, its
+reference loops for the bench, the classes ``marl_envs`` exports). The registry finds the records by walking
+``marl_envs.backends``, whose packages import nothing heavy: a backend's env classes live in its ``_env`` module,
+imported when one of its envs is built by name, when its names are listed live, or when one of its classes is
+read (``record.exports``). That module provides ``env_names()`` and ``make_env(name, **kwargs)``. A backend
+declared ``checks_names`` rejects unknown names in its ``make_env`` itself: ``make`` then skips listing its names
+(listing Brax's envs imports Brax, which a Brax env loaded from the compile cache does not need). Users add their
+own factories with ``register``, and whole backends with ``register_backend``.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
-from dataclasses import dataclass
+import pkgutil
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import _names
-from ._messages import shell_safe, unknown_name
+from ._core import names as _names
+from ._core.messages import shell_safe, unknown_name
 
 if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names (marl-envs list)
-    from ._env import EnvBase
+    from ._core.env import EnvBase
 
-__all__ = ["available_backends", "available_envs", "backend_installed", "backend_module", "make", "register"]
+__all__ = [
+    "Backend", "available_backends", "available_envs", "backend_installed", "backend_record", "backends", "backend_module", "make",
+    "register", "register_backend",
+]
 
 
 @dataclass(frozen=True)
-class _Backend:
+class Backend:
+    """A backend's declaration: all that the registry, ``marl-envs doctor``, ``marl-envs bench``, the CLI and the
+    top-level imports know of it, read without importing its libraries.
+
+    Attributes:
+        module: the package that declares it (its ``__name__``); its env classes, ``env_names()`` and
+            ``make_env(name, **kwargs)`` live in ``<module>._env``.
+        packages: the import names of the libraries it needs.
+        extra: the pip extra installing them (``pip install 'marl-envs[<extra>]'``).
+        checks_names: its ``make_env`` rejects unknown names itself, with close matches (else ``make`` checks them
+            against its listed names).
+        name: the prefix of its env names (``"vmas"`` in ``"vmas/balance"``); the last part of ``module`` if not
+            given.
+        check_env: the env ``marl-envs doctor`` builds and steps (small and quick to build) and its keywords.
+        bench: where its ``marl_envs.bench.References`` are (the raw reference loops ``marl-envs bench`` times it
+            against): ``"<python module>:<name>"``, or a module whose ``BENCH`` they are; ``<module>.bench`` if not
+            given.
+        exports: its classes importable from the top level (``from marl_envs import VmasEnv``).
+        host_wait: ``marl-envs doctor`` checks on a GPU that its step never waits for the device; with a reason
+            instead of True, a wait is by design (reported as a note, not a failure).
+    """
+
     module: str
     packages: tuple[str, ...]
     extra: str
-    checks_names: bool = False  # its make_env rejects unknown names (with close matches) itself
+    checks_names: bool = False
+    name: str = ""
+    check_env: tuple[str, Mapping[str, Any]] | None = None
+    bench: str = ""
+    exports: tuple[str, ...] = ()
+    host_wait: bool | str = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.module.rpartition(".")[2])
+        if not self.bench:
+            object.__setattr__(self, "bench", f"{self.module}.bench")
+
+    def implementation(self) -> ModuleType:
+        """``<module>._env``, imported now (``backend_module`` checks first that its libraries are installed)."""
+        return importlib.import_module(f"{self.module}._env")
+
+    def references(self) -> Any:
+        """Its ``marl_envs.bench.References`` (``bench``), imported now."""
+        module, _, attribute = self.bench.partition(":")
+        return getattr(importlib.import_module(module), attribute or "BENCH")
+
+    def live_names(self) -> list[str]:
+        """Its names as its ``env_names()`` lists them (imports it), sorted, with the prefix."""
+        return sorted(f"{self.name}/{name}" for name in self.implementation().env_names())
+
+    def lazy_attributes(self, sources: Mapping[str, Iterable[str]] | None = None
+                        ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+        """``(__getattr__, __dir__)`` for the declaring package: its public names are read from ``<module>._env``,
+        imported on the first one asked for (with the error naming the pip extra if a library is missing), and
+        the names of ``sources`` from the submodule each is listed under (``{"._shard": ("Shard",)}``: what other
+        backends build on)."""
+        package = sys.modules[self.module]
+        where = {name: module for module, names in (sources or {}).items() for name in names}
+
+        def getattr_(attribute: str) -> Any:
+            if attribute.startswith("_"):  # submodules and private names are not served: Python's import looks there
+                raise AttributeError(f"module {self.module!r} has no attribute {attribute!r}")
+            backend_module(self.name)  # the error naming the pip extra, if a library is missing
+            try:
+                source = (importlib.import_module(where[attribute], self.module) if attribute in where
+                          else self.implementation())
+                value = getattr(source, attribute)
+            except AttributeError:
+                raise AttributeError(f"module {self.module!r} has no attribute {attribute!r}") from None
+            setattr(package, attribute, value)
+            return value
+
+        def dir_() -> list[str]:
+            return sorted({*vars(package), *where, *getattr(self.implementation(), "__all__", ())})
+
+        return getattr_, dir_
 
 
-_BACKENDS: dict[str, _Backend] = {
-    "vmas": _Backend("marl_envs.backends.vmas", ("vmas",), "vmas"),
-    "brax": _Backend("marl_envs.backends.brax", ("jax", "brax"), "brax", checks_names=True),
-    "pettingzoo": _Backend("marl_envs.backends.pettingzoo", ("pettingzoo",), "pettingzoo"),
-    "jaxmarl": _Backend("marl_envs.backends.jaxmarl", ("jax", "jaxmarl"), "jaxmarl", checks_names=True),
-    "gymnax": _Backend("marl_envs.backends.gymnax", ("jax", "gymnax"), "gymnax"),
-    "jumanji": _Backend("marl_envs.backends.jumanji", ("jax", "jumanji"), "jumanji", checks_names=True),
-    "playground": _Backend("marl_envs.backends.playground", ("jax", "brax", "mujoco_playground"), "playground",
-                           checks_names=True),
-    # every registry id builds by name; the listed names are the EPyMARL benchmark's tasks
-    "lbforaging": _Backend("marl_envs.backends.lbforaging", ("pettingzoo", "lbforaging"), "lbforaging",
-                           checks_names=True),
-    "rware": _Backend("marl_envs.backends.rware", ("pettingzoo", "rware"), "rware", checks_names=True),
-    "magent2": _Backend("marl_envs.backends.magent2", ("pettingzoo", "magent2"), "magent2", checks_names=True),
-    "mamujoco": _Backend("marl_envs.backends.mamujoco", ("pettingzoo", "gymnasium_robotics"), "mamujoco",
-                         checks_names=True),
-    "openspiel": _Backend("marl_envs.backends.openspiel", ("pettingzoo", "pyspiel"), "openspiel", checks_names=True),
-}
+_BACKENDS: dict[str, Backend] = {}
 _USER_ENVS: dict[str, Callable[..., EnvBase]] = {}
 _NAME_CACHE: dict[str, list[str]] = {}
+
+
+def register_backend(record: Backend, *, overwrite: bool = False) -> None:
+    """Add a backend: ``make("<record.name>/<env>")`` then builds its envs, and the doctor, the bench and
+    ``marl-envs list`` see it. The built-in ones are registered when ``marl_envs`` is imported, from the
+    ``BACKEND`` of each package of ``marl_envs.backends``.
+
+    Raises:
+        TypeError: ``record`` is not a ``Backend``.
+        ValueError: a backend of that name is registered already (pass ``overwrite=True`` to replace it).
+    """
+    if not isinstance(record, Backend):
+        raise TypeError(f"register_backend takes a marl_envs.registry.Backend, got {record!r}")
+    if record.name in _BACKENDS and not overwrite and _BACKENDS[record.name] != record:
+        raise ValueError(f"a backend named {record.name!r} is registered already ({_BACKENDS[record.name].module}); "
+                         "pass overwrite=True to replace it")
+    _BACKENDS[record.name] = record
+    _NAME_CACHE.pop(record.name, None)
+
+
+def _discover() -> None:
+    """Register the ``BACKEND`` of every package of ``marl_envs.backends`` (those without one, such as the
+    shared JAX core ``marl_envs.backends.jax``, are helpers)."""
+    from . import backends
+
+    for info in sorted(pkgutil.iter_modules(backends.__path__), key=lambda info: info.name):
+        if info.ispkg and not info.name.startswith("_"):
+            record = getattr(importlib.import_module(f"{backends.__name__}.{info.name}"), "BACKEND", None)
+            if isinstance(record, Backend):
+                register_backend(record)
+
+
+def backends() -> dict[str, Backend]:
+    """Each registered backend's record, by name (the built-in ones in alphabetical order)."""
+    return dict(_BACKENDS)
 
 
 def available_backends() -> list[str]:
@@ -62,11 +161,16 @@ def available_backends() -> list[str]:
 
 def backend_installed(backend: str) -> bool:
     """True if the libraries ``backend`` needs can be imported."""
-    spec = _backend(backend)
+    spec = backend_record(backend)
     return all(importlib.util.find_spec(package) is not None for package in spec.packages)
 
 
-def _backend(backend: str) -> _Backend:
+def backend_record(backend: str) -> Backend:
+    """The record of a registered backend (``backend_record("vmas").extra == "vmas"``).
+
+    Raises:
+        ValueError: unknown backend.
+    """
     try:
         return _BACKENDS[backend]
     except KeyError:
@@ -74,25 +178,26 @@ def _backend(backend: str) -> _Backend:
 
 
 def backend_module(backend: str) -> ModuleType:
-    """The backend's module (``marl_envs.backends.<backend>``), imported now.
+    """The backend's package (``marl_envs.backends.<backend>``), its env classes imported now.
 
     Raises:
         ValueError: unknown backend.
         ImportError: its libraries are not installed (the message names the pip extra).
     """
-    spec = _backend(backend)
+    spec = backend_record(backend)
     if not backend_installed(backend):
         missing = [p for p in spec.packages if importlib.util.find_spec(p) is None]
         raise ImportError(
             f"the {backend} backend needs {', '.join(missing)}, which is not installed; "
             f"install it with: pip install 'marl-envs[{spec.extra}]'"
         )
+    spec.implementation()
     return importlib.import_module(spec.module)
 
 
 def _backend_names(backend: str) -> list[str]:
     """``backend``'s names (``"vmas/balance"``, ...), without importing it where the snapshot or the user cache
-    has them for the installed versions (``marl_envs._names``)."""
+    has them for the installed versions (``marl_envs._core.names``)."""
     if backend not in _NAME_CACHE:
         if not backend_installed(backend):
             backend_module(backend)  # raises the ImportError that names the pip extra
@@ -106,15 +211,16 @@ def _backend_names(backend: str) -> list[str]:
 
 
 def _live_names(backend: str) -> list[str]:
-    """``backend``'s names as its module lists them (imports it)."""
-    return sorted(f"{backend}/{name}" for name in backend_module(backend).env_names())
+    """``backend``'s names as its ``env_names()`` lists them (imports it)."""
+    backend_module(backend)  # the error naming the pip extra, if a library is missing
+    return _BACKENDS[backend].live_names()
 
 
 def available_envs(backend: str | None = None) -> list[str]:
     """Sorted names ``make`` accepts: every installed backend's and the user-registered ones.
 
     No backend is imported where the names of its installed version are known (a snapshot shipped in the
-    package, or a cache in ``~/.cache/marl_envs/names`` from an earlier listing): see ``marl_envs._names``.
+    package, or a cache in ``~/.cache/marl_envs/names`` from an earlier listing): see ``marl_envs._core.names``.
 
     Args:
         backend: list only this backend's envs (one of ``available_backends()``), or ``"user"``
@@ -160,7 +266,7 @@ def make(name: str, **kwargs: Any) -> EnvBase:
     if not isinstance(name, str):
         raise TypeError(f"env name must be a str like 'vmas/balance', got {name!r}")
     if name in _USER_ENVS:
-        from ._validate import check_kwargs
+        from ._core.validate import check_kwargs
 
         factory = _USER_ENVS[name]
         check_kwargs(repr(name), factory, kwargs)
@@ -195,3 +301,6 @@ def register(name: str, factory: Callable[..., EnvBase], *, overwrite: bool = Fa
     if name in _USER_ENVS and not overwrite:
         raise ValueError(f"env {name!r} is already registered; pass overwrite=True to replace it")
     _USER_ENVS[name] = factory
+
+
+_discover()

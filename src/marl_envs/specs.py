@@ -17,9 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ._leaf_specs import (
-    Binary, Bounded, Categorical, MultiCategorical, NestedKey, OneHot, ShapeLike, TensorSpec, Unbounded, _as_tuple,
-    _expanded_shape, _key_str, _size, ordinal_device,
+from ._core.leaf_specs import (
+    Binary, Bounded, Categorical, MultiCategorical, NestedKey, OneHot, ShapeLike, TensorSpec, Unbounded, as_tuple,
+    expanded_shape, key_str, as_size, ordinal_device,
 )
 
 __all__ = [
@@ -49,7 +49,7 @@ class Composite:
 
     def __init__(self, specs: Mapping[str, TensorSpec | Composite] | None = None, *, shape: ShapeLike = (),
                  device=None, **kwargs: TensorSpec | Composite):
-        self.shape = _size(shape)
+        self.shape = as_size(shape)
         self.device = ordinal_device(device)
         self._specs: dict[str, TensorSpec | Composite] = {}
         for name, spec in {**(specs or {}), **kwargs}.items():
@@ -58,28 +58,28 @@ class Composite:
     # -- mapping --------------------------------------------------------------------------------------
     def __getitem__(self, key: NestedKey) -> TensorSpec | Composite:
         node: TensorSpec | Composite = self
-        for part in _as_tuple(key):
+        for part in as_tuple(key):
             if not isinstance(node, Composite) or part not in node._specs:
-                raise KeyError(f"no spec at key {_key_str(key)}; keys are {self.keys(True, True)}")
+                raise KeyError(f"no spec at key {key_str(key)}; keys are {self.keys(True, True)}")
             node = node._specs[part]
         return node
 
     def __setitem__(self, key: NestedKey, spec: TensorSpec | Composite) -> None:
-        parts = _as_tuple(key)
+        parts = as_tuple(key)
         parent = self[parts[:-1]] if len(parts) > 1 else self
         if not isinstance(parent, Composite):
-            raise KeyError(f"cannot set {_key_str(key)}: {parts[:-1]} is a leaf spec")
+            raise KeyError(f"cannot set {key_str(key)}: {parts[:-1]} is a leaf spec")
         if not isinstance(spec, (TensorSpec, Composite)):
-            raise TypeError(f"spec at {_key_str(key)} must be a TensorSpec or Composite, got {type(spec).__name__}")
+            raise TypeError(f"spec at {key_str(key)} must be a TensorSpec or Composite, got {type(spec).__name__}")
         if spec.shape[: len(parent.shape)] != parent.shape:
             raise ValueError(
-                f"spec at {_key_str(key)} has shape {tuple(spec.shape)}, which does not start with the batch "
+                f"spec at {key_str(key)} has shape {tuple(spec.shape)}, which does not start with the batch "
                 f"shape {tuple(parent.shape)} of its parent Composite"
             )
         parent._specs[parts[-1]] = spec
 
     def __delitem__(self, key: NestedKey) -> None:
-        parts = _as_tuple(key)
+        parts = as_tuple(key)
         parent = self[parts[:-1]] if len(parts) > 1 else self
         del parent._specs[parts[-1]]
 
@@ -104,7 +104,7 @@ class Composite:
                 if not leaves_only:
                     out.append(name)
                 if include_nested:
-                    out.extend((name, *_as_tuple(sub)) for sub in spec.keys(True, leaves_only))
+                    out.extend((name, *as_tuple(sub)) for sub in spec.keys(True, leaves_only))
             else:
                 out.append(name)
         return out
@@ -117,7 +117,7 @@ class Composite:
 
     # -- values ---------------------------------------------------------------------------------------
     def _build(self, make, shape: ShapeLike = ()) -> TensorDict:
-        lead = _size(shape)
+        lead = as_size(shape)
         data = {
             name: spec._build(make, lead) if isinstance(spec, Composite) else make(spec, lead)
             for name, spec in self._specs.items()
@@ -151,7 +151,7 @@ class Composite:
         return out
 
     def expand(self, *shape: int | Sequence[int]) -> Composite:
-        new_shape = _expanded_shape(shape, self.shape, "a Composite")
+        new_shape = expanded_shape(shape, self.shape, "a Composite")
         prefix = new_shape[: len(new_shape) - len(self.shape)]
         return self._map(lambda s: s.expand(*prefix, *s.shape), new_shape, self.device)
 
@@ -174,10 +174,10 @@ class Composite:
     def __repr__(self) -> str:
         lines = [f"Composite(shape={tuple(self.shape)}, device={self.device})"]
         for key in self.keys(True):
-            depth = len(_as_tuple(key))
+            depth = len(as_tuple(key))
             spec = self[key]
             label = f"Composite(shape={tuple(spec.shape)})" if isinstance(spec, Composite) else repr(spec)
-            lines.append(f"{'    ' * depth}{_as_tuple(key)[-1]}: {label}")
+            lines.append(f"{'    ' * depth}{as_tuple(key)[-1]}: {label}")
         return "\n".join(lines)
 
 

@@ -40,7 +40,7 @@ except ImportError as err:  # pragma: no cover - exercised by the import test in
 from groupings import GroupMap
 
 from . import specs
-from ._env import EnvBase
+from ._core.env import EnvBase
 from .registry import available_envs, backend_module
 
 __all__ = ["COLLECTOR_KWARGS", "PettingZooEnv", "PettingZooWrapper", "TorchRLEnv", "VmasEnv", "VmasWrapper",

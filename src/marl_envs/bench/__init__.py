@@ -3,7 +3,9 @@
 ``marl-envs bench NAME`` prints its table (``benchmarks/results.py`` runs it for every row of the performance
 page). The harness builds the env by name, draws every step's random actions beforehand (not timed), and times our
 ``step_and_maybe_reset`` loop against the loops the backend contributes. A backend contributes them through one
-declared protocol: its module ``marl_envs.bench.<backend>`` holds ``BENCH``, a :class:`References`.
+declared protocol: a :class:`References`, which its record names (``marl_envs.registry.Backend.bench``: by
+default ``marl_envs.backends.<backend>.bench.BENCH``). ``marl_envs.bench.jax`` holds what the JAX families' loops
+share.
 
 **One interleaving scheme.** The steps are cut into ``rounds`` chunks; in each round every loop runs the chunk
 in turn (the order rotating from round to round), so a change in the machine's load hits all loops alike. A
@@ -19,7 +21,6 @@ performance page is rendered from ``benchmarks/results.jsonl``.
 from __future__ import annotations
 
 import datetime
-import importlib
 import importlib.metadata
 import json
 import os
@@ -33,9 +34,9 @@ from typing import Any, Protocol
 import torch
 from tensordict import TensorDictBase
 
-from .._env import EnvBase
-from .._format import table
-from ..registry import make
+from .._core.env import EnvBase
+from ..cli.format import table
+from ..registry import backend_record, make
 
 __all__ = ["Loop", "OursLoop", "References", "append_record", "format_bench", "hardware", "record", "references", "run"]
 
@@ -75,8 +76,8 @@ class References:
 
 
 def references(backend: str) -> References:
-    """The ``References`` of a built-in backend (importing the backend)."""
-    return importlib.import_module(f"marl_envs.bench.{backend}").BENCH
+    """The ``References`` a backend's record names (``Backend.bench``; imports the backend)."""
+    return backend_record(backend).references()
 
 
 class OursLoop:

@@ -27,8 +27,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from ..._mujoco import prepare_mujoco_gl, quiet_model_build
-from ..._quiet import Filter, ignored_warnings, quiet_import
+from .._mujoco import prepare_mujoco_gl, quiet_model_build
+from .._quiet import Filter, ignored_warnings, quiet_import
 from ...distributed import jax_device  # torch cuda:k -> the JAX GPU of CUDA id k (public, checked)
 
 __all__ = [

@@ -172,7 +172,7 @@ def _obs_index(model: RobotModel, robot_obs: _RobotObs, obs_size: int, robot: st
     return {"pos": pos, "vel": vel, "body": body, "dof": dof}
 
 
-def _partition(model: RobotModel, split) -> list[set[int]]:
+def partition(model: RobotModel, split) -> list[set[int]]:
     """Actuated joints per agent, agents ordered by their first action index."""
     actuated = sorted(set(model.actuator_joint))
     root = model.root_body
@@ -217,7 +217,7 @@ def model_mapping(scene: str, model: RobotModel, obs_size: int, exclude_current_
     root_obs = [i for j in root_joints for i in (*where["pos"][j], *where["vel"][j])]
     actuated = set(model.actuator_joint)
     action_indices, observation_indices = {}, {}
-    for k, joints in enumerate(_partition(model, spec.split)):
+    for k, joints in enumerate(partition(model, spec.split)):
         touched = set().union(*(model.touches(j) for j in joints))
         near = {j for j in actuated if model.touches(j) & touched} | joints
         obs = set(root_obs)

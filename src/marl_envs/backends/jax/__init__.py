@@ -10,19 +10,18 @@
 A family adapter (``marl_envs.backends.gymnax``, ``jaxmarl``, ``brax``) imports from this package only.
 """
 
-from ._core import (
-    JaxCore, StateMismatch, StatePacking, env_keys, export_platform, quiet_tracing, split_key, strong, tree_paths,
-)
-from ._env import FunctionalState, JaxEnvBase, JaxFunctions, check_name
-from ._runtime import (
-    ASYNC_VAR, CACHE_DIR_VAR, DEVICE_PATH_VAR, JAX_GPU_MEMORY_VARS, OPT_OUT_VAR, PREALLOCATE_VAR, caching_enabled, configure_jax,
-    enable_compilation_cache, env_flag, inline_cpu_dispatch, jax_started, share_gpu_memory,
-)
-from ._transfer import Transfer
+from .. import lazy_names
 
-__all__ = [
-    "ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "FunctionalState",
-    "JaxCore", "JaxEnvBase", "JaxFunctions", "StateMismatch", "StatePacking", "Transfer", "caching_enabled",
-    "check_name", "configure_jax", "enable_compilation_cache", "env_flag", "env_keys", "export_platform",
-    "inline_cpu_dispatch", "jax_started", "quiet_tracing", "share_gpu_memory", "split_key", "strong", "tree_paths",
-]
+#: Each public name and the module that defines it, imported when the name is first read: the registry walks
+#: ``marl_envs.backends`` importing every package, and a helper package imports nothing heavy (JAX, torch) then.
+_SOURCES = {
+    "._core": ("JaxCore", "StateMismatch", "StatePacking", "env_keys", "export_platform", "quiet_tracing",
+               "split_key", "strong", "tree_paths"),
+    "._env": ("FunctionalState", "JaxEnvBase", "JaxFunctions", "check_name"),
+    "._runtime": ("ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR",
+                  "PREALLOCATE_VAR", "caching_enabled", "configure_jax", "enable_compilation_cache", "env_flag",
+                  "inline_cpu_dispatch", "jax_started", "share_gpu_memory"),
+    "._transfer": ("Transfer",),
+}
+__all__ = sorted(name for names in _SOURCES.values() for name in names)
+__getattr__, __dir__ = lazy_names(__name__, _SOURCES)

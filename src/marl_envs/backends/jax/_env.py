@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from ..._agents import nest_keys
-from ..._env import EnvBase
-from ..._validate import unknown_name
+from ..._core.agents import nest_keys
+from ..._core.env import EnvBase
+from ..._core.validate import unknown_name
 from ...distributed import jax_device
 from ._core import JaxCore, env_keys, quiet_tracing
 from ._outputs import NO_LIMIT, JaxOutputs, Programs

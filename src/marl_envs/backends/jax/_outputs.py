@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from ..._outputs import DonePlan, Outputs, TimeLimit, Tree
+from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree
 from ...specs import Binary, Categorical, MultiCategorical, OneHot
 from ._core import quiet_tracing
 
@@ -514,7 +514,7 @@ class JaxOutputs(Outputs):
         programs, column = self.programs, int(found[3])
         key, index = programs.action_names[column]
         spec = self.env.full_action_spec[key]
-        from ..._validate import _domain, forbidden_message
+        from ..._core.validate import action_domain, forbidden_message
 
         if np.isfinite(value) and programs.low[column] <= value <= programs.high[column]:  # a choice its mask forbids
             mask = next(m for m in programs.masks if m.column <= column < m.column + m.width)
@@ -530,7 +530,7 @@ class JaxOutputs(Outputs):
                 f"env.validate_actions='immediate' to raise before the step instead")
         raise ValueError(
             f"action {key!r} of env {int(found[2])} at step {int(found[1])} (counted from the env's build) was "
-            f"{float(value)!r} (its entry {index} per env); expected {_domain(spec)}. validate_actions='deferred' "
+            f"{float(value)!r} (its entry {index} per env); expected {action_domain(spec)}. validate_actions='deferred' "
             f"left that env where it was and set its float outputs of that step to NaN; "
             f"set env.validate_actions='immediate' to raise before the step instead")
 

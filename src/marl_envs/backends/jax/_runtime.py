@@ -25,7 +25,7 @@ import os
 import jax
 import torch
 
-from ..._names import user_cache
+from ..._core.names import user_cache
 
 __all__ = ["ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "caching_enabled",
            "configure_jax", "enable_compilation_cache", "env_flag", "inline_cpu_dispatch", "jax_started",

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from ..._quiet import quiet_import
-from . import PettingZooEnv
+from .._quiet import quiet_import
+from ._env import PettingZooEnv
 from ._shard import BatchPlan, Buffers, Shard
 from ._tasks import Task, signature_keywords
 

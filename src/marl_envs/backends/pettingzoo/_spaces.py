@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from ..._spaces import space_spec, value_dtype
+from .._spaces import space_spec, value_dtype
 
 __all__ = ["ACTION_MASK", "ActionCodec", "Leaf", "ObsSplit", "obs_split"]
 

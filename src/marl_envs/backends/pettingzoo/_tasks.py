@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..._quiet import EVERY_WARNING, Filter, ignored_warnings, quiet_import
-from ..._validate import check_kwargs, did_you_mean, unknown_name
+from .._quiet import EVERY_WARNING, Filter, ignored_warnings, quiet_import
+from ..._core.validate import check_kwargs, did_you_mean, unknown_name
 
 __all__ = ["EPISODE_BOUNDS", "SWIG_WARNINGS", "Task", "builds", "resolve_task", "signature_keywords", "tasks"]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._quiet import Filter, ignored_warnings
+from .._quiet import Filter, ignored_warnings
 from ._shard import BatchPlan, Buffers, Shard
 
 __all__ = ["InstanceError", "WorkerPool", "shared_zeros"]

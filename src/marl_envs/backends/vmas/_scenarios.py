@@ -12,7 +12,7 @@ import vmas
 from vmas.simulator.environment import Environment
 from vmas.simulator.scenario import BaseScenario
 
-from ..._validate import check_kwargs, keyword_use, unknown_name
+from ..._core.validate import check_kwargs, keyword_use, unknown_name
 
 __all__ = ["check_scenario_kwargs", "env_names", "load_scenario", "make_vmas_env", "scenario_label"]
 

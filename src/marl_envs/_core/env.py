@@ -1,0 +1,563 @@
+"""``EnvBase``: the one public env API every backend shares, written once over a small backend hook."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
+
+from . import rollout as _rollout
+from .agents import resolve_group_map, specs_by_kind, stack_specs
+from .outputs import Outputs, TensorDictOutputs, TimeLimit, merge_rows, next_root, set_fitted
+from .validate import ActionCheck, action_checks, check_actions, check_carried, check_device, check_env_index
+from ..specs import Categorical, Composite, NestedKey, OneHot, TensorSpec, complete_done_spec
+
+__all__ = ["EnvBase"]
+
+
+def _prefixed(prefix: tuple[str, ...], name: str) -> NestedKey:
+    return (*prefix, name) if prefix else name
+
+
+def _mask_key(action_key: NestedKey) -> NestedKey:
+    """The key of an action's mask: ``(group, "action_mask")`` beside ``(group, "action")``, else the root's."""
+    return (*action_key[:-1], "action_mask") if isinstance(action_key, tuple) and len(action_key) > 1 else "action_mask"
+
+
+class EnvBase:
+    """Base class of every batched multi-agent environment.
+
+    A backend (or a user's custom env) writes only the hook: ``__init__`` declaring ``group_map`` and the
+    ``full_*_spec`` Composites (or per-agent specs through ``_group_agents``), ``_reset(mask)``,
+    ``_step(tensordict)``, ``_set_seed(seed)``, optionally ``_render(env_index, **kwargs)`` and
+    ``_step_reset(tensordict, ends)``. This class writes ``reset``, ``step``, ``step_and_maybe_reset``,
+    ``rollout``, ``render``, the key properties, step counting and input validation; its output executor
+    (``self._outputs``, ``marl_envs._outputs``) completes the done entries (``done = terminated | truncated`` at
+    every level), applies ``max_steps`` truncation, builds the next root data and merges resets. A backend with a
+    faster executor of the same rules (the JAX families) sets its own when it is built.
+
+    Data layout (``B = num_envs``): per-group entries under the group name with batch ``(B, n_agents)``
+    (``td["agents", "observation"]``), shared ``done`` / ``terminated`` / ``truncated`` of shape ``(B, 1)``
+    at the root, rewards under ``("next", group, "reward")``.
+
+    Args:
+        num_envs: number of environments stepped together (the batch size).
+        device: device of every tensor the env reads and writes.
+        max_steps: episode length after which an env reports ``truncated=True``; ``None`` for no limit. A backend
+            whose library has its own time limit passes it as ``horizon``: then ``max_steps`` is that limit unless
+            the user asks for a shorter one.
+        horizon: the library's own time limit, ``(steps, how to change it)`` (``(25, "max_cycles=N")``), or None.
+
+    Attributes:
+        validate_actions: how the action values are checked (see the property).
+        allow_done_after_reset: the backend may report ``done`` right after a reset (checked by
+            ``check_env_specs``).
+    """
+
+    allow_done_after_reset: bool = False
+    _episode_bound: int | None = None  # a game that ends itself within this many steps (tic-tac-toe: 9)
+    _meanings: Mapping[NestedKey, str] = {}  # what an entry is, in words, where the backend knows (marl-envs info)
+    _fused_reset: bool = False  # the backend implements _step_reset
+    _masked_actions: bool = False  # the backend applies only the actions of agents its group's "mask" marks
+    _outputs: Outputs
+
+    def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None,
+                 horizon: tuple[int, str] | None = None):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        self.num_envs = num_envs
+        self.batch_size = torch.Size([num_envs])
+        self.device = check_device(device)
+        self._outputs = TensorDictOutputs(self)
+        self._validate: bool | str = True
+        self._immediate = True  # the action values are checked before the step (see validate_actions)
+        self._horizon = horizon
+        self.max_steps = horizon[0] if max_steps is None and horizon is not None else max_steps
+        self._group_map: GroupMap = {}
+        self._agent_names: list[str] | None = None
+        self._specs: dict[str, Composite] = {
+            name: Composite(shape=self.batch_size, device=self.device)
+            for name in ("observation", "action", "reward", "done", "state")
+        }
+        # Key caches, recomputed whenever a spec or the group map is set (``_refresh_keys``), read per step.
+        self._keys: dict[str, list[NestedKey]] = {}
+        self._done_levels: dict[tuple[str, ...], torch.Size] = {}  # done level -> shape of its done entries
+        self._group_shapes: dict[str, torch.Size] = {}  # group -> batch (B, n_agents) of its sub-TensorDicts
+        self._action_checks: list[ActionCheck] = []  # checked on every step
+        self._reset_leaves: list[tuple[NestedKey, TensorSpec]] = []  # what a partial reset keeps: checked first
+        self._generator = torch.Generator(device=self.device)
+        self._generator.seed()
+        complete_done_spec(self._specs["done"])
+        self._refresh_keys()
+
+    @property
+    def max_steps(self) -> int | None:
+        """Episode length after which an env reports ``truncated=True`` (None: no limit).
+
+        Where the library has its own time limit (JaxMARL's ``max_steps``, gymnax's ``max_steps_in_episode``,
+        Jumanji's ``time_limit``, PettingZoo's ``max_cycles``, ...), this is that limit, counted in env steps, unless
+        a shorter one was set; a longer one is refused (the library would end the episode first). Reaching it is
+        ``truncated`` and not ``terminated``, whatever the library's own flag says.
+        """
+        return self._max_steps
+
+    @max_steps.setter
+    def max_steps(self, max_steps: int | None) -> None:
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        horizon = self._horizon
+        if horizon is not None and (max_steps is None or max_steps > horizon[0]):
+            raise ValueError(
+                f"max_steps={max_steps!r} is beyond the library's own time limit: its episodes end after {horizon[0]} "
+                f"steps; pass max_steps of at most {horizon[0]}, or lengthen the library's limit ({horizon[1]}) when "
+                f"building the env")
+        self._max_steps = max_steps
+        self._limit = None if max_steps is None else TimeLimit(max_steps)
+        self._outputs.refresh()  # the plans read the limit: made again, not left behind it
+
+    @property
+    def max_episode_length(self) -> int | None:
+        """The most steps an episode can last: ``max_steps`` where there is a time limit, else the bound of a
+        game that ends itself within a known number of moves (OpenSpiel's ``max_game_length``, tic-tac-toe's 9),
+        else None. What a rollout that must see every episode end needs (BenchMARL's evaluation reads it)."""
+        return self._max_steps if self._max_steps is not None else self._episode_bound
+
+    @property
+    def validate_actions(self) -> bool | str:
+        """How each step checks the action values for non-finite (NaN, inf) and out-of-range discrete values.
+
+        - ``"immediate"``: before the step, raising ``ValueError`` at once and applying nothing; on a device this
+          waits for the device once a step.
+        - ``"deferred"`` (the JAX families): inside the compiled step, on the device, without waiting. The envs
+          given a bad action are not advanced and their float outputs of that step are NaN; a sticky flag on
+          the device records the first bad value, and the env's next call that finds it computed raises
+          ``ValueError`` naming the step, the env index and the value (then clears it).
+        - ``True`` (default): ``"deferred"`` for the JAX families (on every device: one contract, and the cheaper
+          check on a CPU too), ``"immediate"`` for the others.
+        - ``False``: no check, once a policy is trusted.
+
+        In a backend that applies only the actions of the agents a group's ``"mask"`` marks (PettingZoo: the acting
+        player, the living agents), only those are checked.
+        """
+        return self._validate
+
+    @validate_actions.setter
+    def validate_actions(self, value: bool | str) -> None:
+        if not (isinstance(value, bool) or value in ("immediate", "deferred")):
+            raise ValueError(f"validate_actions must be True, False, 'immediate' or 'deferred', got {value!r}")
+        if value == "deferred" and not self._outputs.deferred_checks:
+            raise ValueError(f"{type(self).__name__} cannot check actions inside its step (validate_actions="
+                             f"'deferred' is for the JAX families); use True, 'immediate' or False")
+        self._validate = value
+        self._refresh_checks()
+
+    def _refresh_checks(self) -> None:
+        value = self._validate
+        self._immediate = value == "immediate" or (value is True and not self._outputs.deferred_by_default)
+        self._outputs.refresh()
+
+    def _set_outputs(self, outputs: Outputs) -> None:
+        """Make ``outputs`` the env's executor (a backend with its own, when it is built)."""
+        self._outputs = outputs
+        self._refresh_checks()
+
+    @property
+    def _deferred(self) -> bool:
+        """The executor checks the action values inside the step (``validate_actions``)."""
+        value = self._validate
+        return value == "deferred" or (value is True and self._outputs.deferred_by_default)
+
+    # ------------------------------------------------------------------------------------------------
+    # The backend hook
+    # ------------------------------------------------------------------------------------------------
+    def _reset(self, mask: torch.Tensor | None) -> Any:
+        """Reset the envs where ``mask`` (``(num_envs,)`` bool; ``None`` = all) is True.
+
+        Return observations (and per-group done entries, if declared) for all envs, as a TensorDict (or what the
+        env's executor reads); rows where ``mask`` is False are replaced by the caller's data.
+        """
+        raise NotImplementedError
+
+    def _step(self, tensordict: TensorDictBase) -> Any:
+        """Step every env with the actions in ``tensordict``; return observations, rewards and ``terminated`` as a
+        TensorDict (or what the env's executor reads)."""
+        raise NotImplementedError
+
+    def _set_seed(self, seed: int) -> None:
+        """Seed the backend's random state."""
+        raise NotImplementedError
+
+    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None) -> tuple[Any, Any, torch.Tensor]:
+        """Optional, used by ``step_and_maybe_reset`` when ``_fused_reset`` is True: ``_step``, then ``_reset`` of
+        the envs whose root ``terminated`` or ``truncated`` it sets or that ``ends`` ``(num_envs,)`` marks (those
+        reaching ``max_steps``; None without a limit), in one call to the simulator.
+
+        Returns:
+            ``(step output, reset output, reset mask)``: what ``_step`` and ``_reset(mask)`` would return.
+        """
+        raise NotImplementedError
+
+    def _render(self, env_index: int, **kwargs: Any) -> Any:
+        """An image of env ``env_index`` (already checked to be in range)."""
+        raise NotImplementedError(f"{type(self).__name__} does not render")
+
+    # ------------------------------------------------------------------------------------------------
+    # Groups and specs
+    # ------------------------------------------------------------------------------------------------
+    @property
+    def group_map(self) -> GroupMap:
+        """Group name -> agent names, in data order."""
+        return self._group_map
+
+    @group_map.setter
+    def group_map(self, group_map: GroupMap | MarlGroupMapType) -> None:
+        agent_names = self._agent_names
+        group_map = MarlGroupMapType.coerce(group_map)  # TorchRL's strategies too
+        if isinstance(group_map, MarlGroupMapType):
+            if agent_names is None:
+                raise ValueError("set env.agent_names before resolving a MarlGroupMapType group map")
+            group_map = group_map.get_group_map(agent_names)
+        if agent_names is None:
+            agent_names = [agent for members in group_map.values() for agent in members] if isinstance(
+                group_map, dict
+            ) else []
+        check_marl_grouping(group_map, agent_names)
+        self._group_map = {group: list(members) for group, members in group_map.items()}
+        self._refresh_keys()
+
+    @property
+    def agent_names(self) -> list[str]:
+        """Every agent, in the environment's own order (group order if the env did not declare one)."""
+        if self._agent_names is not None:
+            return list(self._agent_names)
+        return [agent for members in self._group_map.values() for agent in members]
+
+    @agent_names.setter
+    def agent_names(self, names: Sequence[str]) -> None:
+        self._agent_names = list(names)
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.agent_names)
+
+    def _group_agents(
+        self, agent_specs: Mapping[str, Composite], group_map: GroupMap | MarlGroupMapType | None, *,
+        bounds: bool = True,
+    ) -> dict[str, Composite]:
+        """Set ``agent_names`` and ``group_map`` from each agent's specs; return each group's stacked specs.
+
+        Args:
+            agent_specs: agent name -> its specs without batch dims (``action``, ``observation``, ``reward``,
+                ...), in the environment's agent order.
+            group_map: the user's (dict or ``MarlGroupMapType``), or None for ``groupings.default_group_map``
+                over the agents' spec signatures.
+            bounds: agents with different ``Bounded`` ranges may not share a group (else they may, and the
+                ranges are stacked per agent).
+
+        Returns:
+            group -> Composite of batch ``(num_envs, n_agents)``; ``_declare_specs`` files its entries.
+
+        Raises:
+            ValueError: a malformed ``group_map``, or a group whose agents' specs differ.
+        """
+        self.agent_names = list(agent_specs)
+        self.group_map = resolve_group_map(group_map, agent_specs, bounds=bounds)
+        return {group: stack_specs([agent_specs[a] for a in members], self.batch_size)
+                for group, members in self.group_map.items()}
+
+    def _declare_specs(self, groups: Mapping[str, Composite], **root: TensorSpec | Composite) -> None:
+        """Set the ``full_*_spec`` from group Composites and root entries: ``action`` entries go to the action
+        spec, ``reward`` to the reward spec, ``done`` / ``terminated`` / ``truncated`` to the done spec, the rest
+        (observations, infos, masks, a root ``state``) to the observation spec."""
+        specs = specs_by_kind(groups, root, self.batch_size, self.device)
+        for kind, spec in specs.items():
+            self._set_spec(kind, spec)
+
+    def _set_spec(self, kind: str, spec: Composite) -> None:
+        if not isinstance(spec, Composite):
+            raise TypeError(f"full_{kind}_spec must be a marl_envs.specs.Composite, got {type(spec).__name__}")
+        if spec.shape != self.batch_size:
+            raise ValueError(
+                f"full_{kind}_spec has shape {tuple(spec.shape)}; expected the batch shape {tuple(self.batch_size)} "
+                f"(spec shapes include the batch: build it with shape=(num_envs,))"
+            )
+        for key, leaf in spec.items(True, True):
+            if leaf.device != self.device:
+                raise ValueError(f"spec {key!r} is on {leaf.device}, the env on {self.device}; build it with device=")
+        self._specs[kind] = spec
+        if kind == "done":
+            complete_done_spec(spec)
+        self._refresh_keys()
+
+    full_observation_spec = property(lambda self: self._specs["observation"],
+                                     lambda self, spec: self._set_spec("observation", spec),
+                                     doc="Composite of every observation entry (per group and at the root).")
+    full_action_spec = property(lambda self: self._specs["action"], lambda self, spec: self._set_spec("action", spec),
+                                doc="Composite of every action entry.")
+    full_reward_spec = property(lambda self: self._specs["reward"], lambda self, spec: self._set_spec("reward", spec),
+                                doc="Composite of every reward entry.")
+    full_done_spec = property(lambda self: self._specs["done"], lambda self, spec: self._set_spec("done", spec),
+                              doc="Composite of the done / terminated / truncated entries, root and per group.")
+    full_state_spec = property(lambda self: self._specs["state"], lambda self, spec: self._set_spec("state", spec),
+                               doc="Composite of inputs other than actions (empty for every built-in backend).")
+
+    def _leaf_or_full(self, kind: str) -> TensorSpec | Composite:
+        keys, full = self._keys[kind], self._specs[kind]
+        return full[keys[0]] if len(keys) == 1 else full
+
+    action_spec = property(lambda self: self._leaf_or_full("action"),
+                           doc="The action spec if the env has one action key, else the full Composite.")
+    reward_spec = property(lambda self: self._leaf_or_full("reward"),
+                           doc="The reward spec if the env has one reward key, else the full Composite.")
+    observation_spec = property(lambda self: self._leaf_or_full("observation"),
+                                doc="The observation spec if the env has one observation key, else the full Composite.")
+    done_spec = property(lambda self: self._leaf_or_full("done"),
+                         doc="The done spec if the env has one done key, else the full Composite.")
+
+    # ------------------------------------------------------------------------------------------------
+    # Keys
+    # ------------------------------------------------------------------------------------------------
+    def _ordered(self, keys: list[NestedKey]) -> list[NestedKey]:
+        """Root keys first, then by group in group_map order, each keeping spec order."""
+        rank = {group: i for i, group in enumerate(self._group_map)}
+        return sorted(keys, key=lambda k: -1 if isinstance(k, str) else rank.get(k[0], len(rank)))
+
+    def _refresh_keys(self) -> None:
+        """Recompute the key lists and the per-step lookups from the specs and the group map."""
+        done = self._specs["done"]
+        keys = {kind: self._ordered(spec.keys(True, True)) for kind, spec in self._specs.items()}
+        prefixes = [()] + [(g,) for g in self._group_map if (g, "done") in done]
+        keys["reset"] = [_prefixed(prefix, "_reset") for prefix in prefixes]
+        self._done_levels = {prefix: done[_prefixed(prefix, "done")].shape for prefix in prefixes}
+        self._group_shapes = {
+            g: spec[g].shape for spec in self._specs.values() for g in self._group_map
+            if g in spec and isinstance(spec[g], Composite)
+        }
+        observed = set(keys["observation"]) if self._masked_actions else set()
+        grouped = [key for key in keys["action"] if isinstance(key, tuple) and len(key) > 1]
+        observations = set(keys["observation"])
+        self._action_checks = action_checks(
+            [(key, self._specs["action"][key]) for key in keys["action"]],
+            # a group's "mask" says whose actions count (acting, alive agents)
+            {key: (key[0], "mask") for key in grouped if (key[0], "mask") in observed},
+            # a choice its action mask forbids is refused like an out-of-range one
+            {key: _mask_key(key) for key in keys["action"] if _mask_key(key) in observations},
+            {key: self._group_map.get(key[0], ()) for key in grouped})
+        self._reset_leaves = [(key, self._specs[kind][key]) for kind in ("observation", "done") for key in keys[kind]]
+        self._keys = keys
+        self._outputs.refresh()
+
+    action_keys = property(lambda self: list(self._keys["action"]), doc="Every action key, root first.")
+    reward_keys = property(lambda self: list(self._keys["reward"]), doc="Every reward key, root first.")
+    done_keys = property(lambda self: list(self._keys["done"]), doc="Every done/terminated/truncated key.")
+    observation_keys = property(lambda self: list(self._keys["observation"]), doc="Every observation key.")
+    state_keys = property(lambda self: list(self._keys["state"]), doc="Every non-action input key.")
+    reset_keys = property(lambda self: list(self._keys["reset"]),
+                          doc="'_reset' at the root, plus (group, '_reset') for groups with their own done keys.")
+
+    def _single_key(self, kind: str) -> NestedKey:
+        keys = self._keys[kind]
+        if len(keys) != 1:
+            raise KeyError(
+                f"{type(self).__name__} has {len(keys)} {kind} keys {keys}; use env.{kind}_keys instead of env.{kind}_key"
+            )
+        return keys[0]
+
+    action_key = property(lambda self: self._single_key("action"), doc="The single action key (KeyError if several).")
+    reward_key = property(lambda self: self._single_key("reward"), doc="The single reward key (KeyError if several).")
+
+    @property
+    def done_key(self) -> NestedKey:
+        """The root ``"done"`` key."""
+        return "done"
+
+    # ------------------------------------------------------------------------------------------------
+    # Reset
+    # ------------------------------------------------------------------------------------------------
+    def reset(self, tensordict: TensorDictBase | None = None, *, seed: int | None = None) -> TensorDictBase:
+        """Reset every env, or those a ``_reset`` entry in ``tensordict`` selects.
+
+        A root ``"_reset"`` ``(B, 1)`` selects envs and supersedes nested ``(group, "_reset")`` entries, which
+        reset each env in which any agent asks for it. Without any ``_reset`` every env is reset. For envs not
+        reset, entries of ``tensordict`` come back unchanged; ``_reset`` and ``"next"`` entries are dropped.
+
+        Args:
+            tensordict: the data of the envs not reset, and the ``_reset`` entries.
+            seed: ``set_seed(seed)`` first (TorchRL's and Gymnasium's ``reset(seed=...)``).
+
+        Returns:
+            A new TensorDict of batch ``(num_envs,)`` holding observations and done flags.
+        """
+        if tensordict is not None:
+            self._check_batch(tensordict, "reset")
+        mask = self._reset_mask(tensordict)
+        if mask is not None:  # checked before anything is reset
+            check_carried(tensordict, self._reset_leaves)
+        if seed is not None:
+            self.set_seed(seed)
+        return self._reset_masked(tensordict, mask)
+
+    def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
+        if tensordict is None:
+            return None
+        masks = []
+        for key in self.reset_keys:
+            flag = tensordict.get(key, None)
+            if flag is None:
+                continue
+            expected = self._done_levels[key[:-1] if isinstance(key, tuple) else ()]
+            if flag.shape != expected or flag.dtype != torch.bool or flag.device != self.device:
+                where = "" if flag.device == self.device else f" on {flag.device}; the env is on {self.device}"
+                raise ValueError(
+                    f"{key!r} must be a bool tensor of shape {tuple(expected)} (the done shape at its level), "
+                    f"got {flag.dtype} {tuple(flag.shape)}{where}"
+                )
+            masks.append(flag.reshape(self.num_envs, -1).any(-1))
+            if key == "_reset":  # the root supersedes nested entries
+                break
+        if not masks:
+            return None
+        return masks[0] if len(masks) == 1 else torch.stack(masks).any(0)
+
+    def _reset_masked(self, tensordict: TensorDictBase | None, mask: torch.Tensor | None) -> TensorDictBase:
+        """Reset the envs ``mask`` selects (all: None) into ``tensordict``."""
+        result = self._outputs.reset(mask)
+        if tensordict is None:
+            return result
+        return merge_rows(tensordict.exclude("next", *self.reset_keys), result, mask)
+
+    # ------------------------------------------------------------------------------------------------
+    # Step
+    # ------------------------------------------------------------------------------------------------
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Apply the actions in ``tensordict`` and write the outcome to ``tensordict["next"]``.
+
+        Raises:
+            KeyError: an action entry is missing.
+            ValueError: wrong batch size; an action of the wrong shape, dtype or device; a non-finite or
+                out-of-range discrete action. Nothing is applied when this is raised.
+        """
+        self._check_batch(tensordict, "step")
+        actions = check_actions(tensordict, self._action_checks, values=self._immediate)
+        data = self._outputs.step(tensordict, actions)
+        set_fitted(tensordict, "next", data, self.device)  # only now: a failed step leaves the input as it was
+        return tensordict
+
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Step, then reset the envs that are done.
+
+        Returns:
+            ``(tensordict, next_root)``: ``tensordict`` with ``"next"`` holding the terminal data, and the
+            data to act on next, in which done envs already hold the first observation of a new episode.
+        """
+        self._check_batch(tensordict, "step")
+        actions = check_actions(tensordict, self._action_checks, values=self._immediate)
+        data, next_root = self._outputs.step_and_reset(tensordict, actions)
+        set_fitted(tensordict, "next", data, self.device)
+        return tensordict, next_root
+
+    def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The root data of the next step after ``step(tensordict)``: ``tensordict["next"]`` without rewards,
+        plus the actions taken (TorchRL's ``step_mdp`` with its defaults)."""
+        return next_root(tensordict.get("next"), tensordict, self._keys["reward"], self._keys["action"])
+
+    # ------------------------------------------------------------------------------------------------
+    # Validation (construction-time facts are trusted; only the data is checked)
+    # ------------------------------------------------------------------------------------------------
+    def _check_batch(self, tensordict: TensorDictBase, method: str) -> None:
+        if not isinstance(tensordict, TensorDictBase):
+            raise TypeError(f"env.{method}() takes a TensorDict, got {type(tensordict).__name__}")
+        if tensordict.batch_size != self.batch_size:
+            raise ValueError(
+                f"env.{method}() got a TensorDict of batch size {tuple(tensordict.batch_size)}; this env has "
+                f"batch size {tuple(self.batch_size)} (num_envs={self.num_envs})"
+            )
+
+    # ------------------------------------------------------------------------------------------------
+    # Random actions, seeding, rollouts
+    # ------------------------------------------------------------------------------------------------
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Write uniformly random actions into ``tensordict`` (a new one if None), honouring action masks.
+
+        A ``(group, "action_mask")`` entry in ``tensordict`` restricts the group's discrete choices.
+        """
+        if tensordict is None:
+            tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        for key in self.action_keys:
+            spec = self.full_action_spec[key]
+            mask_key = (*key[:-1], "action_mask") if isinstance(key, tuple) else "action_mask"
+            mask = tensordict.get(mask_key, None) if isinstance(spec, (Categorical, OneHot)) else None
+            if mask is not None:
+                action = spec.rand(generator=self._generator, mask=mask)
+            else:
+                action = spec.rand(generator=self._generator)
+            tensordict.set(key, action)
+        return tensordict
+
+    def rand_step(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """``step(rand_action(tensordict))``."""
+        if tensordict is None:
+            tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        return self.step(self.rand_action(tensordict))
+
+    def set_seed(self, seed: int) -> None:
+        """Make the env deterministic: same seed and same actions give identical rollouts.
+
+        Seeds the backend and the generator behind ``rand_action``.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        self._generator.manual_seed(seed)
+        self._set_seed(seed)
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        *,
+        callback: Callable[[EnvBase, TensorDictBase], None] | None = None,
+        auto_reset: bool = True,
+        tensordict: TensorDictBase | None = None,
+        break_when_any_done: bool | None = None,
+        break_when_all_done: bool | None = None,
+    ) -> TensorDictBase:
+        """Run up to ``max_steps`` steps and return a TensorDict of batch ``(num_envs, T)``, last dim "time".
+
+        See ``marl_envs/_rollout.py`` and the concepts guide for the three break modes.
+        """
+        return _rollout.rollout(
+            self, max_steps, policy, callback=callback, auto_reset=auto_reset, tensordict=tensordict,
+            break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
+        )
+
+    @property
+    def renders(self) -> bool:
+        """Whether ``render()`` gives images here (False where it raises: an env without the ``_render`` hook)."""
+        return type(self)._render is not EnvBase._render
+
+    def render(self, env_index: int = 0, **kwargs: Any) -> Any:
+        """An image of env ``env_index``: an ``(H, W, 3)`` uint8 array for VMAS, Brax and PettingZoo envs (these
+        built with ``render_mode="rgb_array"``), never None.
+
+        Keywords are the backend's (e.g. Brax's ``height``, ``width``, ``camera``).
+
+        Raises:
+            IndexError: ``env_index`` is not an int in ``[0, num_envs)``.
+            ValueError: a PettingZoo env built without ``render_mode="rgb_array"``.
+            NotImplementedError: the env does not draw (JaxMARL, gymnax).
+        """
+        return self._render(check_env_index(env_index, self.num_envs), **kwargs)
+
+    def close(self) -> None:
+        """Release backend resources (nothing by default)."""
+
+    def __repr__(self) -> str:
+        groups = ", ".join(f"{g}: {len(m)}" for g, m in self._group_map.items())
+        bound = "" if self.max_steps is not None or self._episode_bound is None else (
+            f", max_episode_length={self._episode_bound}")  # a game that ends itself: its bound, not a time limit
+        return (f"{type(self).__name__}(num_envs={self.num_envs}, groups={{{groups}}}, device={self.device}, "
+                f"max_steps={self.max_steps}{bound})")

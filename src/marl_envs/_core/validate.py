@@ -1,0 +1,426 @@
+"""The checks and messages every part of the library shares: names, keywords, env indices, action values.
+
+One wording each, so that a user meets the same message whether a registry name, a VMAS scenario, a Brax env
+or a PettingZoo task is misspelled.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import sys
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from .messages import did_you_mean, unknown_name
+from .leaf_specs import ordinal_device
+from ..specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
+
+__all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devices", "check_actions", "check_carried",
+           "check_device", "check_env_index", "check_kwargs", "checked_keywords", "did_you_mean", "env_keywords",
+           "forbidden_message", "init_keywords", "keyword_error", "keyword_use", "unknown_name"]
+
+
+def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
+    """The keywords ``factory`` takes, or None when its signature cannot say (``**kwargs``, no signature)."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def init_keywords(cls: type) -> list[str] | None:
+    """The keywords a library's class takes, None where they cannot be told.
+
+    Its ``__init__``'s, and where that takes ``**kwargs``: the keys it reads from them, and the keywords of what
+    it passes them to (``super().__init__``, a class of its module by name); None once they go anywhere else.
+    """
+    accepted: list[str] = []
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]
+        accepted += [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return list(dict.fromkeys(accepted))
+        use = keyword_use(init)
+        if use is None or not use.closed:  # the keys it takes cannot be told from its source
+            return None
+        accepted += use.reads
+        onward = False
+        for func in use.forwards:
+            target = vars(sys.modules[klass.__module__]).get(func.id) if isinstance(func, ast.Name) else None
+            if _is_super_init(func):
+                onward = True
+            elif isinstance(target, type) and (inner := init_keywords(target)) is not None:
+                accepted += inner
+            else:
+                return None
+        if not onward:
+            return list(dict.fromkeys(accepted))
+    return None
+
+
+def _is_super_init(func: ast.expr) -> bool:
+    """``func`` is ``super().__init__``."""
+    return (isinstance(func, ast.Attribute) and func.attr == "__init__" and isinstance(func.value, ast.Call)
+            and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")
+
+
+class KeywordUse(NamedTuple):
+    """What a function does with its ``**kwargs`` dict (``keyword_use``)."""
+
+    reads: list[str]  # the keys it reads: ``kwargs["x"]``, ``kwargs.get("x")``, ``kwargs.pop("x")``, ``"x" in kwargs``
+    forwards: list[ast.expr]  # the callees it passes ``**kwargs`` to (``super().__init__``, a class by name, ...)
+    closed: bool  # every use of the dict is one of those: no key can be read another way (``kwargs.items()``)
+
+
+def keyword_use(function: Callable[..., Any]) -> KeywordUse | None:
+    """How ``function`` uses its ``**kwargs`` dict, read from its source (None without source or ``**kwargs``):
+    for libraries that take ``**kwargs`` and read the keys they know, ignoring the others (VMAS scenarios,
+    JaxMARL's MPE)."""
+    try:
+        params = inspect.signature(function).parameters.values()
+        var = next(p.name for p in params if p.kind is p.VAR_KEYWORD)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, ValueError, SyntaxError, StopIteration):
+        return None
+    is_var = lambda node: isinstance(node, ast.Name) and node.id == var  # noqa: E731
+    key = lambda node: node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None  # noqa: E731
+    reads, forwards, understood = [], [], []  # understood: the uses of the dict read above
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and is_var(node.value):
+            reads.append(key(node.slice))
+            understood.append(node.value)
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) \
+                and is_var(node.comparators[0]):
+            reads.append(key(node.left))
+            understood.append(node.comparators[0])
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and is_var(func.value) and func.attr in ("get", "pop") and node.args:
+                reads.append(key(node.args[0]))
+                understood.append(func.value)
+            for k in node.keywords:
+                if k.arg is None and is_var(k.value):
+                    forwards.append(func)
+                    understood.append(k.value)
+    uses = [node for node in ast.walk(tree) if is_var(node)]
+    closed = None not in reads and len(uses) == len(understood)
+    return KeywordUse([k for k in dict.fromkeys(reads) if k is not None], forwards, closed)
+
+
+def env_keywords(cls: type) -> list[str]:
+    """The keywords an env class's ``__init__`` names (``num_envs``, ``device``, ``max_steps``, ...): its env-level
+    keywords, the ones that are not the backend's own."""
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    return [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+
+
+def check_kwargs(owner: str, accepted: Sequence[str] | Callable[..., Any] | None, kwargs: Mapping[str, Any], *,
+                 env: Sequence[str] = (), kind: str = "") -> None:
+    """Raise ``TypeError`` for the first keyword of ``kwargs`` not in ``accepted``, with a close match among
+    ``accepted`` and ``env``.
+
+    Args:
+        owner: what takes the keywords, as the message names it (``"'vmas/balance'"``, ``"VMAS scenario
+            'balance'"``).
+        accepted: the keywords it takes, or a callable whose signature says (no check if it has ``**kwargs``),
+            or None (no check).
+        kwargs: the keywords given.
+        env: the env-level keywords taken beside them (``num_envs``, ``max_steps``, ...): a typo of one of those
+            lands among the backend's keywords, so the close match is looked for in both, and both are listed.
+        kind: what ``accepted`` are, for the message (``"the scenario's"``); with ``env`` given.
+    """
+    if callable(accepted):
+        accepted = accepted_keywords(accepted)
+    if accepted is None:
+        return
+    for key in kwargs:
+        if key not in accepted:
+            raise keyword_error(owner, key, list(accepted), env=env, kind=kind)
+
+
+def keyword_error(owner: str, key: str, accepted: Sequence[str], *, env: Sequence[str] = (),
+                  kind: str = "") -> TypeError:
+    """The ``TypeError`` of a keyword ``owner`` does not take: the close match among ``env`` and ``accepted``,
+    then both lists."""
+    # stricter than for names: a keyword of another scenario (n_agents) is not taken for an env keyword's typo
+    hint = did_you_mean(key, [name for name in (*env, *accepted) if name != key], n=1, cutoff=0.7) or ";"
+    if not env:
+        return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts {list(accepted)}")
+    return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts the env keywords "
+                     f"{list(env)} and {kind or 'its own'} keywords {list(accepted)}")
+
+
+def checked_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """Decorate an env class's ``__init__``: a keyword it does not take (also one misspelled so that a required
+    keyword is missing, ``num_env=4``) raises the ``keyword_error`` naming the close match, and ``device`` is
+    checked by ``check_device`` before the backend allocates on it. Keywords that ``**kwargs`` collects are the
+    backend's to check (with ``env=env_keywords(cls)``)."""
+    signature = inspect.signature(init)
+    params = list(signature.parameters.values())[1:]
+    named = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p.name for p in params if p.name in named and p.default is p.empty]
+    open_ = any(p.kind is p.VAR_KEYWORD for p in params)  # other keywords are the backend's: maybe right
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            signature.bind(self, *args, **kwargs)
+        except TypeError as err:
+            unknown = [key for key in kwargs if key not in named]
+            missing = [name for name in required[len(args):] if name not in kwargs]
+            # with **kwargs, only a keyword close to a missing required one is taken for its typo (num_env=4)
+            suspects = [key for key in unknown if not open_ or did_you_mean(key, missing, n=1)]
+            if suspects:
+                raise keyword_error(type(self).__name__, suspects[0], named) from None
+            raise TypeError(f"{type(self).__name__}: {err}") from None
+        if "device" in kwargs:
+            check_device(kwargs["device"])
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+def check_device(device: Any) -> torch.device:
+    """``torch.device(device)`` if torch can put tensors there, else a ``ValueError`` saying why and what can.
+
+    One message for every backend: a device string torch does not parse, ``"cuda"`` on a CPU build of torch or
+    a machine without a GPU, ``"cuda:3"`` where torch sees fewer GPUs.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r} is not a device; expected 'cpu', 'cuda' or 'cuda:<index>' (or a "
+                         f"torch.device); this machine has {available_devices()}") from None
+    if dev.type == "cuda":
+        if torch.version.cuda is None:
+            raise ValueError(f"device {device!r} is not available: this torch ({torch.__version__}) is a CPU "
+                             f"build; install a CUDA build of torch (make TORCH_SPEC=torch setup) or use "
+                             f"device='cpu'")
+        count = torch.cuda.device_count()
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            raise ValueError(f"device {device!r} is not available: torch sees {count} CUDA device(s); this machine "
+                             f"has {available_devices()}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} is not available: torch sees no MPS device; this machine has "
+                         f"{available_devices()}")
+    return ordinal_device(dev)
+
+
+def available_devices() -> list[str]:
+    """The devices torch can use here: ``["cpu", "cuda:0", ...]``."""
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.version.cuda is not None else []
+    return ["cpu", *cuda, *(["mps"] if torch.backends.mps.is_available() else [])]
+
+
+def check_env_index(env_index: Any, num_envs: int) -> int:
+    """``env_index`` if it is an int in ``[0, num_envs)``, else ``IndexError``."""
+    if isinstance(env_index, bool) or not isinstance(env_index, int) or not 0 <= env_index < num_envs:
+        raise IndexError(f"env_index must be an int in [0, {num_envs}), got {env_index!r}")
+    return env_index
+
+
+def _bad_actions(spec: TensorSpec, action: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Bool tensor flagging invalid entries of ``action`` (per one-hot vector for ``OneHot``); with ``rows`` (a
+    bool of the action's leading dims), per row, and only where ``rows`` is True."""
+    if action.dtype.is_floating_point:
+        bad = ~torch.isfinite(action)
+    elif isinstance(spec, (Categorical, OneHot, MultiCategorical)):
+        bad = ~spec.in_domain(action)
+    else:
+        bad = torch.zeros((), dtype=torch.bool, device=action.device)
+    if rows is None:
+        return bad
+    bad = bad.expand(action.shape[:rows.ndim]) if bad.ndim < rows.ndim else bad
+    return (bad.flatten(rows.ndim).any(-1) if bad.ndim > rows.ndim else bad) & rows
+
+
+_NUMPY_FLOATS = (torch.float32, torch.float64, torch.float16)
+_TORCH, _FINITE, _RANGE = 0, 1, 2  # how an action's values are checked
+
+
+class ActionCheck(NamedTuple):
+    """What ``check_actions`` checks of one action entry, worked out when the specs are set (``action_checks``).
+
+    ``values``: ``_FINITE`` (a float action on the CPU: NumPy, several times faster than torch on a batch),
+    ``_RANGE`` (a ``Categorical`` action on the CPU: NumPy's min and max while the spec has no mask), else
+    ``_TORCH`` (a 0-dim bool tensor left on its device: no host sync until every action is checked).
+    ``rows``: the key of a bool ``(B, n_agents[, 1])`` entry saying whose actions count (the group's ``"mask"``: the
+    agents acting, or alive); when the data hold it, the other agents' actions are not checked (nor applied by
+    the backend). ``legal``: the key of the action's mask (``(group, "action_mask")``, one bool per choice); when
+    the data hold it, a choice it forbids is refused like an out-of-range one. ``agents``: the group's agent names.
+    """
+
+    key: NestedKey
+    spec: TensorSpec
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+    values: int
+    rows: NestedKey | None = None
+    legal: NestedKey | None = None
+    agents: tuple[str, ...] = ()
+
+
+def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]],
+                  rows: Mapping[NestedKey, NestedKey] | None = None, legal: Mapping[NestedKey, NestedKey] | None = None,
+                  agents: Mapping[NestedKey, Sequence[str]] | None = None) -> list[ActionCheck]:
+    """The ``ActionCheck`` of each action entry (key, spec); ``rows``, ``legal``, ``agents``: action key -> its
+    ``rows`` key, its action mask's key, its group's agent names."""
+    checks = []
+    for key, spec in leaves:
+        how = _TORCH
+        if spec.device.type == "cpu":
+            if spec.dtype in _NUMPY_FLOATS:
+                how = _FINITE
+            elif type(spec) is Categorical and not spec.dtype.is_floating_point:
+                how = _RANGE
+        mask = (legal or {}).get(key) if isinstance(spec, (Categorical, OneHot)) else None
+        checks.append(ActionCheck(key, spec, spec.shape, spec.dtype, spec.device, how, (rows or {}).get(key), mask,
+                                  tuple((agents or {}).get(key, ()))))
+    return checks
+
+
+def _forbidden(check: ActionCheck, action: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """Bool of the action's leading dims: the choices ``legal`` (its action mask) forbids. An out-of-range choice
+    reads as its nearest in range here (the range check names it)."""
+    spec = check.spec
+    choice = action.argmax(-1) if isinstance(spec, OneHot) else action
+    choice = choice.long().clamp(0, spec.n - 1)
+    return ~legal.reshape(*choice.shape, spec.n).gather(-1, choice.unsqueeze(-1)).squeeze(-1)
+
+
+def forbidden_message(key: NestedKey, env: int, agent: int | None, agents: Sequence[str], choice: int,
+                      mask: NestedKey, allowed: Sequence[int]) -> str:
+    """The one message of a choice an action mask forbids (checked before the step or inside it): the key, the
+    env, the agent (``None``: a root action), the choice and the legal ones."""
+    who = "" if agent is None else f", agent {agent}" + (f" ({agents[agent]!r})" if agent < len(agents) else "")
+    return (f"action {key!r} of env {env}{who} was {choice}, which its action mask {mask!r} forbids; the legal ones: "
+            f"{list(allowed)}.")
+
+
+def _refuse_forbidden(check: ActionCheck, action: torch.Tensor, legal: torch.Tensor, forbidden: torch.Tensor) -> None:
+    """Raise on the first choice ``forbidden`` flags, naming the env, the agent, the choice and the legal ones."""
+    at = forbidden.nonzero()[0].tolist()
+    env, agent = at[0], (at[1] if len(at) > 1 else None)
+    row = (env,) if agent is None else (env, agent)
+    choice = action[row].argmax(-1) if isinstance(check.spec, OneHot) else action[row]
+    allowed = legal.reshape(*forbidden.shape, check.spec.n)[row].nonzero().flatten().tolist()
+    raise ValueError(
+        forbidden_message(check.key, env, agent, check.agents, int(choice), check.legal, allowed)
+        + " Nothing of this step was applied: draw actions from the mask (env.rand_action honours it, a masked "
+          "policy does)")
+
+
+def _any_bad(check: ActionCheck, action: torch.Tensor) -> bool | torch.Tensor:
+    """Whether ``action`` holds an invalid value: a bool where NumPy checks it, else a 0-dim bool tensor."""
+    if check.values == _FINITE:
+        return not np.isfinite((action.detach() if action.requires_grad else action).numpy()).all()
+    if check.values == _RANGE and check.spec.mask is None:
+        values = action.numpy()
+        return values.size > 0 and bool(values.min() < 0 or values.max() >= check.spec.n)
+    return _bad_actions(check.spec, action).any()
+
+
+def action_domain(spec: TensorSpec) -> str:
+    """The valid values of an action spec, in words."""
+    if isinstance(spec, Categorical):
+        return f"integers in [0, {spec.n})" + (" allowed by the action mask" if spec.mask is not None else "")
+    if isinstance(spec, OneHot):
+        return f"one-hot vectors over {spec.n} choices"
+    if isinstance(spec, MultiCategorical):
+        return f"integers in [0, nvec) with nvec={spec.nvec.reshape(-1, spec.nvec.shape[-1])[0].tolist()}"
+    return "finite numbers (no NaN, inf or -inf)"
+
+
+def _check_layout(what: str, value: torch.Tensor, spec: TensorSpec, fix: str) -> None:
+    if value.shape != spec.shape or value.dtype != spec.dtype or value.device != spec.device:
+        raise ValueError(
+            f"{what} has shape {tuple(value.shape)}, dtype {value.dtype}, device {value.device}; "
+            f"expected shape {tuple(spec.shape)}, dtype {spec.dtype}, device {spec.device} ({fix})"
+        )
+
+
+def check_carried(tensordict: TensorDictBase, leaves: Sequence[tuple[NestedKey, TensorSpec]]) -> None:
+    """Raise ``ValueError`` unless each entry of ``leaves`` (key, spec) present in ``tensordict`` has its spec's
+    shape, dtype and device: the entries a partial ``reset(tensordict)`` keeps for the envs it does not reset."""
+    for key, spec in leaves:
+        value = tensordict.get(key, None)
+        if value is not None:
+            _check_layout(f"entry {key!r} of the TensorDict given to reset()", value, spec,
+                          "the envs not reset keep it; drop it or give it the spec's layout")
+
+
+def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, values: bool) -> list[torch.Tensor]:
+    """Raise unless every action of ``checks`` (``action_checks``) is in ``tensordict`` with its spec's shape, dtype
+    and device, and (if ``values``) valid values: one host sync for all keys. Returns the actions, in order.
+
+    Raises:
+        KeyError: an action is missing.
+        ValueError: wrong shape, dtype or device; a non-finite (NaN, inf) or an out-of-range discrete value.
+    """
+    actions = []
+    for check in checks:
+        action = tensordict.get(check.key, None)
+        if action is None:
+            raise KeyError(f"action {check.key!r} is missing from the TensorDict; env.action_keys = "
+                           f"{[c.key for c in checks]}")
+        if action.shape != check.shape or action.dtype != check.dtype or action.device != check.device:
+            _check_layout(f"action {check.key!r}", action, check.spec,
+                          f"env.full_action_spec[{check.key!r}].rand() builds a valid one")
+        actions.append(action)
+    if not values:
+        return actions
+    flags = [_any_bad(check, action) for check, action in zip(checks, actions)]  # every row, the fast way
+    masked = []  # (check, action, legal, forbidden) of the actions whose mask the data hold
+    for check, action in zip(checks, actions):
+        legal = None if check.legal is None else tensordict.get(check.legal, None)
+        if legal is not None:
+            forbidden = _forbidden(check, action, legal)
+            rows = _rows(tensordict, check)
+            masked.append((check, action, legal, forbidden if rows is None else forbidden & rows))
+    if not any(flag is True for flag in flags):
+        lazy = [flag for flag in flags if flag is not False] + [m[3].any() for m in masked]
+        if not lazy or not bool(lazy[0] if len(lazy) == 1 else torch.stack(lazy).any()):  # one host sync at most
+            return actions
+    for check, action, flag in zip(checks, actions, flags):
+        if not bool(flag):
+            continue
+        rows = _rows(tensordict, check)  # something is off: is it in a row whose action counts?
+        bad = _bad_actions(check.spec, action, rows)
+        if rows is not None and not bool(bad.any()):
+            continue
+        raise ValueError(
+            f"action {check.key!r} has {int(bad.sum())} invalid value(s), e.g. {action[bad][:3].tolist()} at "
+            f"index {bad.nonzero()[0].tolist()}; expected {action_domain(check.spec)}"
+        )
+    for check, action, legal, forbidden in masked:
+        if bool(forbidden.any()):
+            _refuse_forbidden(check, action, legal, forbidden)
+    return actions
+
+
+def _rows(tensordict: TensorDictBase, check: ActionCheck) -> torch.Tensor | None:
+    """The ``(B, n_agents)`` bool of the agents whose actions count (``check.rows``), None to count every row."""
+    row = None if check.rows is None else tensordict.get(check.rows, None)
+    if row is None:
+        return None
+    if row.dtype != torch.bool or row.numel() != check.shape[:2].numel() or row.device != check.device:
+        raise ValueError(
+            f"entry {check.rows!r} (whose actions count) has shape {tuple(row.shape)}, dtype {row.dtype}, device "
+            f"{row.device}; expected a bool of shape {tuple(check.shape[:2])} (a trailing 1 allowed) on "
+            f"{check.device}, as the env writes it"
+        )
+    return row.reshape(check.shape[:2])

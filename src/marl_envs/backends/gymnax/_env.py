@@ -1,0 +1,124 @@
+"""The gymnax backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.gymnax``."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from .._named import NamedRepr
+from .._quiet import EVERY_WARNING, ignored_warnings, quiet_import
+from .._spaces import space_spec
+from ..._core.validate import checked_keywords, did_you_mean
+from ...specs import Categorical, Unbounded
+from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
+
+__all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names", "make_env"]
+
+UNAVAILABLE = {"MNISTBandit-bsuite": "downloads MNIST when built (no network at run time here)"}
+"""Registered gymnax envs not offered by name, with the reason."""
+
+
+@functools.cache
+def import_gymnax():
+    """``gymnax``, imported quietly, after JAX is configured (importing gymnax starts JAX)."""
+    configure_jax()
+    return quiet_import("gymnax", EVERY_WARNING)
+
+
+def env_names() -> list[str]:
+    """``gymnax.registered_envs`` less ``UNAVAILABLE``."""
+    return sorted(n for n in import_gymnax().registered_envs if n not in UNAVAILABLE)
+
+
+def make_env(name: str, **kwargs: Any) -> GymnaxEnv:
+    return GymnaxEnv(name, **kwargs)
+
+
+def _horizon(params: Any) -> tuple[int, str] | None:
+    """The env's own time limit in env steps (``time`` reaches ``max_steps_in_episode``, a float in the bandits:
+    100.0) and the keyword that changes it; None for params without one."""
+    limit = getattr(params, "max_steps_in_episode", None)
+    if limit is None:
+        return None
+    return math.ceil(float(limit)), 'env_params={"max_steps_in_episode": N}'
+
+
+class _GymnaxCore(JaxCore):
+    """The gymnax adapter: ``reset_env(key, params)`` and ``step_env(key, state, action, params)``."""
+
+
+    def __init__(self, env, params, *, name: str, discrete: bool, action_size: int, num_envs: int, device):
+        self.env, self.params, self.label, self._discrete = env, params, f"gymnax {name}", discrete
+        self.action_size = action_size
+        self._action_shape = tuple(env.action_space(params).shape)
+        self._setup_packed(num_envs=num_envs, device=device)
+
+    @functools.cached_property
+    def _reference(self) -> Any:
+        return strong(jax.eval_shape(self.env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), self.params)[1])
+
+    def reset_one(self, key):
+        obs, state = self.env.reset_env(key, self.params)
+        return self._cast(state), jnp.asarray(obs, jnp.float32).reshape(-1)
+
+    def step_one(self, key, state, action):
+        action = action[0].astype(jnp.int32) if self._discrete else action.reshape(self._action_shape)
+        obs, state, reward, done, _ = self.env.step_env(key, state, action, self.params)
+        state = self._cast(state)
+        terminated = jnp.asarray(done).reshape(()) > 0  # gymnax 1.0: step_env's done is the natural end only
+        truncated = jnp.asarray(self.env.is_truncated(state, self.params)).reshape(()) & ~terminated
+        out = jnp.concatenate([jnp.asarray(obs, jnp.float32).reshape(-1),
+                               jnp.asarray(reward, jnp.float32).reshape(1)])
+        return state, out, jnp.stack([terminated, truncated])
+
+
+class GymnaxEnv(NamedRepr, JaxEnvBase):
+    """A gymnax env by name (``gymnax.make(name)``), batched by the JAX core.
+
+    Args:
+        env_name: a name of ``gymnax.registered_envs``.
+        num_envs: batch size.
+        device: ``"cpu"`` or ``"cuda[:i]"``.
+        max_steps: episode length reported as ``truncated``; default (None): gymnax's own limit,
+            ``max_steps_in_episode``; a shorter one is taken, a longer one refused.
+        seed: seed of the per-env keys.
+        env_params: fields of the env's ``EnvParams`` to override (``{"max_steps_in_episode": 200}``).
+
+    Raises:
+        ValueError: unknown env name (with close matches), unknown ``env_params`` field, or a ``max_steps``
+            beyond ``max_steps_in_episode``.
+    """
+
+    @checked_keywords
+    def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
+                 max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None):
+        gymnax = import_gymnax()
+        check_name("gymnax", env_name, env_names(), UNAVAILABLE)
+        with ignored_warnings(EVERY_WARNING):
+            env, params = gymnax.make(env_name)
+        if env_params:
+            fields = set(getattr(params, "__dataclass_fields__", {}))
+            bad = sorted(set(env_params) - fields)
+            if bad:
+                raise ValueError(f"gymnax {env_name} has no parameter {bad[0]!r}{did_you_mean(bad[0], fields) or ';'} "
+                                 f"its parameters are {sorted(fields)}")
+            params = params.replace(**env_params)
+        self.env_name, self.gymnax_env, self.env_params = env_name, env, params
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(params))
+        B, dev = self.num_envs, self.device
+        obs_shape = tuple(jax.eval_shape(env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), params)[0].shape)
+        action = space_spec(env.action_space(params), dev, where=f"gymnax {env_name}'s action")
+        discrete, width = isinstance(action, Categorical), math.prod(action.shape)
+        action = action.expand(B, *action.shape)
+        self._core = _GymnaxCore(env, params, name=env_name, discrete=discrete, action_size=width,
+                                 num_envs=num_envs, device=self.jax_device)
+        self._declare_specs({}, observation=Unbounded((B, *obs_shape), device=dev), action=action,
+                            reward=Unbounded((B, 1), device=dev))
+        self._set_columns([(("observation",), (B, *obs_shape), torch.float32)],
+                          [(("reward",), (B, 1), torch.float32)], [("action",)])
+        self.set_seed(seed)

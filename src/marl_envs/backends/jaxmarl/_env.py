@@ -1,0 +1,357 @@
+"""The jaxmarl backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.jaxmarl``."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import math
+import sys
+import textwrap
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from groupings import GroupMap, MarlGroupMapType
+
+from .._mujoco import prepare_mujoco_gl
+from .._named import NamedRepr
+from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, quiet_import
+from .._spaces import space_spec
+from ..._core.messages import shell_safe
+from ..._core.validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
+from ...specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
+from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
+
+__all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "library_name", "make_env"]
+
+UNAVAILABLE = {
+    "LearnedPolicyEnemySMAX": "needs a trained enemy policy and its parameters (no default)",
+    # STORM runs upstream, but its agents are the ints 0, 1 and its observations a dict of image and inventory
+    # (storm), a tuple (storm_2p) or one array (storm_np): not yet mapped by this adapter
+    "storm": "dict observations per agent (image, inventory) are not mapped yet",
+    "storm_2p": "dict observations per agent (image, inventory) are not mapped yet",
+    "storm_np": "integer agent ids with one stacked observation array are not mapped yet",
+}
+"""Registered JaxMARL envs that cannot be built by name here, with the reason (JaxRobotarium_* need the
+``jaxrobotarium`` package, which is not on PyPI: they are listed by ``unavailable()``)."""
+_ALWAYS_LEGAL = "JaxMARL's get_avail_actions raises NotImplementedError and every action is legal in every state"
+NO_MASK = {
+    **dict.fromkeys(
+        [f"MPE_simple_{n}" for n in ("v3", "adversary_v3", "crypto_v3", "push_v3", "reference_v3", "spread_v3",
+                                     "tag_v3")] + ["MPE_simple_speaker_listener_v4"],
+        f"{_ALWAYS_LEGAL} (a move, a stay or a message)"),
+    "coin_game": f"{_ALWAYS_LEGAL} (its four moves, on a grid that wraps around)",
+    "overcooked": f"{_ALWAYS_LEGAL} (a move into a counter or an interact with nothing is a no-op)",
+    "overcooked_v2": f"{_ALWAYS_LEGAL} (a move into a counter or an interact with nothing is a no-op)",
+    "switch_riddle": f"{_ALWAYS_LEGAL} (the action of an agent not in the room is ignored)",
+}
+"""The JaxMARL envs with discrete actions that carry no ``(group, "action_mask")``, with the reason; every other
+discrete env carries one (``get_avail_actions``, Hanabi's ``get_legal_moves``)."""
+_TIME_LIMITED = ("coin_game", "storm", "storm_2p", "storm_np")  # episodes end by their step counts only
+_SEPARATE_ENDS = ("SMAX", "HeuristicEnemySMAX", "jaxnav")  # agents end on their own (units die, robots arrive)
+_BATTLES = ("SMAX", "HeuristicEnemySMAX")  # a team wins when the other is wiped out: the "won" info
+
+
+# JaxMARL prints about its optional submodules when imported and when some envs are built: nothing to act on
+@functools.cache
+def import_jaxmarl():
+    """``jaxmarl``, imported quietly, after JAX is configured (importing it starts JAX) and MuJoCo's headless
+    rendering prepared (it imports Brax, which imports MuJoCo: a Brax env built later must still render)."""
+    configure_jax()
+    prepare_mujoco_gl()
+    return quiet_import("jaxmarl", EVERY_WARNING, drop=EVERYTHING)
+
+
+def _mask_source(env: Any, state: Any) -> tuple[str | None, Any]:
+    """The method of ``env`` that gives its agents' action masks from a state, and their shapes: JaxMARL's
+    ``get_avail_actions``; where that raises ``NotImplementedError`` (Hanabi), ``get_legal_moves``; (None, None)
+    for an env with neither."""
+    for method in ("get_avail_actions", "get_legal_moves"):
+        if hasattr(env, method):
+            try:
+                return method, jax.eval_shape(getattr(env, method), state)
+            except NotImplementedError:
+                continue
+    return None, None
+
+
+def unavailable() -> dict[str, str]:
+    """Registered JaxMARL envs that cannot be built here, with the reason."""
+    jaxmarl = import_jaxmarl()
+    out = {}
+    for name in jaxmarl.registered_envs:
+        if name in UNAVAILABLE:
+            out[name] = UNAVAILABLE[name]
+        elif name.startswith("JaxRobotarium_"):
+            out[name] = "needs the jaxrobotarium package (not on PyPI)"
+    return out
+
+
+def env_names() -> list[str]:
+    """``jaxmarl.registered_envs`` less the ones ``unavailable()`` explains, split robots' joint counts written
+    ``9-8`` (JaxMARL's ``humanoid_9|8`` is ``humanoid_9-8`` here: a name a shell takes unquoted)."""
+    skip = unavailable()
+    return sorted({n.replace("|", "-") for n in import_jaxmarl().registered_envs if n not in skip})
+
+
+def library_name(env_name: str) -> str:
+    """The name JaxMARL registers ``env_name`` (a name of ``env_names()``) under."""
+    return next((n for n in import_jaxmarl().registered_envs if n.replace("|", "-") == env_name), env_name)
+
+
+def make_env(name: str, **kwargs: Any) -> JaxMarlEnv:
+    return JaxMarlEnv(name, **kwargs)
+
+
+@functools.cache
+def env_classes() -> dict[str, type]:
+    """Env name -> the class ``jaxmarl.make`` builds for it, read from ``make``'s source (an if-chain on the name:
+    JaxMARL keeps no table)."""
+    registration = sys.modules[import_jaxmarl().make.__module__]
+    classes: dict[str, type] = {}
+
+    def visit(body: list[ast.stmt], name: str | None) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                test = node.test
+                equal = (isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Eq)
+                         and isinstance(test.comparators[0], ast.Constant))
+                visit(node.body, test.comparators[0].value if equal else name)
+                visit(node.orelse, name)
+            elif isinstance(node, ast.Assign) and name and isinstance(node.value, ast.Call) \
+                    and isinstance(node.value.func, ast.Name):
+                cls = getattr(registration, node.value.func.id, None)
+                if isinstance(cls, type):
+                    classes[name] = cls
+
+    visit(ast.parse(textwrap.dedent(inspect.getsource(registration.make))).body[0].body, None)
+    return classes
+
+
+def _agent_entry(value: Any, agents: list, index: int):
+    """Agent ``index``'s entry of a JaxMARL per-agent output (a dict keyed by agent, a tuple, or an array)."""
+    if isinstance(value, dict):
+        return value[agents[index]]
+    return value[index]
+
+
+def _step_count(state: Any) -> jax.Array | None:
+    """The state's ``step`` counter, or that of the state it wraps (HeuristicEnemySMAX: ``state.state``)."""
+    for candidate in (state, getattr(state, "state", None)):
+        if hasattr(candidate, "step"):
+            return candidate.step
+    return None
+
+
+def _horizon(env: Any, name: str) -> tuple[int, str] | None:
+    """The env's own time limit in env steps and the keyword of ``marl_envs.make`` that changes it; None for an
+    env without one (Hanabi: a game ends itself)."""
+    from jaxmarl.environments import SMAX, CoinGame, SimpleMPE, SwitchRiddle
+
+    if isinstance(env, CoinGame):  # its meta episode: num_outer_steps games of num_inner_steps steps
+        return env.num_inner_steps * env.num_outer_steps, "num_inner_steps=N, num_outer_steps=M"
+    if hasattr(env, "episode_length") and hasattr(env, "action_repeat"):  # MABrax: Brax's EpisodeWrapper
+        return -(-env.episode_length // env.action_repeat), "episode_length=N"
+    limit = getattr(env, "max_steps", None)
+    if not isinstance(limit, (int, np.integer)) or isinstance(limit, bool):
+        return None
+    # MPE and SMAX (HeuristicEnemySMAX wraps one) test ``step >= max_steps`` before counting the step
+    counted_before = isinstance(getattr(env, "_env", env), (SimpleMPE, SMAX))
+    cls = env_classes().get(library_name(name))  # None: make builds it by a function of no keywords (facmac_3a)
+    if cls is not None and "max_steps" in (init_keywords(cls) or ()):
+        how = 'env_kwargs={"max_steps": N}'
+    elif isinstance(env, SwitchRiddle):
+        how = "num_agents=N: 4 * N - 6 steps"
+    else:
+        how = f"none: JaxMARL's {name} fixes it"
+    return int(limit) + counted_before, how
+
+
+class _JaxMarlCore(JaxCore):
+    """The JaxMARL adapter: ``reset(key)`` and ``step_env(key, state, actions)`` onto the core's protocol."""
+
+
+    def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
+                 discrete: list[bool], masks: str | None, separate: bool, num_envs: int, device):
+        self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
+        # which of the agents (in group order) are allies; a team's win is read off the state (``unit_alive``,
+        # the allies' units first, as JaxMARL numbers them)
+        self._allies = [str(a).startswith("ally") for a in agents] if name in _BATTLES else None
+        self.name = name
+        self._offsets = np.concatenate([[0], np.cumsum(widths)]).astype(int)
+        self._discrete, self._masks, self._separate = discrete, masks, separate
+        self._shapes = [tuple(env.action_space(a).shape) for a in agents]
+        self.action_size = int(self._offsets[-1])
+        limit = getattr(env, "max_steps", None)
+        self._max_steps = limit if isinstance(limit, (int, np.integer)) else None
+        self._setup_packed(num_envs=num_envs, device=device)
+
+    @functools.cached_property
+    def _reference(self) -> Any:
+        return strong(jax.eval_shape(self.env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[1])
+
+    def _actions(self, action: jax.Array) -> dict:
+        """The flat float32 action of one env as JaxMARL's per-agent dict (each in its space's shape and dtype)."""
+        out = {}
+        for i, agent in enumerate(self.agents):
+            part = action[self._offsets[i]:self._offsets[i + 1]].reshape(self._shapes[i])
+            out[agent] = part.astype(jnp.int32) if self._discrete[i] else part
+        return out
+
+    def _observations(self, obs: Any, state: Any) -> list[jax.Array]:
+        parts = []
+        for members in self.groups:
+            parts += [_agent_entry(obs, self.agents, i).reshape(-1).astype(jnp.float32) for i in members]
+        if self._masks:
+            avail = getattr(self.env, self._masks)(state)
+            for members in self.groups:
+                parts += [jnp.asarray(_agent_entry(avail, self.agents, i)).reshape(-1).astype(jnp.float32)
+                          for i in members]
+        if self._allies is not None:
+            alive = getattr(state, "state", state).unit_alive  # HeuristicEnemySMAX wraps SMAX's state
+            allies, enemies = alive[:self.env.num_allies].any(), alive[self.env.num_allies:].any()
+            won = [(allies & ~enemies).astype(jnp.float32).reshape(1),
+                   (enemies & ~allies).astype(jnp.float32).reshape(1)]
+            for members in self.groups:
+                parts += [won[0] if self._allies[i] else won[1] for i in members]
+        return parts
+
+    def reset_one(self, key):
+        obs, state = self.env.reset(key)
+        state = self._cast(state)
+        return state, jnp.concatenate(self._observations(obs, state))
+
+    def _time_limit_reached(self, state: Any) -> jax.Array | bool:
+        """Whether the library's time limit ended an episode that ends at ``state``."""
+        if self.name in _TIME_LIMITED:
+            return True
+        info = getattr(state, "info", None)
+        if isinstance(info, dict) and "truncation" in info:  # MABrax: set by the EpisodeWrapper, not on a fall
+            return jnp.asarray(info["truncation"]).reshape(()) > 0
+        step = _step_count(state)
+        if self._max_steps is not None and step is not None:
+            return step >= self._max_steps
+        return False
+
+    def step_one(self, key, state, action):
+        obs, state, reward, dones, _ = self.env.step_env(key, state, self._actions(action))
+        state = self._cast(state)
+        done = jnp.asarray(dones["__all__"]).reshape(())
+        truncated = done & self._time_limit_reached(state)
+        parts = self._observations(obs, state)
+        for members in self.groups:
+            parts += [jnp.asarray(_agent_entry(reward, self.agents, i), jnp.float32).reshape(1) for i in members]
+        if self._separate:
+            for members in self.groups:
+                parts += [(jnp.asarray(_agent_entry(dones, self.agents, i)).reshape(1) & ~truncated).astype(
+                    jnp.float32) for i in members]
+        return state, jnp.concatenate(parts), jnp.stack([done & ~truncated, truncated])
+
+
+class JaxMarlEnv(NamedRepr, JaxEnvBase):
+    """A JaxMARL env by name (``jaxmarl.make(name, **env_kwargs)``), batched by the JAX core.
+
+    Args:
+        env_name: a name of ``env_names()`` (``jaxmarl.registered_envs`` less ``unavailable()``).
+        num_envs: batch size.
+        device: ``"cpu"`` or ``"cuda[:i]"`` (JAX must see that GPU).
+        max_steps: episode length reported as ``truncated``; default (None): the env's own time limit (see the
+            module docstring; MPE: 26 steps); a shorter one is taken, a longer one refused.
+        seed: seed of the per-env keys (``set_seed`` changes it).
+        group_map: groups of the agents; default: ``groupings.default_group_map`` over their specs.
+        env_kwargs: keywords for ``jaxmarl.make`` whose names this class takes itself (``{"max_steps": 50}``: the
+            env's own time limit).
+        **kwargs: forwarded to ``jaxmarl.make`` (``scenario="3m"``: a SMAX map by name, or a ``Scenario``).
+
+    Raises:
+        ValueError: unknown env name (with close matches) or one that cannot be built here (with the reason); a
+            ``max_steps`` beyond the env's own time limit; a keyword given both in ``env_kwargs`` and directly.
+    """
+
+    @checked_keywords
+    def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
+                 max_steps: int | None = None, seed: int = 0,
+                 group_map: GroupMap | MarlGroupMapType | None = None, env_kwargs: dict[str, Any] | None = None,
+                 **kwargs: Any):
+        jaxmarl = import_jaxmarl()
+        env_name = shell_safe(env_name, "JaxMARL env")
+        check_name("JaxMARL", env_name, env_names(), unavailable())
+        library = library_name(env_name)
+        if env_kwargs is not None and not isinstance(env_kwargs, dict):
+            raise TypeError(f"env_kwargs must be a dict of jaxmarl.make keywords, got {env_kwargs!r}")
+        twice = sorted(set(env_kwargs or {}) & set(kwargs))
+        if twice:
+            raise ValueError(f"JaxMARL env {env_name!r} got {twice[0]!r} both in env_kwargs and as a keyword; pass "
+                             f"it once")
+        env_kwargs = {**(env_kwargs or {}), **kwargs}
+        if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name: "3m", "2s3z", ...
+            from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
+
+            if env_kwargs["scenario"] not in MAP_NAME_TO_SCENARIO:
+                raise unknown_name("SMAX map", env_kwargs["scenario"], list(MAP_NAME_TO_SCENARIO))
+            env_kwargs["scenario"] = MAP_NAME_TO_SCENARIO[env_kwargs["scenario"]]
+        cls = env_classes().get(library)
+        check_kwargs(f"JaxMARL env {env_name!r}", cls and env_kwargs and init_keywords(cls), env_kwargs,
+                     env=env_keywords(JaxMarlEnv), kind="the env's")
+        from ..brax import quiet_brax_build  # MABrax envs build Brax envs
+
+        with filtered_output("stdout", EVERYTHING), quiet_brax_build():
+            env = jaxmarl.make(library, **env_kwargs)
+        self.env_name, self.jaxmarl_env = env_name, env
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(env, env_name))
+        dev = self.device
+        agents = list(env.agents)
+        names_ = [str(a) for a in agents]
+        one_obs = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
+        masks, avail = _mask_source(env, one_obs[1])
+        separate = library in _SEPARATE_ENDS
+        specs, widths, discrete = {}, [], []
+        for i, agent in enumerate(agents):
+            space, where = env.action_space(agent), f"JaxMARL {env_name} agent {names_[i]!r}'s action"
+            action = space_spec(space, dev, where=where)
+            if not isinstance(action, (Categorical, MultiCategorical, Bounded, Unbounded)):
+                raise TypeError(f"{where} space is a {type(space).__name__}; Discrete, MultiDiscrete and Box are "
+                                f"supported")
+            obs_shape = tuple(_agent_entry(one_obs[0], agents, i).shape)
+            entries = dict(observation=Unbounded(obs_shape, device=dev), action=action,
+                           reward=Unbounded((1,), device=dev))
+            if masks and isinstance(action, Categorical):
+                entries["action_mask"] = Binary(tuple(_agent_entry(avail, agents, i).shape), device=dev)
+            if separate:
+                entries["terminated"] = Binary((1,), device=dev)
+            if env_name in _BATTLES:
+                entries["info"] = Composite(won=Unbounded((1,), device=dev), device=dev)
+            specs[names_[i]] = Composite(entries, device=dev)
+            widths.append(math.prod(action.shape))
+            discrete.append(isinstance(action, (Categorical, MultiCategorical)))
+        masks = masks if masks and all("action_mask" in s for s in specs.values()) else None
+        if not masks:
+            for s in specs.values():
+                if "action_mask" in s:
+                    del s["action_mask"]
+        if group_map is None and env_name == "SMAX":  # two opposing teams: a group each, never one shared policy
+            group_map = {team: [a for a in names_ if a.startswith(team)] for team in ("ally", "enemy")}
+        groups = self._group_agents(specs, group_map)
+        index = {a: i for i, a in enumerate(names_)}
+        members = [[index[a] for a in m] for m in self.group_map.values()]
+        order = [i for m in members for i in m]
+        self._core = _JaxMarlCore(env, name=env_name, agents=[agents[i] for i in order],
+                                  groups=[list(range(s, s + len(m))) for s, m in zip(
+                                      np.cumsum([0] + [len(m) for m in members[:-1]]), members)],
+                                  widths=[widths[i] for i in order], discrete=[discrete[i] for i in order],
+                                  masks=masks, separate=separate, num_envs=num_envs, device=self.jax_device)
+        self._declare_specs(groups)
+        obs = [((g, "observation"), tuple(s["observation"].shape), torch.float32) for g, s in groups.items()]
+        if masks:
+            obs += [((g, "action_mask"), tuple(s["action_mask"].shape), torch.bool) for g, s in groups.items()]
+        if env_name in _BATTLES:
+            obs += [((g, "info", "won"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
+        per_step = [((g, "reward"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
+        if separate:
+            per_step += [((g, "terminated"), (*s.shape, 1), torch.bool) for g, s in groups.items()]
+        self._set_columns(obs, per_step, [(g, "action") for g in groups])
+        self.set_seed(seed)

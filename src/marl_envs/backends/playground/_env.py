@@ -1,0 +1,186 @@
+"""The playground backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.playground``."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from groupings import GroupMap, MarlGroupMapType
+
+from .._named import NamedRepr
+from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, ignored_warnings, quiet_import
+from ..._core.messages import shell_safe
+from ..._core.validate import checked_keywords, unknown_name
+from .._mujoco import prepare_mujoco_gl
+from ..brax import BraxWrapper, scenes
+from ..jax import check_name, configure_jax
+
+__all__ = ["SPLITS", "PlaygroundEnv", "env_names", "make_env", "observation_dependence", "split_mapping",
+           "unavailable"]
+
+SPLITS: dict[str, str | tuple[tuple[str, ...], ...]] = {
+    "Cheetah": "joints",
+    "Hopper": "joints",
+    "Walker": "limbs",
+    "Humanoid": ((), ("right_thigh", "left_thigh")),
+}
+"""Robot (the DM Control task's prefix) -> the Brax scenes' split rule (``Scene.split``)."""
+
+_SETTOTALMASS = re.compile(r"WARNING: compiler attribute 'settotalmass' is deprecated[^\n]*\n*")
+_MENAGERIE = "clones the mujoco_menagerie model repository with git when built (no network at run time here)"
+
+
+@functools.cache
+def import_playground():
+    """``mujoco_playground.registry``, imported after JAX is configured, without the MuJoCo Warp banner it prints."""
+    configure_jax()
+    prepare_mujoco_gl()  # Playground imports MuJoCo: headless rendering is chosen before that
+    return quiet_import("mujoco_playground", EVERY_WARNING, drop=EVERYTHING).registry
+
+
+def _suite() -> list[str]:
+    return list(import_playground().dm_control_suite.ALL_ENVS)
+
+
+def unavailable() -> dict[str, str]:
+    """Playground envs not offered, with the reason (the locomotion and manipulation suites)."""
+    registry = import_playground()
+    return {name: _MENAGERIE for name in (*registry.locomotion.ALL_ENVS, *registry.manipulation.ALL_ENVS)}
+
+
+def _robot(task: str) -> str | None:
+    return next((robot for robot in SPLITS if task.startswith(robot)), None)
+
+
+@functools.cache
+def _suffix(robot: str) -> str:
+    """``6x1``, ``2x3``, ``9-12``: the agents' joint counts (``NxK`` when all agents drive K joints)."""
+    task = next(t for t in _suite() if t.startswith(robot))
+    sizes = [len(joints) for joints in scenes.partition(_model(task), SPLITS[robot])]
+    return f"{len(sizes)}x{sizes[0]}" if len(set(sizes)) == 1 else "-".join(map(str, sizes))
+
+
+def env_names() -> list[str]:
+    """The DM Control suite's envs, and ``<Env>_<split>`` for those of the robots ``SPLITS`` names."""
+    suite = _suite()
+    return sorted([*suite, *(f"{t}_{_suffix(_robot(t))}" for t in suite if _robot(t))])
+
+
+def make_env(name: str, **kwargs: Any) -> PlaygroundEnv:
+    return PlaygroundEnv(name, **kwargs)
+
+
+def _load(task: str, config: dict[str, Any] | None = None):
+    registry = import_playground()
+    overrides = {"impl": "jax", **(config or {})}
+    defaults = registry.get_default_config(task)
+    bad = sorted(set(overrides) - set(defaults))
+    if bad:
+        raise unknown_name(f"config field of Playground's {task}", bad[0], sorted(defaults))
+    # MuJoCo warns on stderr, at every load, of an attribute of DM Control's XML files: nothing a user can act on
+    with ignored_warnings(EVERY_WARNING), filtered_output("stderr", _SETTOTALMASS):
+        return registry.load(task, config_overrides=overrides)
+
+
+def _model(task: str) -> scenes.RobotModel:
+    return scenes.RobotModel.from_mj_model(_load(task).mj_model)
+
+
+def observation_dependence(env, *, states: int = 2, seed: int = 0, eps: float = 1e-3) -> list[set[int]]:
+    """For each entry of ``env``'s observation, the joints it depends on: those a change of whose ``qpos`` or
+    ``qvel`` entries (by ``eps``, both ways) changes the entry, at ``states`` random states around the model's rest
+    pose. Physics by MuJoCo's C ``mj_forward``, the observation by the env's own ``_get_obs`` (jitted; an entry that
+    does not depend on a joint comes out bit for bit the same)."""
+    import mujoco
+    from mujoco import mjx
+
+    m = env.mj_model
+    model = scenes.RobotModel.from_mj_model(m)
+    # zeros in the reset's info (a key, targets): what _get_obs reads of it (running reset itself un-jitted is slow)
+    info = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(env.reset, jax.random.PRNGKey(seed)).info)
+    observe = jax.jit(lambda data: env._get_obs(data, info).reshape(-1))
+    data = mujoco.MjData(m)
+
+    def obs_at(qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
+        data.qpos[:], data.qvel[:] = qpos, qvel
+        mujoco.mj_forward(m, data)
+        return np.asarray(observe(mjx.put_data(m, data, impl="jax")))
+
+    rng = np.random.default_rng(seed)
+    depends: list[set[int]] = []
+    for _ in range(states):
+        qpos, qvel = m.qpos0 + 0.3 * rng.standard_normal(m.nq), rng.standard_normal(m.nv)
+        depends = depends or [set() for _ in obs_at(qpos, qvel)]
+        for joint in range(len(model.joint_names)):
+            for vector, indices in ((qpos, model.joint_qpos[joint]), (qvel, model.joint_qvel[joint])):
+                for i in indices:
+                    up, down = vector.copy(), vector.copy()
+                    up[i] += eps
+                    down[i] -= eps
+                    pair = [obs_at(up, qvel) if vector is qpos else obs_at(qpos, up),
+                            obs_at(down, qvel) if vector is qpos else obs_at(qpos, down)]
+                    for entry in np.flatnonzero(pair[0] != pair[1]):
+                        depends[entry].add(joint)
+    return depends
+
+
+def split_mapping(env, split) -> scenes.AgentMapping:
+    """The agents of ``split`` (the Brax scenes' rule) over ``env``'s robot, each observing the entries that depend
+    only on the root's joints, its own joints and their neighbours, or on no joint (see the module docstring)."""
+    model = scenes.RobotModel.from_mj_model(env.mj_model)
+    depends = observation_dependence(env)
+    root = {j for j, body in enumerate(model.joint_body) if body == model.root_body}
+    actuated = set(model.actuator_joint)
+    action_indices, observation_indices = {}, {}
+    for k, joints in enumerate(scenes.partition(model, split)):
+        touched = set().union(*(model.touches(j) for j in joints))
+        chain = set().union(*(model.ancestors(model.joint_body[j]) for j in joints))  # where its bodies hang from
+        allowed = root | joints | {j for j in actuated if model.touches(j) & touched or model.joint_body[j] in chain}
+        name = f"agent_{k}"
+        action_indices[name] = tuple(a for a, j in enumerate(model.actuator_joint) if j in joints)
+        observation_indices[name] = tuple(e for e, on in enumerate(depends) if on <= allowed)
+    return scenes.AgentMapping(action_indices, observation_indices)
+
+
+class PlaygroundEnv(NamedRepr, BraxWrapper):
+    """A MuJoCo Playground DM Control env by name, single-agent or split (``<Env>_<split>``).
+
+    Args:
+        env_name: a name of ``env_names()`` (``CheetahRun``, ``WalkerWalk_2x3``, ...).
+        num_envs, device, seed, group_map: as ``BraxWrapper``'s.
+        max_steps: episode length reported as ``truncated``; default (None): the config's ``episode_length`` (1000
+            in the DM Control suite, ``config={"episode_length": ...}`` changes it); a shorter one is taken, a
+            longer one refused.
+        config: fields of the env's config to override (``{"ctrl_dt": 0.02}``), checked.
+
+    Raises:
+        ValueError: unknown env name (with close matches), one not offered (with the reason), an unknown config
+            field, a ``group_map`` for a single robot (not split), a ``max_steps`` beyond ``episode_length``.
+    """
+
+    @checked_keywords
+    def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
+                 max_steps: int | None = None, seed: int = 0, group_map: GroupMap | MarlGroupMapType | None = None,
+                 config: dict[str, Any] | None = None):
+        env_name = shell_safe(env_name, "Playground env")
+        check_name("Playground", env_name, env_names(), unavailable())
+        task, _, split = env_name.partition("_")
+        env = _load(task, config)
+        self.env_name, self.playground_env = env_name, env
+        mapping = split_mapping(env, SPLITS[_robot(task)]) if split else None
+        super().__init__(env, num_envs=num_envs, device=device, max_steps=max_steps,
+                         seed=seed, action_indices=mapping and mapping.action_indices,
+                         observation_indices=mapping and mapping.observation_indices, group_map=group_map)
+        # a DM Control reset lets the model settle (CheetahRun: 200 physics steps): a fresh start for every env at
+        # every step would cost tens of steps, so fresh starts are computed only at steps where some env ended
+        self._core.resets_when_needed = True
+
+    def _library_horizon(self, env: Any, frame_skip: int) -> tuple[int, str]:
+        """The config's ``episode_length`` (the env keeps the config it was loaded with)."""
+        return int(env._config.episode_length), 'config={"episode_length": N}'
