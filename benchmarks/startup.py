@@ -16,7 +16,9 @@ data on the host, on the CPU, with 4 envs (``--num-envs``):
 - **raw**: the library's own start: import JAX and the library (import s), build the env the library's way
   (build s), then ``jax.jit(jax.vmap(env.reset))`` and ``jax.jit(jax.vmap(env.step))`` on 4 keys and zero
   actions, each until ``block_until_ready``. ``brax/ant_4x2`` is Brax's ant split into 4 agents: its raw row is
-  Brax's own ``ant`` (``brax.envs.get_environment("ant")``), one robot per env, the same physics.
+  Brax's own ``ant`` (``brax.envs.get_environment("ant")``), one robot per env, the same physics. The raw step
+  is the env's own ``step``: JaxMARL's and gymnax's reset the envs that end, Jumanji's and Brax's bare ones do
+  not (ours does, every family), so those two raw rows compile a little less than ours.
 
 Caches. marl_envs keeps JAX's persistent compilation cache in ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``
 (compilations over 0.2 s kept; ``backends/jax/_runtime.py``); the raw child uses the same settings with a

@@ -40,14 +40,16 @@ class Backend:
     top-level imports know of it, read without importing its libraries.
 
     Attributes:
-        module: the package that declares it (its ``__name__``); its env classes, ``env_names()`` and
-            ``make_env(name, **kwargs)`` live in ``<module>._env``.
+        module: the package that declares it (its ``__name__``); its env classes and ``env_names()`` live in
+            ``<module>._env``.
         packages: the import names of the libraries it needs.
         extra: the pip extra installing them (``pip install 'marl-envs[<extra>]'``).
         checks_names: its ``make_env`` rejects unknown names itself, with close matches (else ``make`` checks them
             against its listed names).
         name: the prefix of its env names (``"vmas"`` in ``"vmas/balance"``); the last part of ``module`` if not
             given.
+        env_class: the class of ``<module>._env`` that builds its envs by name: ``make("vmas/balance", **kwargs)``
+            is ``VmasEnv("balance", **kwargs)`` (``make_env``).
         check_env: the env ``marl-envs doctor`` builds and steps (small and quick to build) and its keywords.
         bench: where its ``marl_envs.bench.References`` are (the raw reference loops ``marl-envs bench`` times it
             against): ``"<python module>:<name>"``, or a module whose ``BENCH`` they are; ``<module>.bench`` if not
@@ -62,6 +64,7 @@ class Backend:
     extra: str
     checks_names: bool = False
     name: str = ""
+    env_class: str = ""
     check_env: tuple[str, Mapping[str, Any]] | None = None
     bench: str = ""
     exports: tuple[str, ...] = ()
@@ -76,6 +79,12 @@ class Backend:
     def implementation(self) -> ModuleType:
         """``<module>._env``, imported now (``backend_module`` checks first that its libraries are installed)."""
         return importlib.import_module(f"{self.module}._env")
+
+    def make_env(self, name: str, **kwargs: Any) -> EnvBase:
+        """``env_class(name, **kwargs)``: the factory behind ``marl_envs.make("<backend>/<name>", ...)``."""
+        if not self.env_class:
+            raise TypeError(f"the {self.name} backend's record names no env_class to build {name!r} with")
+        return getattr(self.implementation(), self.env_class)(name, **kwargs)
 
     def references(self) -> Any:
         """Its ``marl_envs.bench.References`` (``bench``), imported now."""
@@ -100,16 +109,19 @@ class Backend:
                 raise AttributeError(f"module {self.module!r} has no attribute {attribute!r}")
             backend_module(self.name)  # the error naming the pip extra, if a library is missing
             try:
-                source = (importlib.import_module(where[attribute], self.module) if attribute in where
-                          else self.implementation())
-                value = getattr(source, attribute)
+                if attribute == "make_env":
+                    value = self.make_env
+                else:
+                    source = (importlib.import_module(where[attribute], self.module) if attribute in where
+                              else self.implementation())
+                    value = getattr(source, attribute)
             except AttributeError:
                 raise AttributeError(f"module {self.module!r} has no attribute {attribute!r}") from None
             setattr(package, attribute, value)
             return value
 
         def dir_() -> list[str]:
-            return sorted({*vars(package), *where, *getattr(self.implementation(), "__all__", ())})
+            return sorted({*vars(package), *where, "make_env", *getattr(self.implementation(), "__all__", ())})
 
         return getattr_, dir_
 
@@ -275,12 +287,13 @@ def make(name: str, **kwargs: Any) -> EnvBase:
     if backend in _BACKENDS:
         name = shell_safe(name)
         env_name = name.partition("/")[2]
-        module = backend_module(backend)
-        if not _BACKENDS[backend].checks_names:
+        record = _BACKENDS[backend]
+        backend_module(backend)  # the error naming the pip extra, if a library is missing
+        if not record.checks_names:
             names = _backend_names(backend)
             if name not in names:
                 raise _unknown(name, names)
-        return module.make_env(env_name, **kwargs)
+        return record.make_env(env_name, **kwargs)
     raise _unknown(name, available_envs())
 
 

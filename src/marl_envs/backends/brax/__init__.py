@@ -67,13 +67,6 @@ it is silenced here (only that one).
 
 from ...registry import Backend
 
-BACKEND = Backend(
-    __name__,
-    packages=("jax", "brax"),
-    extra="brax",
-    checks_names=True,
-    check_env=("brax/fast", {}),
-    exports=("BraxEnv", "BraxWrapper"),
-    host_wait=True,
-)
+BACKEND = Backend(__name__, packages=("jax", "brax"), extra="brax", env_class="BraxEnv", checks_names=True,
+                  check_env=("brax/fast", {}), exports=("BraxEnv", "BraxWrapper"), host_wait=True)
 __getattr__, __dir__ = BACKEND.lazy_attributes()

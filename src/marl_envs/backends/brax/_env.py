@@ -1,4 +1,4 @@
-"""The brax backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.brax``."""
+"""The brax backend's env classes and ``env_names``; see ``marl_envs.backends.brax``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ._compat import (
 )
 from ._core import BraxCore, CoreInfo, Differentiable, Split, Step
 
-__all__ = ["BraxEnv", "BraxWrapper", "PHYSICS_BACKENDS", "enable_compilation_cache", "env_names", "make_env"]
+__all__ = ["BraxEnv", "BraxWrapper", "PHYSICS_BACKENDS", "enable_compilation_cache", "env_names"]
 
 PHYSICS_BACKENDS = ("generalized", "positional", "spring", "mjx")
 """The physics pipelines a Brax env's ``backend`` names (``brax.envs.base.PipelineEnv``'s)."""
@@ -37,10 +37,6 @@ def env_names() -> list[str]:
     """Brax's registered envs (``brax.envs._envs``, read when asked) and the multi-agent scenes."""
     return sorted({*import_brax()._envs, *scenes.SCENES})
 
-
-def make_env(name: str, **kwargs: Any) -> BraxEnv:
-    """``BraxEnv(name, **kwargs)``: the factory behind ``marl_envs.make("brax/<name>", ...)``."""
-    return BraxEnv(name, **kwargs)
 
 
 class BraxWrapper(JaxEnvBase):

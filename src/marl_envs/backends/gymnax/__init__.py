@@ -18,11 +18,6 @@ the reset and adds one each step before testing it, so an episode lasts that man
 
 from ...registry import Backend
 
-BACKEND = Backend(
-    __name__,
-    packages=("jax", "gymnax"),
-    extra="gymnax",
-    check_env=("gymnax/CartPole-v1", {}),
-    host_wait=True,
-)
+BACKEND = Backend(__name__, packages=("jax", "gymnax"), extra="gymnax", env_class="GymnaxEnv",
+                  check_env=("gymnax/CartPole-v1", {}), host_wait=True)
 __getattr__, __dir__ = BACKEND.lazy_attributes()

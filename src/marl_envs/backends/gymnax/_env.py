@@ -1,4 +1,4 @@
-"""The gymnax backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.gymnax``."""
+"""The gymnax backend's env classes and ``env_names``; see ``marl_envs.backends.gymnax``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..._core.validate import checked_keywords, did_you_mean
 from ...specs import Categorical, Unbounded
 from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
-__all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names", "make_env"]
+__all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names"]
 
 UNAVAILABLE = {"MNISTBandit-bsuite": "downloads MNIST when built (no network at run time here)"}
 """Registered gymnax envs not offered by name, with the reason."""
@@ -34,9 +34,6 @@ def env_names() -> list[str]:
     """``gymnax.registered_envs`` less ``UNAVAILABLE``."""
     return sorted(n for n in import_gymnax().registered_envs if n not in UNAVAILABLE)
 
-
-def make_env(name: str, **kwargs: Any) -> GymnaxEnv:
-    return GymnaxEnv(name, **kwargs)
 
 
 def _horizon(params: Any) -> tuple[int, str] | None:

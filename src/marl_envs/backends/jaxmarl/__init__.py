@@ -41,12 +41,6 @@ fixed. Hanabi has no time limit (``max_steps`` None: a game ends itself).
 
 from ...registry import Backend
 
-BACKEND = Backend(
-    __name__,
-    packages=("jax", "jaxmarl"),
-    extra="jaxmarl",
-    checks_names=True,
-    check_env=("jaxmarl/MPE_simple_spread_v3", {}),
-    host_wait=True,
-)
+BACKEND = Backend(__name__, packages=("jax", "jaxmarl"), extra="jaxmarl", env_class="JaxMarlEnv", checks_names=True,
+                  check_env=("jaxmarl/MPE_simple_spread_v3", {}), host_wait=True)
 __getattr__, __dir__ = BACKEND.lazy_attributes()

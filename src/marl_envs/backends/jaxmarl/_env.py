@@ -1,4 +1,4 @@
-"""The jaxmarl backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.jaxmarl``."""
+"""The jaxmarl backend's env classes and ``env_names``; see ``marl_envs.backends.jaxmarl``."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ..._core.validate import check_kwargs, checked_keywords, env_keywords, init
 from ...specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
-__all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "library_name", "make_env"]
+__all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "library_name"]
 
 UNAVAILABLE = {
     "LearnedPolicyEnemySMAX": "needs a trained enemy policy and its parameters (no default)",
@@ -102,9 +102,6 @@ def library_name(env_name: str) -> str:
     """The name JaxMARL registers ``env_name`` (a name of ``env_names()``) under."""
     return next((n for n in import_jaxmarl().registered_envs if n.replace("|", "-") == env_name), env_name)
 
-
-def make_env(name: str, **kwargs: Any) -> JaxMarlEnv:
-    return JaxMarlEnv(name, **kwargs)
 
 
 @functools.cache

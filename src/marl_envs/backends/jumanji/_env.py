@@ -1,4 +1,4 @@
-"""The jumanji backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.jumanji``."""
+"""The jumanji backend's env classes and ``env_names``; see ``marl_envs.backends.jumanji``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ..._core.validate import check_kwargs, checked_keywords, env_keywords, init
 from ...specs import Binary, Bounded, Categorical, Composite, Unbounded
 from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong, tree_paths
 
-__all__ = ["LIMIT_BY_TERMINATION", "PER_AGENT", "UNAVAILABLE", "JumanjiEnv", "env_names", "make_env", "unavailable"]
+__all__ = ["LIMIT_BY_TERMINATION", "PER_AGENT", "UNAVAILABLE", "JumanjiEnv", "env_names", "unavailable"]
 
 PER_AGENT: dict[str, tuple[str, ...]] = {
     "Cleaner-v0": ("agents_locations", "action_mask"),
@@ -65,9 +65,6 @@ def env_names() -> list[str]:
     """The multi-agent envs of ``PER_AGENT`` that the installed Jumanji registers."""
     return sorted(set(PER_AGENT) & set(import_jumanji().registered_environments()))
 
-
-def make_env(name: str, **kwargs: Any) -> JumanjiEnv:
-    return JumanjiEnv(name, **kwargs)
 
 
 class _Field:

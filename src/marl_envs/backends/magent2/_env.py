@@ -1,4 +1,4 @@
-"""The magent2 backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.magent2``."""
+"""The magent2 backend's env classes and ``env_names``; see ``marl_envs.backends.magent2``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..pettingzoo import BatchPlan, Buffers, Frame, PettingZooEnv, Shard, Task, builds, state_of
 
-__all__ = ["MAgent2Env", "env_names", "make_env", "tasks"]
+__all__ = ["MAgent2Env", "env_names", "tasks"]
 
 
 def _keywords(module: str) -> dict[str, Any]:
@@ -156,7 +156,3 @@ def env_names() -> list[str]:
     """Every MAgent2 env that builds here."""
     return list(tasks())
 
-
-def make_env(name: str, **kwargs: Any) -> MAgent2Env:
-    """``MAgent2Env(name, **kwargs)``: the factory behind ``marl_envs.make("magent2/<name>", ...)``."""
-    return MAgent2Env(name, **kwargs)

@@ -1,4 +1,4 @@
-"""The mamujoco backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.mamujoco``."""
+"""The mamujoco backend's env classes and ``env_names``; see ``marl_envs.backends.mamujoco``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .._mujoco import prepare_mujoco_gl, quiet_model_build
 from .._quiet import filtered_output, ignored_warnings
 from ..pettingzoo import PettingZooEnv, Task, cycle_steps
 
-__all__ = ["MaMuJoCoEnv", "PARTITIONS", "env_names", "make_env"]
+__all__ = ["MaMuJoCoEnv", "PARTITIONS", "env_names"]
 
 #: Each robot's partitions, as MaMuJoCo's ``get_parts_and_edges`` names them.
 PARTITIONS: dict[str, tuple[str, ...]] = {
@@ -94,7 +94,3 @@ def env_names() -> list[str]:
     """Every robot and partition."""
     return list(tasks())
 
-
-def make_env(name: str, **kwargs: Any) -> MaMuJoCoEnv:
-    """``MaMuJoCoEnv(name, **kwargs)``: the factory behind ``marl_envs.make("mamujoco/<robot>_<partition>", ...)``."""
-    return MaMuJoCoEnv(name, **kwargs)

@@ -1,4 +1,4 @@
-"""The openspiel backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.openspiel``."""
+"""The openspiel backend's env classes and ``env_names``; see ``marl_envs.backends.openspiel``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from .._quiet import filtered_output
 from ..pettingzoo import ACTION_MASK, BatchPlan, Buffers, Frame, PettingZooEnv, Shard, Task, batch_index
 
-__all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "make_env", "tasks"]
+__all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "tasks"]
 
 CHANCE = "chance"
 #: What OpenSpiel prints on stderr while the games are listed: the errors of games that need parameters (raised as
@@ -418,7 +418,3 @@ def env_names() -> list[str]:
     """Every OpenSpiel game offered here."""
     return sorted(tasks())
 
-
-def make_env(name: str, **kwargs: Any) -> OpenSpielEnv:
-    """``OpenSpielEnv(name, **kwargs)``: the factory behind ``marl_envs.make("openspiel/<game>", ...)``."""
-    return OpenSpielEnv(name, **kwargs)

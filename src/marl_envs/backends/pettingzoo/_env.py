@@ -1,4 +1,4 @@
-"""The pettingzoo backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.pettingzoo``."""
+"""The pettingzoo backend's env classes and ``env_names``; see ``marl_envs.backends.pettingzoo``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from ._spaces import ACTION_MASK, ActionCodec, obs_split
 from ._tasks import EPISODE_BOUNDS, SWIG_WARNINGS, Task, resolve_task, tasks
 from ._workers import InstanceError, WorkerPool, shared_zeros
 
-__all__ = ["InstanceError", "PettingZooEnv", "PettingZooWrapper", "Task", "cycle_steps", "env_names", "make_env"]
+__all__ = ["InstanceError", "PettingZooEnv", "PettingZooWrapper", "Task", "cycle_steps", "env_names"]
 
 Factory = Callable[[], Any]
 
@@ -33,10 +33,6 @@ def env_names() -> list[str]:
     """Every PettingZoo task that builds here (``"mpe/simple_spread_v3"``, ``"classic/tictactoe_v3"``, ...)."""
     return list(tasks())
 
-
-def make_env(name: str, **kwargs: Any) -> PettingZooEnv:
-    """``PettingZooEnv(name, **kwargs)``: the factory behind ``marl_envs.make("pettingzoo/<name>", ...)``."""
-    return PettingZooEnv(name, **kwargs)
 
 
 def cycle_steps(env: Any, cycles: int) -> int:

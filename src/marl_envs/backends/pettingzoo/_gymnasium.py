@@ -193,6 +193,16 @@ class TupleAgentsFamily(PettingZooEnv):
     forget: ClassVar[Forget | None] = None
     shard_class = TupleShard
 
+    def __init_subclass__(cls, **declared: Any) -> None:
+        """A family declares itself in its class statement: ``class RwareEnv(TupleAgentsFamily, family="rware",
+        package="rware", prefix="rware", step_limit=("max_steps", "max_steps"))``."""
+        super().__init_subclass__()
+        for key, value in declared.items():
+            if key not in ("family", "package", "prefix", "step_limit", "task_max_steps"):
+                raise TypeError(f"{cls.__name__} declares {key!r}; a TupleAgentsFamily declares family, package, "
+                                "prefix, step_limit and task_max_steps")
+            setattr(cls, key, value)
+
     @staticmethod
     def ends(env: Any, done: bool) -> tuple[bool, bool]:
         raise NotImplementedError

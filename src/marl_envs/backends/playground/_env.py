@@ -1,4 +1,4 @@
-"""The playground backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.playground``."""
+"""The playground backend's env classes and ``env_names``; see ``marl_envs.backends.playground``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .._mujoco import prepare_mujoco_gl
 from ..brax import BraxWrapper, scenes
 from ..jax import check_name, configure_jax
 
-__all__ = ["SPLITS", "PlaygroundEnv", "env_names", "make_env", "observation_dependence", "split_mapping",
+__all__ = ["SPLITS", "PlaygroundEnv", "env_names", "observation_dependence", "split_mapping",
            "unavailable"]
 
 SPLITS: dict[str, str | tuple[tuple[str, ...], ...]] = {
@@ -71,9 +71,6 @@ def env_names() -> list[str]:
     suite = _suite()
     return sorted([*suite, *(f"{t}_{_suffix(_robot(t))}" for t in suite if _robot(t))])
 
-
-def make_env(name: str, **kwargs: Any) -> PlaygroundEnv:
-    return PlaygroundEnv(name, **kwargs)
 
 
 def _load(task: str, config: dict[str, Any] | None = None):

@@ -22,12 +22,7 @@ The scenario's own ``done`` is ``terminated``; ``max_steps`` is ``truncated`` (V
 
 from ...registry import Backend
 
-BACKEND = Backend(
-    __name__,
-    packages=("vmas",),
-    extra="vmas",
-    check_env=("vmas/balance", {"n_agents": 3}),
-    exports=("VmasEnv", "VmasWrapper"),
-    host_wait="VMAS resets exactly the done envs, by their indices: the host reads which are done",
-)
+BACKEND = Backend(__name__, packages=("vmas",), extra="vmas", env_class="VmasEnv",
+                  check_env=("vmas/balance", {"n_agents": 3}), exports=("VmasEnv", "VmasWrapper"),
+                  host_wait="VMAS resets exactly the done envs, by their indices: the host reads which are done")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

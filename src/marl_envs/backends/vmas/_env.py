@@ -1,4 +1,4 @@
-"""The vmas backend's env classes and factories (``env_names``, ``make_env``); see ``marl_envs.backends.vmas``."""
+"""The vmas backend's env classes and ``env_names``; see ``marl_envs.backends.vmas``."""
 
 from __future__ import annotations
 
@@ -21,16 +21,12 @@ from ._rng import RngStreams
 from ._scenarios import check_scenario_kwargs, env_names, load_scenario, make_vmas_env, scenario_label
 from ._state import NarrowedWorld, StateSnapshot
 
-__all__ = ["VmasEnv", "VmasWrapper", "env_names", "make_env"]
+__all__ = ["VmasEnv", "VmasWrapper", "env_names"]
 
 # From this many envs up, a partial reset resets a world narrowed to the envs being reset. Below it a full reset
 # costs little, and the batch size can equal a fixed dim of the state (positions are 2-d) and be taken for it.
 _NARROW_MIN_ENVS = 16
 
-
-def make_env(name: str, **kwargs: Any) -> VmasEnv:
-    """``VmasEnv(name, **kwargs)``: the factory behind ``marl_envs.make("vmas/<name>", ...)``."""
-    return VmasEnv(name, **kwargs)
 
 
 def _as_info_tensor(value: Any, batch: int, device: torch.device) -> torch.Tensor:
