@@ -14,7 +14,7 @@ jnp = jax.numpy
 pytest.importorskip("jaxmarl")
 pytest.importorskip("gymnax")
 
-from marl_envs.backends import jaxmarl as jm  # noqa: E402
+from marl_envs.backends.jaxmarl import _env as jm  # noqa: E402
 from marl_envs.backends.jax import env_keys  # noqa: E402
 
 B = 4

@@ -18,7 +18,7 @@ import jax  # noqa: E402
 
 jnp = jax.numpy
 
-from marl_envs.backends import playground as pg  # noqa: E402
+from marl_envs.backends.playground import _env as pg  # noqa: E402
 from marl_envs.backends.brax import _scenes as scenes  # noqa: E402
 from marl_envs.backends.jax import env_keys  # noqa: E402
 
