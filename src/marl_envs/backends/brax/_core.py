@@ -258,7 +258,7 @@ class Differentiable:
 
     # -- compiled functions ---------------------------------------------------------------------------
     def _forward(self, flat, aux, keys, action):
-        buffers, keys, out, flags = self.core._step((flat, *aux), keys, action)
+        buffers, keys, out, flags = self.core.batch_step((flat, *aux), keys, action)
         return buffers[0], buffers[1:], keys, out, flags
 
     def _backward(self, flat, aux, keys, action, grad_flat, grad_out):
@@ -268,8 +268,8 @@ class Differentiable:
 
         return jax.vjp(differentiable, flat, action)[1]((grad_flat, grad_out))
 
-    def _reset(self, flat, aux, keys, mask):
-        buffers, keys, out = self.core._reset((flat, *aux), keys, mask)
+    def batch_reset(self, flat, aux, keys, mask):
+        buffers, keys, out = self.core.batch_reset((flat, *aux), keys, mask)
         return buffers[0], buffers[1:], keys, out
 
     # -- the public calls -----------------------------------------------------------------------------
@@ -279,7 +279,7 @@ class Differentiable:
         if flat is None or self.aux is None:
             flat, *aux = core.zero_state()
             self.aux = tuple(aux)
-        fn = core._compiled.get("grad_reset") or core.compiled("grad_reset", self._reset, lambda: (
+        fn = core._compiled.get("grad_reset") or core.compiled("grad_reset", self.batch_reset, lambda: (
             self._flat_struct, self._aux_struct, core._keys_struct(), core._struct((core.num_envs,), jnp.bool_)))
         flat, self.aux, core._keys, out = fn(flat, self.aux, core._keys, mask)
         return flat, out

@@ -19,7 +19,7 @@ env's executor (``_outputs.Programs``) compiles its reset and step programs over
 The key chain is written once, per env (``keyed_reset``, ``keyed_step``): each env carries a key, a reset splits
 it and uses the second half (keeping the first), a step of a family whose step is random does the same. The
 compiled batch functions vmap these, and ``functions()`` returns them, pure, for ``jit`` / ``vmap`` /
-``lax.scan`` in a JAX training loop (``JaxEnvBase.jax_functions`` adds the outputs' layout, the step count and
+``lax.scan`` in a JAX training loop (``JaxEnvBase.jax_functions`` adds the outputs' columns, the step count and
 the auto-reset).
 """
 
@@ -178,7 +178,7 @@ class JaxCore:
         self._traced: dict[str, Any] = {}
         self.exported: dict[str, Any] = dict(exported or {})
         self.compile_seconds: dict[str, float] = {}
-        self._state: tuple[jax.Array, ...] | None = None  # the batched state, packed by self.layout
+        self._state: tuple[jax.Array, ...] | None = None  # the batched state, packed by self.packing
         self._keys: jax.Array | None = None
         self.seed(0)
 
@@ -225,12 +225,13 @@ class JaxCore:
         return self.keyed_reset, self.keyed_step
 
     @functools.cached_property
-    def layout(self) -> StatePacking:
-        layout = StatePacking(self._reference)
-        if tuple(layout.widths) != tuple(self.widths):
-            raise RuntimeError(f"the {self.label}'s state packs into {layout.widths}, the compiled functions take "
+    def packing(self) -> StatePacking:
+        """How the per-env state packs into the batched buffers the compiled functions carry."""
+        packing = StatePacking(self._reference)
+        if tuple(packing.widths) != tuple(self.widths):
+            raise RuntimeError(f"the {self.label}'s state packs into {packing.widths}, the compiled functions take "
                                f"{self.widths}: a stale export? (delete it, or set MARL_ENVS_JAX_CACHE=0)")
-        return layout
+        return packing
 
     def _cast(self, state: Any) -> Any:
         """Keep the state's dtypes (a step returning float64 or weak types must not change the carry).
@@ -249,21 +250,21 @@ class JaxCore:
         return jax.tree.map(lambda x, ref: jnp.asarray(x).astype(ref.dtype), state, reference)
 
     # -- batched functions (these are compiled) -------------------------------------------------------
-    def _step(self, buffers, keys, action):
-        keys, state, out, flags = jax.vmap(self.keyed_step)(keys, self.layout.unpack(buffers), action)
-        return self.layout.pack(state), keys, out, flags
+    def batch_step(self, buffers, keys, action):
+        keys, state, out, flags = jax.vmap(self.keyed_step)(keys, self.packing.unpack(buffers), action)
+        return self.packing.pack(state), keys, out, flags
 
-    def _step_packed(self, buffers, keys, action):
+    def batch_step_packed(self, buffers, keys, action):
         """``_step`` with the flags appended to the float buffer as 0 / 1: one array to hand over, not two."""
-        buffers, keys, out, flags = self._step(buffers, keys, action)
+        buffers, keys, out, flags = self.batch_step(buffers, keys, action)
         return buffers, keys, jnp.concatenate([out, flags.astype(jnp.float32)], axis=1)
 
-    def _reset(self, buffers, keys, mask):
+    def batch_reset(self, buffers, keys, mask):
         kept, fresh, out = jax.vmap(self.keyed_reset)(keys)
-        buffers = tuple(jnp.where(mask[:, None], new, old) for new, old in zip(self.layout.pack(fresh), buffers))
+        buffers = tuple(jnp.where(mask[:, None], new, old) for new, old in zip(self.packing.pack(fresh), buffers))
         keys = jnp.where(mask[:, None], kept, keys)
         if self.observe_one is not None:
-            out = jax.vmap(self.observe_one)(self.layout.unpack(buffers))
+            out = jax.vmap(self.observe_one)(self.packing.unpack(buffers))
         else:  # the rows of envs not reset are the caller's (EnvBase keeps them)
             out = jnp.where(mask[:, None], out, 0.0)
         return buffers, keys, out
@@ -284,9 +285,9 @@ class JaxCore:
     def _signature(self, name: str) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
         """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step``."""
         if name == "batched_step":
-            return self._step_packed, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
+            return self.batch_step_packed, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
         mask = self._struct((self.num_envs,), jnp.bool_)
-        return self._reset, (self._state_structs(), self._keys_struct(), mask), (0, 1)
+        return self.batch_reset, (self._state_structs(), self._keys_struct(), mask), (0, 1)
 
     def _trace(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()) -> None:
         start = time.perf_counter()
@@ -345,7 +346,7 @@ class JaxCore:
         buffers = self._state if buffers is None else buffers
         if buffers is None:
             raise RuntimeError("the env has no state yet: reset it first")
-        return self.layout.unpack([np.asarray(b[index]) for b in buffers], batch=())
+        return self.packing.unpack([np.asarray(b[index]) for b in buffers], batch=())
 
 
 def _describe_mismatch(reference: Any, other: Any) -> str:

@@ -135,7 +135,7 @@ class Emission:
                 self._sources.append((True, (rows, tuple(levels[key[:-1]]))))
         self._compared = np.asarray(compared, dtype=int)
 
-    def layout(self, keep: Callable[[Key], bool] = lambda key: True) -> list[tuple[Key, tuple[int, ...], torch.dtype]]:
+    def entry_specs(self, keep: Callable[[Key], bool] = lambda key: True) -> list[tuple[Key, tuple[int, ...], torch.dtype]]:
         """``(key, shape, dtype)`` of the entries ``keep`` selects, in order."""
         return [(k, s, d) for k, s, d in zip(self.keys, self.shapes, self.dtypes) if keep(k)]
 
@@ -247,9 +247,9 @@ class Programs:
         self.kept = [k for k in self.step_emission.keys if k not in rewards]  # the next root data's entries
         reset_keys = set(self.reset_emission.keys)
         self._fresh = [k in reset_keys for k in self.kept]  # kept entries a reset gives (else the step's stay)
-        next_entries = self.step_emission.layout()
-        root_entries = self.step_emission.layout(lambda k: k not in rewards)
-        self.reset_layout = Layout(self.reset_emission.layout())
+        next_entries = self.step_emission.entry_specs()
+        root_entries = self.step_emission.entry_specs(lambda k: k not in rewards)
+        self.reset_layout = Layout(self.reset_emission.entry_specs())
         self.step_layout = Layout(next_entries, flag=True)
         self.both_layout = Layout(next_entries + root_entries, flag=True)  # "next" and next root, side by side
         self.low, self.high, self.action_names = _action_bounds(env)
@@ -265,7 +265,7 @@ class Programs:
         name = f"batched_{name}"
         if name in core.exported:
             return core.exported[name].call
-        return core._step_packed if name == "batched_step" else core._reset
+        return core.batch_step_packed if name == "batched_step" else core.batch_reset
 
     def _forbidden(self, action, legal):
         """``(B, action columns)`` bool: the choices the masks in ``legal`` forbid."""
