@@ -40,5 +40,5 @@ napoleon_use_ivar = True  # "Attributes:" as a field list (the properties are do
 
 html_theme = "furo"
 html_title = f"marl-envs {release}"
-html_static_path = ["_static"]
+html_static_path = ["_static", "_generated/static"]  # the second: the catalogue's card pictures
 html_css_files = ["catalogue.css"]

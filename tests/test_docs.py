@@ -147,6 +147,28 @@ def test_catalogue_lists_exactly_the_registered_envs(catalogue, tmp_path, monkey
             assert "No picture yet: `make pictures` renders it." in page
 
 
+def test_catalogue_landing_is_a_gallery_filtered_by_tag(catalogue, tmp_path):
+    """A card per family with its picture (or why it has none), its count and per-tag counts; a button per tag."""
+    def entry(name, actions, groups=("agents",), mask=False):
+        rows = [[f"{g}.action", "action", "(2, 1)", "float32", spec] for g, spec in zip(groups, actions)]
+        rows += [["agents.action_mask", "observation", "(2, 1, 3)", "bool", "Binary"]] if mask else []
+        return {**_fake_entry(name), "group_map": {g: ["a"] for g in groups}, "spec_table": [[], rows]}
+
+    vmas = [entry("vmas/a", ["Bounded[-1, 1]"]), entry("vmas/b", ["Categorical(n=5)"], groups=("red", "blue"))]
+    spiel = [entry("openspiel/c", ["Categorical(n=3)"], mask=True)]
+    assert catalogue.env_tags(vmas[1]) == {"discrete", "groups", "gpu"}
+    assert catalogue.env_tags(spiel[0]) == {"discrete", "masks"}
+    assert catalogue.env_tags(entry("brax/d", ["Bounded[-1, 1]"])) == {"continuous", "differentiable", "gpu"}
+    pictures = {"vmas/b": {"key": "k", "file": "vmas/balance.gif"}, "openspiel/c": {"key": "k", "why": "ValueError: no"}}
+    page = catalogue._index_page({"vmas": vmas, "openspiel": spiel}, [], pictures, tmp_path)
+    assert (tmp_path / "vmas.gif").exists() and '<img src="../_static/covers/vmas.gif"' in page
+    assert '<div class="no-picture">no pictures: no</div>' in page
+    assert ('<a class="env-card" href="vmas/index.html" data-all="2" data-continuous="1" data-discrete="1" '
+            'data-masks="0" data-groups="1" data-differentiable="0" data-gpu="2">') in page
+    assert all(f'<button data-tag="{tag}">' in page for tag in ["all", *catalogue.TAGS])
+    assert "| [OpenSpiel](openspiel/index.md) | 1 | 0 | 1 | 1 | 0 | 0 | 0 |" in page
+
+
 def test_keys_follow_what_makes_the_entry_and_the_picture(catalogue, monkeypatch):
     names = ["vmas/balance", "vmas/navigation"]
     entries, pictures = catalogue.entry_keys(names), catalogue.picture_keys(names)

@@ -19,6 +19,7 @@ keywords with their defaults (its *entry*, computed by building the env) and a p
 from __future__ import annotations
 
 import hashlib
+import html
 import importlib.metadata
 import inspect
 import json
@@ -74,10 +75,9 @@ BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo", "j
                   "jumanji": "Jumanji", "playground": "MuJoCo Playground", "openspiel": "OpenSpiel",
                   "magent2": "MAgent2", "mamujoco": "MaMuJoCo",
                   "lbforaging": "Level-Based Foraging", "rware": "RWARE"}
-#: The docs page of each backend (relative to ``docs/``).
-BACKEND_PAGES = {"vmas": "backends/vmas.md", "brax": "backends/brax.md", "pettingzoo": "backends/pettingzoo.md",
-                 "jaxmarl": "jax_families.md", "gymnax": "jax_families.md", "jumanji": "jax_families.md",
-                 "playground": "jax_families.md",
+#: The docs page of each backend (relative to ``docs/``): its own, or the page it shares with other families.
+BACKEND_PAGES = {**{b: f"backends/{b}.md" for b in ("vmas", "brax", "pettingzoo", "jaxmarl", "gymnax", "jumanji",
+                                                     "playground")},
                  **dict.fromkeys(
                      ("openspiel", "magent2", "mamujoco", "lbforaging", "rware"), "backends/cpu_families.md")}
 #: Backends built on the PettingZoo machinery: their instances draw frames only if built with ``render_mode``.
@@ -458,15 +458,98 @@ def _backend_page(backend: str, entries: list[dict], pictures: dict[str, dict]) 
             f":::{{container}} env-table\n{table}\n:::\n\n```{{toctree}}\n:hidden:\n\n{toctree}\n```\n")
 
 
-def _index_page(by_backend: dict[str, list[dict]], missing: list[str]) -> str:
+#: The tags the gallery filters by, in the order of its buttons.
+TAGS = {"continuous": "continuous actions", "discrete": "discrete actions", "masks": "action masks",
+        "groups": "several groups", "differentiable": "differentiable", "gpu": "runs on a GPU"}
+#: Backends whose envs step through torch's autograd (``requires_grad=True``).
+DIFFERENTIABLE = ("brax", "playground")
+#: The picture on a family's card: one of its envs (the first with a picture otherwise).
+COVER_ENVS = {"vmas": "vmas/balance", "brax": "brax/ant_4x2", "pettingzoo": "pettingzoo/butterfly/pistonball_v6",
+          "playground": "playground/CheetahRun_6x1", "mamujoco": "mamujoco/Ant_4x2", "magent2": "magent2/battle_v4",
+          "jumanji": "jumanji/RobotWarehouse-v0"}
+COVERS = DOCS / "_generated" / "static" / "covers"  # the cards' pictures: the built site's _static/covers
+
+
+def env_tags(entry: dict) -> set[str]:
+    """The gallery's tags of one env, read from its entry (its action specs, keys and groups) and its backend."""
+    import marl_envs
+
+    rows = entry["spec_table"][1]
+    actions = [row[4] for row in rows if row[1] == "action"]
+    tags = set()
+    if any(spec.startswith(("Bounded", "Unbounded")) for spec in actions):
+        tags.add("continuous")
+    if any(spec.startswith(("Categorical", "OneHot", "MultiCategorical", "MultiOneHot", "Binary")) for spec in actions):
+        tags.add("discrete")
+    if any(row[0].endswith("action_mask") for row in rows):
+        tags.add("masks")
+    if len(entry["group_map"]) > 1:
+        tags.add("groups")
+    if entry["backend"] in DIFFERENTIABLE:
+        tags.add("differentiable")
+    if marl_envs.registry.backend_record(entry["backend"]).host_wait:  # the backends that run on a device
+        tags.add("gpu")
+    return tags
+
+
+def _cover(backend: str, entries: list[dict], pictures: dict[str, dict], covers: Path) -> tuple[str | None, str]:
+    """The card's picture, copied into ``covers`` (its path in the built site, or None) and its caption."""
+    names = [COVER_ENVS.get(backend)] + [e["name"] for e in entries]
+    for name in names:
+        picture = pictures.get(name) if name else None
+        if picture and picture.get("file") and (PICTURES / picture["file"]).exists():
+            source = PICTURES / picture["file"]
+            target = covers / f"{backend}{source.suffix}"
+            shutil.copyfile(source, target)
+            return f"../_static/covers/{target.name}", name
+    reasons = {pictures.get(e["name"], {}).get("why", "") for e in entries}
+    return None, ("no pictures: " + "; ".join(sorted(r.split(": ", 1)[-1] for r in reasons if r))[:160])
+
+
+def _card(backend: str, entries: list[dict], pictures: dict[str, dict], covers: Path) -> str:
+    counts = {tag: sum(tag in env_tags(e) for e in entries) for tag in TAGS}
+    src, caption = _cover(backend, entries, pictures, covers)
+    picture = (f'<img src="{src}" alt="{html.escape(caption)}" loading="lazy">' if src
+               else f'<div class="no-picture">{html.escape(caption)}</div>')
+    chips = "".join(f'<span class="tag">{TAGS[t]} {n}</span>' for t, n in counts.items() if n)
+    data = " ".join(f'data-{t}="{n}"' for t, n in counts.items())
+    return (f'<a class="env-card" href="{backend}/index.html" data-all="{len(entries)}" {data}>{picture}'
+            f'<span class="title">{html.escape(BACKEND_TITLES[backend])}</span>'
+            f'<span class="count"><b>{len(entries)}</b> envs</span><span class="tags">{chips}</span></a>')
+
+
+GALLERY_SCRIPT = """<script>
+document.querySelectorAll(".env-filter button").forEach(function (button) {
+  button.addEventListener("click", function () {
+    var tag = button.dataset.tag;
+    document.querySelectorAll(".env-filter button").forEach(function (b) { b.classList.toggle("on", b === button); });
+    document.querySelectorAll(".env-card").forEach(function (card) {
+      var n = Number(card.dataset[tag]);
+      card.hidden = n === 0;
+      card.querySelector(".count b").textContent = n;
+    });
+  });
+});
+</script>"""
+
+
+def _index_page(by_backend: dict[str, list[dict]], missing: list[str], pictures: dict[str, dict], covers: Path
+                ) -> str:
     total = sum(len(v) for v in by_backend.values())
-    lines = [f"# Env catalogue\n\nEvery env `marl_envs.make` accepts here: {total} names, one page each, generated "
-             "from `marl_envs.available_envs()` when the docs are built (envs you `register` yourself are not "
-             "listed). Each page has the env's group map, every key with its shape, dtype and spec (what "
-             "`marl-envs info NAME` prints), its own keywords and a picture rendered from the env after a few "
-             "random steps.\n"]
-    lines.append(_table(["backend", "envs"], [[f"[{BACKEND_TITLES[b]}]({b}/index.md)", str(len(v))]
-                                              for b, v in by_backend.items()]) + "\n")
+    lines = [f"# Env catalogue\n\nEvery env `marl_envs.make` accepts here: {total} names in {len(by_backend)} "
+             "families, one page each, generated from `marl_envs.available_envs()` when the docs are built (envs you "
+             "`register` yourself are not listed). Pick a tag to see the families that have such envs, and how many. "
+             "Each env's page has its group map, every key with its shape, dtype and spec (what `marl-envs info NAME` "
+             "prints), its keywords and a picture rendered from the env after a few random steps.\n"]
+    buttons = "".join(f'<button data-tag="{tag}">{label}</button>' for tag, label in {"all": "all", **TAGS}.items())
+    cards = "\n".join(_card(b, v, pictures, covers) for b, v in by_backend.items())
+    lines.append(f'```{{raw}} html\n<div class="env-filter">{buttons}</div>\n<div class="env-gallery">\n{cards}\n'
+                 f"</div>\n{GALLERY_SCRIPT}\n```\n")
+    lines.append("The same, as a table:\n")
+    lines.append(_table(["family", "envs", *TAGS.values()],
+                        [[f"[{BACKEND_TITLES[b]}]({b}/index.md)", str(len(v)),
+                          *(str(sum(t in env_tags(e) for e in v)) for t in TAGS)] for b, v in by_backend.items()])
+                 + "\n")
     if missing:
         lines.append(":::{warning}\nNot installed when these docs were built, so not listed: "
                      + ", ".join(f"`{m}`" for m in missing) + ".\n:::\n")
@@ -494,12 +577,15 @@ def read_manifest(path: Path = MANIFEST) -> dict[str, dict]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def generate(cache: Path | None = None, out: Path = OUT, manifest: Path = MANIFEST) -> list[str]:
+def generate(cache: Path | None = None, out: Path = OUT, manifest: Path = MANIFEST, covers: Path | None = None
+             ) -> list[str]:
     """Compute the entries missing from ``cache`` and write the catalogue's pages into ``out``, each with its
-    committed picture; returns the names listed."""
+    committed picture, and the gallery cards' pictures into ``covers`` (default: the site's ``COVERS`` when ``out``
+    is the docs' own folder, else beside ``out``); returns the names listed."""
     import marl_envs
 
     cache = cache or default_cache()
+    covers = covers or (COVERS if out == OUT else out.parent / "covers")
     names = catalogue_names()
     keys = entry_keys(names)
     todo = _by_backend([name for name in names if not (cache / keys[name] / "record.json").exists()])
@@ -512,6 +598,8 @@ def generate(cache: Path | None = None, out: Path = OUT, manifest: Path = MANIFE
                                f"run: python docs/_ext/env_catalogue.py _entries /tmp/catalogue {keys[name]}={name}")
         entries[name] = json.loads(path.read_text())
     pictures = read_manifest(manifest)
+    shutil.rmtree(covers, ignore_errors=True)
+    covers.mkdir(parents=True)  # a static path of the site: it exists even with no picture to show
     by_backend: dict[str, list[dict]] = {}
     for name, entry in entries.items():
         by_backend.setdefault(entry["backend"], []).append(entry)
@@ -524,7 +612,7 @@ def generate(cache: Path | None = None, out: Path = OUT, manifest: Path = MANIFE
             keep.add(page)
             _write(page, _env_page(entry, pictures.get(entry["name"])))
     missing = [b for b in marl_envs.available_backends() if not marl_envs.backend_installed(b)]
-    _write(out / "index.md", _index_page(by_backend, missing))
+    _write(out / "index.md", _index_page(by_backend, missing, pictures, covers))
     for path in out.rglob("*"):  # pages of envs no longer registered
         if path.is_file() and path not in keep:
             path.unlink()
@@ -584,7 +672,28 @@ def update_pictures(names: list[str] | None = None, check: bool = False, force: 
     return stale
 
 
+def backends_table() -> str:
+    """The landing page's table of backends, one row per ``marl_envs.registry.backends()`` record: its docs page, its
+    pip extra and how many envs it lists (from the names snapshot: no backend is imported)."""
+    import marl_envs
+
+    rows = []
+    for name, record in marl_envs.registry.backends().items():
+        title = BACKEND_TITLES.get(name, name)
+        page = BACKEND_PAGES.get(name)
+        if marl_envs.backend_installed(name):
+            envs = f"[{len(marl_envs.available_envs(name))}](envs/{name}/index.md)"
+        else:
+            envs = "not installed here"
+        rows.append([f"[{title}]({page})" if page else title, f"`{name}/...`",
+                     f"`pip install 'marl-envs[{record.extra}]'`", envs])
+    return (f"{len(rows)} backends, from `marl_envs.registry.backends()` when these docs were built; the counts are "
+            "the names `marl_envs.available_envs(backend)` lists (the [catalogue](envs/index.md) shows each env).\n\n"
+            + _table(["backend", "names", "install", "envs"], rows) + "\n")
+
+
 def _on_builder_inited(app) -> None:
+    _write(DOCS / "_generated" / "backends.md", backends_table())
     generate()
 
 
