@@ -160,14 +160,14 @@ def cheapest_brax_kwargs(name: str) -> dict:
     """For ``brax/<name>``: Brax's spring pipeline (its fastest on CPU) where the env takes it, else nothing."""
     import warnings
 
-    from marl_envs._core.validate import init_keywords
+    from marl_envs._core import keywords
     from marl_envs.backends.brax import scenes
     from marl_envs.backends.brax._compat import import_brax
 
     brax_envs = import_brax()  # quietly: Brax imports JAXopt, which warns (an error under filterwarnings=error)
 
     robot = scenes.SCENES[name].robot if name in scenes.SCENES else name
-    accepted = init_keywords(brax_envs._envs[robot])
+    accepted = keywords.declared("brax", robot)
     if accepted is not None and "backend" not in accepted:  # no physics pipeline (fast): we refuse the keyword
         return {}
     with warnings.catch_warnings():

@@ -210,3 +210,25 @@ def test_demo_rollout_writes_no_progress_bar_into_a_file(capsys):
     captured = capsys.readouterr()
     assert rate > 0 and captured.err == ""
     assert captured.out.startswith("test/predator_prey: 12 env-steps in ")
+
+
+def test_info_lists_every_keyword_with_its_default(capsys):
+    """The env class's own keywords (its signature) and its library's (the backend's declaration)."""
+    if not marl_envs.backend_installed("vmas"):
+        pytest.skip("vmas is not installed")
+    assert cli.main(["info", "vmas/balance"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.split("keyword ", 1)[1].splitlines()[2:] if line.strip()}
+    assert rows["num_envs"] == ["num_envs", "required", "VmasEnv"]
+    assert rows["device"] == ["device", "'cpu'", "VmasEnv"]
+    assert rows["max_steps"] == ["max_steps", "None", "VmasEnv"]
+    assert rows["n_agents"] == ["n_agents", "3", "vmas"]  # balance's kwargs.pop("n_agents", 3)
+    assert rows["package_mass"] == ["package_mass", "5", "vmas"]
+    assert "scenario" not in rows  # the name fills it
+
+
+def test_info_of_a_user_env_lists_its_class_keywords(capsys):
+    assert cli.main(["info", "test/predator_prey"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1].split() == ["n_predators", "2", "PredatorPreyCount"]
+    assert "not declared" not in out

@@ -134,3 +134,27 @@ def test_torchrl_interop_without_torchrl_names_the_extra():
     assert "marl_envs.torchrl needs TorchRL" in out and (
         f"pip install 'marl-envs[torchrl]' (TorchRL 0.14, which pins tensordict 0.14: it replaces the tensordict "
         f"{tensordict.__version__} installed here if that is another minor version)") in out, out
+
+
+def test_a_misspelled_name_or_value_is_refused_before_torch_and_jax_are_imported():
+    """``make`` runs the backend's declared check first: an unknown JaxMARL env or SMAX map, an unknown Brax physics
+    backend are refused without importing torch, JAX or the library (seconds each on a small CPU)."""
+    code = (
+        "import sys, marl_envs\n"
+        "for name, kwargs, match in [\n"
+        "        ('jaxmarl/SMAX', {'scenario': '3mm'}, \"unknown SMAX map '3mm'; did you mean '3m'\"),\n"
+        "        ('jaxmarl/SMAX', {'env_kwargs': {'scenario': '2s4z'}}, \"unknown SMAX map '2s4z'\"),\n"
+        "        ('jaxmarl/MPE_simple_spred_v3', {}, \"did you mean 'MPE_simple_spread_v3'\"),\n"
+        "        ('jaxmarl/storm', {}, \"'storm' cannot be built here\"),\n"
+        "        ('brax/ant', {'backend': 'sprng'}, \"unknown Brax physics backend 'sprng'; did you mean 'spring'\"),\n"
+        "        ]:\n"
+        "    try:\n"
+        "        marl_envs.make(name, num_envs=2, **kwargs)\n"
+        "    except ValueError as err:\n"
+        "        assert match in str(err), (match, err)\n"
+        "    else:\n"
+        "        raise AssertionError(f'{name} {kwargs} was built')\n"
+        "heavy = {'torch', 'tensordict', 'jax', 'jaxmarl', 'brax'} & {m.split('.')[0] for m in sys.modules}\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -140,3 +140,85 @@ def test_a_keyword_the_scenario_does_not_read_is_not_taken_for_an_env_keyword():
     with pytest.raises(TypeError, match=r"VMAS scenario 'simple_reference' got an unexpected keyword argument "
                                         r"'n_agents'; it accepts the env keywords"):
         marl_envs.make("vmas/simple_reference", num_envs=2, n_agents=3)  # no 'did you mean num_envs'
+
+
+def _snapshot_script():
+    """``scripts/snapshot_keywords.py`` as a module: what reads the libraries' source (the package never does)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "snapshot_keywords.py"
+    spec = importlib.util.spec_from_file_location("snapshot_keywords", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SNAPSHOT_SCRIPT = _snapshot_script()
+
+
+def test_keyword_snapshot_declares_the_backends_the_script_reads():
+    from marl_envs._core import keywords
+
+    assert sorted(keywords.snapshot()) == sorted(SNAPSHOT_SCRIPT.READERS)
+
+
+@pytest.mark.parametrize("backend", sorted(SNAPSHOT_SCRIPT.READERS))
+def test_keyword_snapshot_is_what_the_installed_versions_declare(backend):
+    """The declaration read again from the installed library's source (imports it) equals the shipped one, keyword
+    order included (the messages list them in it)."""
+    from marl_envs._core import keywords
+
+    if not marl_envs.backend_installed(backend):
+        pytest.skip(f"{backend} is not installed")
+    script = SNAPSHOT_SCRIPT
+    if script.names.stamp(marl_envs.registry.backend_record(backend).extra) is None:
+        pytest.skip("marl-envs is not installed (no metadata to stamp the keywords with)")
+    live, shipped = script.live(backend), keywords.snapshot().get(backend)
+    stale = "stale keyword snapshot: run python scripts/snapshot_keywords.py"
+    assert live == shipped, stale
+    assert [(env, list(kw or ())) for env, kw in live["envs"].items()] == \
+           [(env, list(kw or ())) for env, kw in shipped["envs"].items()], stale
+
+
+def test_keyword_defaults_are_read_from_the_source():
+    _class("vmas")
+    from marl_envs._core import keywords
+
+    assert keywords.declared("vmas", "balance") == {"n_agents": "3", "package_mass": "5",
+                                                    "random_package_pos_on_line": "True"}
+    football = keywords.declared("vmas", "football")  # read in init_params, which make_world passes **kwargs to
+    assert football["n_blue_agents"] == "3" and football["viewer_size"] == "(1200, 800)"
+    assert football["shooting_angle"] is None  # torch.pi / 2: not a constant
+
+
+@pytest.fixture
+def other_vmas(monkeypatch):
+    """The installed VMAS stamped as a version the keyword snapshot does not declare, in a fresh process's state."""
+    _class("vmas")
+    from marl_envs._core import keywords, names
+
+    monkeypatch.setattr(keywords, "_INSTALLED", {})
+    monkeypatch.setattr(names, "stamp", lambda extra: {"vmas": "0.0.1"})
+    return keywords
+
+
+def test_an_undeclared_version_is_said_once_and_the_env_still_builds(other_vmas):
+    import warnings
+
+    with pytest.warns(UserWarning, match=r"no keyword declaration for the installed vmas \(\{'vmas': '0\.0\.1'\}; it "
+                                         r"ships one for \{'vmas': '.*'\}\): the keywords given to vmas's envs are "
+                                         r"not checked against a declaration .* python scripts/snapshot_keywords\.py"
+                        ) as caught:
+        assert other_vmas.declared("vmas", "balance") is None
+    assert len(caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per backend and process: no second warning
+        assert other_vmas.declared("vmas", "balance") is None
+        env = marl_envs.make("vmas/balance", num_envs=2, n_agents=2)
+        assert env.library_keywords is None
+        env.close()
+        # VMAS itself says which keyword a scenario leaves unread: still an error, listing the keywords it used
+        with pytest.raises(TypeError, match=r"VMAS scenario 'balance' got an unexpected keyword argument 'n_agent'; "
+                                            r".* and the scenario's keywords \['package_mass'\]"):
+            marl_envs.make("vmas/balance", num_envs=2, n_agent=2, package_mass=4)

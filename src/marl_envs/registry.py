@@ -5,10 +5,11 @@ A backend is a package under ``marl_envs.backends`` that declares itself once, i
 reference loops for the bench, the classes ``marl_envs`` exports). The registry finds the records by walking
 ``marl_envs.backends``, whose packages import nothing heavy: a backend's env classes live in its ``_env`` module,
 imported when one of its envs is built by name, when its names are listed live, or when one of its classes is
-read (``record.exports``). That module provides ``env_names()`` and ``make_env(name, **kwargs)``. A backend
-declared ``checks_names`` rejects unknown names in its ``make_env`` itself: ``make`` then skips listing its names
-(listing Brax's envs imports Brax, which a Brax env loaded from the compile cache does not need). Users add their
-own factories with ``register``, and whole backends with ``register_backend``.
+read (``record.exports``). That module provides ``env_names()`` and the record's ``env_class``, which builds
+an env by name (``record.make_env``). A backend declared ``checks_names`` rejects unknown names in its env class
+itself: ``make`` then skips listing its names (listing Brax's envs imports Brax, which a Brax env loaded from the
+compile cache does not need). Users add their own factories with ``register``, and whole backends with
+``register_backend``.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ class Backend:
             ``<module>._env``.
         packages: the import names of the libraries it needs.
         extra: the pip extra installing them (``pip install 'marl-envs[<extra>]'``).
-        checks_names: its ``make_env`` rejects unknown names itself, with close matches (else ``make`` checks them
-            against its listed names).
+        checks_names: its env class rejects unknown names itself, with close matches, and builds names beyond the
+            listed ones (every Gymnasium id of LBF, a robot's splits): ``make`` leaves the check to it. Else ``make``
+            checks a name against the listed ones.
         name: the prefix of its env names (``"vmas"`` in ``"vmas/balance"``); the last part of ``module`` if not
             given.
         env_class: the class of ``<module>._env`` that builds its envs by name: ``make("vmas/balance", **kwargs)``
@@ -57,6 +59,10 @@ class Backend:
         exports: its classes importable from the top level (``from marl_envs import VmasEnv``).
         host_wait: ``marl-envs doctor`` checks on a GPU that its step never waits for the device; with a reason
             instead of True, a wait is by design (reported as a note, not a failure).
+        check: ``"<python module>:<function>"``, ``function(name, kwargs)`` refusing what ``env_class(name,
+            **kwargs)`` would refuse for its name or values, from what the backend declares (a module importing
+            neither torch nor JAX nor the library): ``make_env`` runs it before importing ``<module>._env``, so a
+            misspelled name or value is refused at once rather than after seconds of imports.
     """
 
     module: str
@@ -69,6 +75,7 @@ class Backend:
     bench: str = ""
     exports: tuple[str, ...] = ()
     host_wait: bool | str = False
+    check: str = ""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -84,6 +91,9 @@ class Backend:
         """``env_class(name, **kwargs)``: the factory behind ``marl_envs.make("<backend>/<name>", ...)``."""
         if not self.env_class:
             raise TypeError(f"the {self.name} backend's record names no env_class to build {name!r} with")
+        if self.check:
+            module, _, function = self.check.partition(":")
+            getattr(importlib.import_module(module), function)(name, kwargs)
         return getattr(self.implementation(), self.env_class)(name, **kwargs)
 
     def references(self) -> Any:
@@ -167,7 +177,8 @@ def backends() -> dict[str, Backend]:
 
 
 def available_backends() -> list[str]:
-    """The built-in backends, installed or not (``["vmas", "brax", "pettingzoo", ...]``)."""
+    """The registered backends, installed or not: the built-in ones in alphabetical order (``["brax", "gymnax",
+    ...]``), then any added with ``register_backend``."""
     return list(_BACKENDS)
 
 
@@ -196,6 +207,18 @@ def backend_module(backend: str) -> ModuleType:
         ValueError: unknown backend.
         ImportError: its libraries are not installed (the message names the pip extra).
     """
+    spec = _installed(backend)
+    spec.implementation()
+    return importlib.import_module(spec.module)
+
+
+def _installed(backend: str) -> Backend:
+    """The backend's record, once its libraries are found installed (nothing imported).
+
+    Raises:
+        ValueError: unknown backend.
+        ImportError: its libraries are not installed (the message names the pip extra).
+    """
     spec = backend_record(backend)
     if not backend_installed(backend):
         missing = [p for p in spec.packages if importlib.util.find_spec(p) is None]
@@ -203,8 +226,7 @@ def backend_module(backend: str) -> ModuleType:
             f"the {backend} backend needs {', '.join(missing)}, which is not installed; "
             f"install it with: pip install 'marl-envs[{spec.extra}]'"
         )
-    spec.implementation()
-    return importlib.import_module(spec.module)
+    return spec
 
 
 def _backend_names(backend: str) -> list[str]:
@@ -287,8 +309,7 @@ def make(name: str, **kwargs: Any) -> EnvBase:
     if backend in _BACKENDS:
         name = shell_safe(name)
         env_name = name.partition("/")[2]
-        record = _BACKENDS[backend]
-        backend_module(backend)  # the error naming the pip extra, if a library is missing
+        record = _installed(backend)  # the error naming the pip extra, if a library is missing
         if not record.checks_names:
             names = _backend_names(backend)
             if name not in names:

@@ -648,18 +648,22 @@ def test_a_named_env_is_saved_once_and_rebuilt_from_its_export(exports_dir):
     traced = BraxWrapper(first.brax_env, num_envs=2, max_steps=4, action_indices=first.action_indices,
                          observation_indices=first.observation_indices)  # never exported
     assert traced.export_file is None
-    torch.testing.assert_close(_rollout(traced), _rollout(first), rtol=1e-6, atol=1e-6)
+    # another XLA program: the saved modules' batch dim is symbolic, and XLA fuses and orders some float32
+    # operations of the refined program differently (halfcheetah's contacts amplify the last bits over 6 steps)
+    torch.testing.assert_close(_rollout(traced), _rollout(first), rtol=1e-4, atol=1e-4)
     assert second.brax_env.action_size == 6  # built on first use
     marl_envs.check_env_specs(second, seed=0)
 
 
 def test_saved_envs_are_keyed_on_their_arguments(exports_dir):
     base = BraxEnv("fast", num_envs=2)
-    assert BraxEnv("fast", num_envs=3).export_file != base.export_file  # another batch size
+    other = BraxEnv("fast", num_envs=3)  # another batch size: the same modules (their batch dim is symbolic)
+    assert other.from_export and other.export_file == base.export_file
+    assert other.rollout(2)["next", "observation"].shape[:2] == (3, 2)
     assert BraxEnv("fast", num_envs=2, frame_skip=2).export_file != base.export_file
     assert BraxEnv("fast", num_envs=2, max_steps=7, seed=5).from_export  # both only matter on the torch side
     assert BraxEnv("fast", num_envs=2, requires_grad=True).export_file is None
-    assert len(list(exports_dir.iterdir())) == 3
+    assert len(list(exports_dir.iterdir())) == 2
 
     # envs saved by another installation are deleted on the next save once unused for a week, not before
     stale, recent = exports_dir / "0000000000000000-old.json", exports_dir / "0000000000000000-recent.json"
@@ -667,7 +671,7 @@ def test_saved_envs_are_keyed_on_their_arguments(exports_dir):
         file.write_text("{}")
     os.utime(stale, (0, 0))
     os.utime(base.export_file, (0, 0))  # this installation's own files are kept, however old
-    BraxEnv("fast", num_envs=4)
+    BraxEnv("fast", num_envs=2, frame_skip=3)  # saved: the others are pruned
     assert not stale.exists() and recent.exists() and base.export_file.exists()
 
 
@@ -703,20 +707,29 @@ def test_user_registered_or_unusual_envs_are_not_saved(exports_dir):
 
 
 def test_a_saved_env_loads_in_a_new_process_without_brax(tmp_path):
-    """The point of saving: the second process neither imports Brax nor traces, and steps the same."""
-    script = (
+    """The point of saving: a later process neither imports Brax nor traces, and steps the same, with the same
+    number of envs or another (env i's starts do not depend on the batch size)."""
+    script = (  # the same actions for the first envs whatever the batch size
         "import json, sys, marl_envs, torch\n"
-        "env = marl_envs.make('brax/fast', num_envs=2, max_steps=3)\n"
-        "data = env.rollout(5, break_when_any_done=False)\n"
-        "print(json.dumps([env.from_export, 'brax' in sys.modules, data['next', 'observation'].tolist()]))\n"
+        "B = int(sys.argv[1])\n"
+        "env = marl_envs.make('brax/fast', num_envs=B, max_steps=3)\n"
+        "torch.manual_seed(0)\n"
+        "td, seen = env.reset(), []\n"
+        "for _ in range(5):\n"
+        "    td['action'] = torch.rand(4, *env.full_action_spec['action'].shape[1:])[:B] * 2 - 1\n"
+        "    out, td = env.step_and_maybe_reset(td)\n"
+        "    seen.append(out['next', 'observation'].tolist())\n"
+        "print(json.dumps([env.from_export, 'brax' in sys.modules, seen]))\n"
     )
     environ = {**os.environ, "MARL_ENVS_JAX_CACHE_DIR": str(tmp_path)}
     for variable in ("MARL_ENVS_JAX_CACHE", "JAX_COMPILATION_CACHE_DIR"):
         environ.pop(variable, None)
-    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True, text=True,
-                                      check=True).stdout.splitlines()[-1]) for _ in range(2)]
-    assert runs[0][:2] == [False, True] and runs[1][:2] == [True, False]
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script, str(num_envs)], env=environ,
+                                      capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+            for num_envs in (4, 4, 2)]
+    assert runs[0][:2] == [False, True] and runs[1][:2] == [True, False] and runs[2][:2] == [True, False]
     assert runs[1][2] == runs[0][2]
+    np.testing.assert_allclose(runs[2][2], np.asarray(runs[0][2])[:, :2], rtol=1e-6, atol=1e-6)
 
 
 def test_benchmark_rows():

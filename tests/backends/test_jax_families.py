@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -38,6 +41,65 @@ def test_jaxmarl_names_pinned():
         marl_envs.make("jaxmarl/LearnedPolicyEnemySMAX")
     with pytest.raises(ValueError, match=r"MPE_simple_spread_v3"):
         marl_envs.make("jaxmarl/MPE_simple_spred_v3")
+
+
+def test_jaxmarl_tables_are_the_librarys():
+    """What the backend declares of JaxMARL (``_library``: each env's class and module, SMAX's maps) is what the
+    installed JaxMARL has: ``jaxmarl.make``'s if-chain calls the same class (or function) for every name."""
+    import ast
+    import importlib
+    import inspect
+    import sys
+    import textwrap
+
+    import jaxmarl
+    from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
+
+    from marl_envs.backends.jaxmarl import _library
+
+    assert set(_library.CLASSES) | set(_library.ROBOTARIUM) == set(jaxmarl.registered_envs)
+    assert _library.SMAX_MAPS == tuple(MAP_NAME_TO_SCENARIO)
+    registration = sys.modules[jaxmarl.make.__module__]
+    called = {}  # name -> what make calls for it
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(jaxmarl.make)))):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(
+                node.test.comparators[0], ast.Constant) and isinstance(node.body[0], ast.Assign):
+            name = node.test.comparators[0].value
+            if not name.startswith("JaxRobotarium"):  # their classes come from jaxrobotarium (not installed)
+                called[name] = getattr(registration, node.body[0].value.func.id)
+    assert set(called) == set(_library.CLASSES)
+    for name, where in _library.CLASSES.items():
+        module, _, attribute = where.partition(":")
+        assert getattr(importlib.import_module(module), attribute) is called[name], name
+
+
+def test_a_jaxmarl_env_is_built_from_its_own_module():
+    """Building an MPE env imports its module alone: not JaxMARL's package (every family, MABrax's Brax and MuJoCo
+    too); a later ``import jaxmarl`` gets the whole package, with the same classes."""
+    code = (
+        "import sys, marl_envs\n"
+        "env = marl_envs.make('jaxmarl/MPE_simple_spread_v3', num_envs=2)\n"
+        "env.rollout(2)\n"
+        "loaded = {'jaxmarl', 'jaxmarl.environments', 'brax', 'mujoco'} & set(sys.modules)\n"
+        "assert not loaded, loaded\n"
+        "import jaxmarl\n"
+        "assert type(jaxmarl.make('MPE_simple_spread_v3')) is type(env.jaxmarl_env)\n"
+        "assert jaxmarl.environments.SimpleSpreadMPE is type(env.jaxmarl_env) and 'jaxrobotarium' not in sys.modules\n"
+        "import gymnax\n"  # gymnax too: its package imports every env (Pong: seaborn, SciPy)
+        "cartpole = marl_envs.make('gymnax/CartPole-v1', num_envs=2)\n"
+        "assert type(gymnax.make('CartPole-v1')[0]) is type(cartpole.gymnax_env)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gymnax_classes_are_the_librarys():
+    import gymnax
+
+    from marl_envs.backends.gymnax import _env as gx
+
+    registry = gymnax.registration._registry
+    assert gx.CLASSES == {name: f"{f.__module__}:{f.__qualname__}" for name, f in registry.items()
+                          if name not in gx.UNAVAILABLE}
 
 
 @pytest.mark.filterwarnings("ignore:max_dist_to_goal:UserWarning")  # JaxNav's notice about its own map range

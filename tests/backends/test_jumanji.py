@@ -242,3 +242,19 @@ def test_jumanji_action_puts_the_agents_in_jumanjis_order():
     assert raw.dtype == np.int32 and raw.shape == (2, 2)
     np.testing.assert_array_equal(raw[:, 0], td["b", "action"][:, 0].numpy())
     np.testing.assert_array_equal(raw[:, 1], td["a", "action"][:, 0].numpy())
+
+
+def test_each_env_is_built_from_its_own_module_as_jumanji_make_builds_it():
+    """``CLASSES`` (each env's class, imported from its module alone) is Jumanji's registry: the same classes, which
+    Jumanji registers without keywords of their own."""
+    import jumanji
+    from jumanji.registration import _REGISTRY, load
+
+    from marl_envs.backends.jumanji import _env
+
+    assert set(_env.CLASSES) == set(MULTI_AGENT)
+    for name, where in _env.CLASSES.items():
+        module, _, attribute = where.partition(":")
+        assert load(_REGISTRY[name].entry_point) is getattr(importlib.import_module(module), attribute), name
+        assert _REGISTRY[name].kwargs == {}, name
+    assert jumanji.make  # the package, complete

@@ -7,7 +7,7 @@ import difflib
 import warnings
 from collections.abc import Iterable, Sequence
 
-__all__ = ["did_you_mean", "shell_safe", "unknown_name"]
+__all__ = ["check_name", "did_you_mean", "shell_safe", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:
@@ -30,6 +30,14 @@ def unknown_name(what: str, name: str, candidates: Sequence[str], listing: str |
     """
     shown = ", ".join(candidates) if listing is None else listing
     return ValueError(f"unknown {what} {name!r}{did_you_mean(name, candidates) or ';'} available: {shown}")
+
+
+def check_name(family: str, name: str, names: list[str], unavailable: dict[str, str]) -> None:
+    """Raise a ValueError for a name the family does not offer: the reason, or close matches."""
+    if name in unavailable:
+        raise ValueError(f"the {family} env {name!r} cannot be built here: {unavailable[name]}")
+    if name not in names:
+        raise unknown_name(f"{family} env", name, names)
 
 
 def shell_safe(name: str, what: str = "env") -> str:

@@ -6,11 +6,8 @@ or a PettingZoo task is misspelled.
 
 from __future__ import annotations
 
-import ast
 import functools
 import inspect
-import sys
-import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -24,7 +21,7 @@ from ..specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
 __all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devices", "check_actions", "check_carried",
            "check_device", "check_env_index", "check_kwargs", "checked_keywords", "did_you_mean", "env_keywords",
-           "forbidden_message", "init_keywords", "keyword_error", "keyword_use", "unknown_name"]
+           "forbidden_message", "keyword_error", "unknown_name"]
 
 
 def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
@@ -36,88 +33,6 @@ def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
     return [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def init_keywords(cls: type) -> list[str] | None:
-    """The keywords a library's class takes, None where they cannot be told.
-
-    Its ``__init__``'s, and where that takes ``**kwargs``: the keys it reads from them, and the keywords of what
-    it passes them to (``super().__init__``, a class of its module by name); None once they go anywhere else.
-    """
-    accepted: list[str] = []
-    for klass in cls.__mro__:
-        init = vars(klass).get("__init__")
-        if init is None:
-            continue
-        params = list(inspect.signature(init).parameters.values())[1:]
-        accepted += [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return list(dict.fromkeys(accepted))
-        use = keyword_use(init)
-        if use is None or not use.closed:  # the keys it takes cannot be told from its source
-            return None
-        accepted += use.reads
-        onward = False
-        for func in use.forwards:
-            target = vars(sys.modules[klass.__module__]).get(func.id) if isinstance(func, ast.Name) else None
-            if _is_super_init(func):
-                onward = True
-            elif isinstance(target, type) and (inner := init_keywords(target)) is not None:
-                accepted += inner
-            else:
-                return None
-        if not onward:
-            return list(dict.fromkeys(accepted))
-    return None
-
-
-def _is_super_init(func: ast.expr) -> bool:
-    """``func`` is ``super().__init__``."""
-    return (isinstance(func, ast.Attribute) and func.attr == "__init__" and isinstance(func.value, ast.Call)
-            and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")
-
-
-class KeywordUse(NamedTuple):
-    """What a function does with its ``**kwargs`` dict (``keyword_use``)."""
-
-    reads: list[str]  # the keys it reads: ``kwargs["x"]``, ``kwargs.get("x")``, ``kwargs.pop("x")``, ``"x" in kwargs``
-    forwards: list[ast.expr]  # the callees it passes ``**kwargs`` to (``super().__init__``, a class by name, ...)
-    closed: bool  # every use of the dict is one of those: no key can be read another way (``kwargs.items()``)
-
-
-def keyword_use(function: Callable[..., Any]) -> KeywordUse | None:
-    """How ``function`` uses its ``**kwargs`` dict, read from its source (None without source or ``**kwargs``):
-    for libraries that take ``**kwargs`` and read the keys they know, ignoring the others (VMAS scenarios,
-    JaxMARL's MPE)."""
-    try:
-        params = inspect.signature(function).parameters.values()
-        var = next(p.name for p in params if p.kind is p.VAR_KEYWORD)
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    except (OSError, TypeError, ValueError, SyntaxError, StopIteration):
-        return None
-    is_var = lambda node: isinstance(node, ast.Name) and node.id == var  # noqa: E731
-    key = lambda node: node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None  # noqa: E731
-    reads, forwards, understood = [], [], []  # understood: the uses of the dict read above
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and is_var(node.value):
-            reads.append(key(node.slice))
-            understood.append(node.value)
-        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) \
-                and is_var(node.comparators[0]):
-            reads.append(key(node.left))
-            understood.append(node.comparators[0])
-        elif isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Attribute) and is_var(func.value) and func.attr in ("get", "pop") and node.args:
-                reads.append(key(node.args[0]))
-                understood.append(func.value)
-            for k in node.keywords:
-                if k.arg is None and is_var(k.value):
-                    forwards.append(func)
-                    understood.append(k.value)
-    uses = [node for node in ast.walk(tree) if is_var(node)]
-    closed = None not in reads and len(uses) == len(understood)
-    return KeywordUse([k for k in dict.fromkeys(reads) if k is not None], forwards, closed)
 
 
 def env_keywords(cls: type) -> list[str]:

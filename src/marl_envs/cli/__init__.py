@@ -85,13 +85,14 @@ def _cmd_list(args: argparse.Namespace) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> None:
-    from .format import group_table, spec_table  # imported when used: list, --help and --version need neither
+    from .format import group_table, keyword_table, spec_table  # imported here: list, --help and --version need none
 
     env = registry.make(args.name, **{"num_envs": 1, **dict(args.kwargs)})
     try:
         print(f"{args.name}: {env}\n")
         print(group_table(env) + "\n")
-        print(spec_table(env))
+        print(spec_table(env) + "\n")
+        print(keyword_table(env, args.name.partition("/")[0]))
     finally:
         env.close()
 
@@ -141,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("backend", nargs="?", help=f"only this backend's envs: {', '.join(registry.available_backends())}, "
                    f"or {USER} (the envs marl_envs.register added in this process: none in a new one)")
     p.set_defaults(func=_cmd_list)
-    p = sub.add_parser("info", help="group map and a table of every key: role, shape, dtype, spec, meaning")
+    p = sub.add_parser("info", help="group map, a table of every key (role, shape, dtype, spec, meaning) and every "
+                       "keyword the env takes, with its default")
     p.add_argument("name", help="e.g. vmas/balance")
     p.add_argument("kwargs", nargs="*", type=keyword, metavar="KEY=VALUE",
                    help="keywords for make, e.g. n_agents=3 (values read as Python literals)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -42,6 +43,7 @@ def _key(key: NestedKey) -> str:
 
 SPEC_HEADERS = ("key", "role", "shape", "dtype", "spec", "meaning")
 GROUP_HEADERS = ("group", "agents", "n")
+KEYWORD_HEADERS = ("keyword", "default", "taken by")
 
 #: What an entry means, by the first part of its key below its group (``("agents", "info", "pos_rew")``: ``info``):
 #: (an agent's entry, in a group; the env's entry, at the root).
@@ -129,3 +131,28 @@ def group_table(env: EnvBase) -> str:
     if not env.group_map:
         return "single-agent env: no groups, its keys are at the root (observation, action, reward, ...)"
     return table(GROUP_HEADERS, group_rows(env))
+
+
+def keyword_rows(env: EnvBase, library: str) -> list[tuple[str, str, str]]:
+    """One row per keyword ``make`` takes for the env (``KEYWORD_HEADERS``): its class's own, read from its
+    ``__init__``'s signature (the keyword-only ones and those with a default: not the name ``make`` fills in), then
+    its library's as the backend declares them (``env.library_keywords``), taken by ``library``; ``?`` where the
+    default is not a constant (computed, or none)."""
+    cls = type(env)
+    rows = []
+    for param in list(inspect.signature(cls.__init__).parameters.values())[1:]:
+        if param.kind is param.KEYWORD_ONLY or (param.kind is param.POSITIONAL_OR_KEYWORD
+                                                and param.default is not param.empty):
+            rows.append((param.name, "required" if param.default is param.empty else repr(param.default), cls.__name__))
+    declared = getattr(env, "library_keywords", None) or {}
+    return rows + [(name, "?" if default is None else default, library) for name, default in declared.items()]
+
+
+def keyword_table(env: EnvBase, library: str) -> str:
+    """Every keyword the env takes with its default (``keyword_rows``), and a line where its library's keywords
+    are not declared."""
+    text = table(KEYWORD_HEADERS, keyword_rows(env, library))
+    if hasattr(type(env), "library_keywords") and env.library_keywords is None:
+        text += (f"\n{library}'s own keywords for this env are not declared (your own class, a {library} version "
+                 f"marl_envs does not declare, or keywords the library passes on unread): not listed")
+    return text

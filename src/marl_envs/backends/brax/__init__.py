@@ -53,7 +53,8 @@ are kept), unless JAX already has a cache directory (``JAX_COMPILATION_CACHE_DIR
 opts out. An env built by name (``BraxEnv``, ``make("brax/...")``) also saves its traced reset and step as
 ``jax.export`` modules in that directory's ``marl_envs-exported/`` folder; a later process building it with the
 same arguments loads them and finds their compiled code in JAX's cache, so it neither imports Brax nor traces
-(``benchmarks/compile_once.py`` measures it; ``_exports`` says what the saved files are keyed on).
+(``benchmarks/compile_once.py`` measures it; ``_exports`` says what the saved files are keyed on). The modules take
+any ``num_envs``; XLA compiles them once for each batch size (static shapes), and the cache keeps each.
 
 **Rendering** uses MuJoCo's renderer; on a Linux machine without a display but with EGL's library, ``MUJOCO_GL=egl``
 is set before MuJoCo is first imported by this backend (unless MUJOCO_GL is set or MuJoCo was already imported). EGL
@@ -68,5 +69,6 @@ it is silenced here (only that one).
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("jax", "brax"), extra="brax", env_class="BraxEnv", checks_names=True,
-                  check_env=("brax/fast", {}), exports=("BraxEnv", "BraxWrapper"), host_wait=True)
+                  check_env=("brax/fast", {}), exports=("BraxEnv", "BraxWrapper"), host_wait=True,
+                  check=f"{__name__}._library:check")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

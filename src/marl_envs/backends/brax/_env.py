@@ -16,7 +16,8 @@ from groupings import GroupMap, MarlGroupMapType
 from .._named import NamedRepr
 from ..._core.messages import shell_safe
 from .._mujoco import camera_of
-from ..._core.validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
+from ..._core import keywords
+from ..._core.validate import check_kwargs, checked_keywords, env_keywords, unknown_name
 from ...specs import Bounded, Composite, Unbounded
 from ..._core.outputs import TensorDictOutputs, Tree
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
@@ -26,11 +27,10 @@ from ._compat import (
     checked_env, import_brax, is_playground_env, jax_device, prepare_mujoco_gl, quiet_brax_build,
 )
 from ._core import BraxCore, CoreInfo, Differentiable, Split, Step
+from ._library import PHYSICS_BACKENDS, check
 
 __all__ = ["BraxEnv", "BraxWrapper", "PHYSICS_BACKENDS", "enable_compilation_cache", "env_names"]
 
-PHYSICS_BACKENDS = ("generalized", "positional", "spring", "mjx")
-"""The physics pipelines a Brax env's ``backend`` names (``brax.envs.base.PipelineEnv``'s)."""
 
 
 def env_names() -> list[str]:
@@ -192,10 +192,9 @@ class BraxWrapper(JaxEnvBase):
         return Split(action_source=source, gathers=tuple(gathers))
 
     def _build_specs(self, groups: dict[str, Composite] | None) -> None:
-        """Specs, and the column layout of the buffers the compiled reset and step return."""
+        """Specs, and so the columns of the buffers the compiled reset and step return."""
         B, dev = self.num_envs, self.device
         core = self._core
-        layout: list = []  # (key, shape, dtype) of the float buffer entries, in order
         if groups is None:
             obs = Composite(shape=(B,), device=dev)
             for path, shape in core.info.obs_leaves:
@@ -204,21 +203,14 @@ class BraxWrapper(JaxEnvBase):
                     if key[:depth] not in obs:
                         obs[key[:depth]] = Composite(shape=(B,), device=dev)
                 obs[key] = Unbounded((B, *shape), device=dev)
-                layout.append((key, (B, *shape), torch.float32))
             self._declare_specs({}, observation=obs["observation"],
                                 action=Bounded(-1.0, 1.0, (B, self.action_size), device=dev),
                                 reward=Unbounded((B, 1), device=dev))
-            rewards = [(("reward",), (B, 1), torch.float32)]
         else:
-            layout.append((("state",), (B, core.observation_size), torch.float32))
-            rewards = []
             for (group, spec), table in zip(groups.items(), core.split.gathers):
                 spec["observation"] = Unbounded((*spec.shape, table.shape[1]), device=dev)
-                layout.append(((group, "observation"), (*spec.shape, table.shape[1]), torch.float32))
-                rewards.append(((group, "reward"), (*spec.shape, 1), torch.float32))
             self._declare_specs(groups, state=Unbounded((B, core.observation_size), device=dev))
-        actions = [("action",)] if groups is None else [(g, "action") for g in self.group_map]
-        self._set_columns(layout, rewards, actions)
+        self._set_columns()
         if self.requires_grad:  # the hook's TensorDicts carry gradients: the default executor, merged by torch.where
             batches = {g: torch.Size((self.num_envs, len(m))) for g, m in self.group_map.items()}
             self._tree = {name: (Tree([c[0] for c in columns], self.batch_size, self.device, batches), columns)
@@ -387,9 +379,8 @@ class BraxEnv(NamedRepr, BraxWrapper):
         env_name = shell_safe(env_name, "Brax env")
         scene = scenes.SCENES.get(env_name)
         robot = scene.robot if scene else env_name
+        check(env_name, {"backend": backend})  # make ran it already, before importing this module
         if backend is not None:
-            if backend not in PHYSICS_BACKENDS:
-                raise unknown_name("Brax physics backend", backend, PHYSICS_BACKENDS)
             env_kwargs["backend"] = backend
         self.env_name = env_name
         scenes.check_mapping(env_name, scene, mapping)
@@ -398,8 +389,8 @@ class BraxEnv(NamedRepr, BraxWrapper):
                       group_map=group_map)
         configure_jax()  # before anything below starts JAX
         key = None if requires_grad else exports.env_key(
-            env_name, robot, jax_device(torch.device(device)), env_kwargs=env_kwargs, num_envs=num_envs,
-            frame_skip=frame_skip, mapping=mapping, group_map=group_map)
+            env_name, robot, jax_device(torch.device(device)), env_kwargs=env_kwargs, frame_skip=frame_skip,
+            mapping=mapping, group_map=group_map)
         saved = exports.load(key) if key else None
         if saved is not None:  # built before with these arguments: no Brax import, no tracing
             meta, exported = saved
@@ -438,11 +429,25 @@ class BraxEnv(NamedRepr, BraxWrapper):
     @staticmethod
     def _brax_env(robot: str, env_kwargs: dict[str, Any]):
         envs = import_brax()
-        accepted = init_keywords(envs._envs[robot])
+        accepted = _brax_keywords(robot) if env_kwargs else None  # None: not declared, not checked
         if "backend" in env_kwargs and accepted is not None and "backend" not in accepted:
             raise ValueError(f"the Brax env {robot!r} has no physics pipeline to choose (backend="
                              f"{env_kwargs['backend']!r}): leave backend out")
-        check_kwargs(f"the Brax env {robot!r}", accepted and [k for k in accepted if k != "sys"], env_kwargs,
+        check_kwargs(f"the Brax env {robot!r}", None if accepted is None else list(accepted), env_kwargs,
                      env=env_keywords(BraxEnv), kind="the Brax env's")
         with quiet_brax_build():
             return envs.get_environment(robot, **env_kwargs)
+
+    @property
+    def library_keywords(self) -> dict[str, str | None] | None:
+        """The keywords the Brax env's constructor takes, with their defaults' reprs (None: not a constant); None
+        where they are not declared. ``marl-envs info`` lists them."""
+        scene = scenes.SCENES.get(self.env_name)
+        return _brax_keywords(scene.robot if scene else self.env_name)
+
+
+def _brax_keywords(robot: str) -> dict[str, str | None] | None:
+    """The keywords Brax's env ``robot`` takes, as declared for the installed Brax (``marl_envs._core.keywords``),
+    less ``sys`` (the model each env loads itself); None where they are not declared."""
+    declared = keywords.declared("brax", robot)
+    return None if declared is None else {k: v for k, v in declared.items() if k != "sys"}

@@ -9,14 +9,19 @@ persistent-cache hit: the first process compiled the same modules) and never imp
 needs the Brax env itself (``render``, ``env.brax_env``), which is then built on first use.
 
 A saved env is found by a key hashing everything its compiled functions depend on: the env name and every
-argument that reaches the JAX side (keywords for the Brax env, ``num_envs``, ``frame_skip``, mapping, group
-map, device platform), JAX's configuration flags that change tracing, the versions of JAX, jaxlib, Brax,
+argument that reaches the JAX side (keywords for the Brax env, ``frame_skip``, mapping, group map, device
+platform), JAX's configuration flags that change tracing, the versions of JAX, jaxlib, Brax,
 MuJoCo and NumPy, Brax's installed files (their hashes, from its wheel's ``RECORD``) and the source of this
 backend and of ``groupings``. Nothing is saved or loaded when that cannot be pinned down: Brax installed in
 editable mode, keywords that are not plain JSON values, or a Brax env name re-registered by user code. Files
 are written atomically (a temporary file renamed), so concurrent processes are safe; an unreadable file
 counts as a miss and is replaced. File names start with a digest of the installation; saving deletes the files
 of other installations (older code or library versions) that nothing loaded for a week.
+
+``num_envs`` is not in the key: the modules take any batch size (their batch dim is symbolic), so an env built
+again with another ``num_envs`` loads them too, importing no Brax and tracing nothing. XLA still compiles the
+loaded modules for each batch size (it compiles for static shapes); JAX's persistent cache keeps each such
+compilation, so a batch size seen before loads it from disk.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from ..jax import caching_enabled
 
 __all__ = ["Program", "directory", "env_key", "key", "load", "path", "save"]
 
-FORMAT = 1
+FORMAT = 2  # 2: one file for every num_envs (the modules' batch dim is symbolic)
 SUBDIR = "marl_envs-exported"
 STALE_DAYS = 7  # an env saved by another installation and not loaded for this long is deleted
 _PACKAGES_HASHED = ("brax", "jax")  # our packages the compiled functions come from (backends/<name>)
@@ -115,16 +120,16 @@ def key(robot: str, device, **arguments: Any) -> str | None:
     return f"{installation[:16]}-{hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()}"
 
 
-def env_key(name: Any, robot: str, device, *, env_kwargs: dict[str, Any], num_envs: int, frame_skip: int,
-            mapping: Any, group_map: Any) -> str | None:
-    """``key`` for an env built by name (``BraxEnv``), or None when it must not be saved."""
+def env_key(name: Any, robot: str, device, *, env_kwargs: dict[str, Any], frame_skip: int, mapping: Any,
+            group_map: Any) -> str | None:
+    """``key`` for an env built by name (``BraxEnv``), of any ``num_envs``, or None when it must not be saved."""
     if not isinstance(name, str):
         return None
     group_map = MarlGroupMapType.coerce(group_map)
     if isinstance(group_map, MarlGroupMapType):
         group_map = f"{type(group_map).__name__}.{group_map.name}"
-    return key(robot, device, name=name, env_kwargs=env_kwargs, num_envs=num_envs, frame_skip=frame_skip,
-               mapping=mapping, group_map=group_map)
+    return key(robot, device, name=name, env_kwargs=env_kwargs, frame_skip=frame_skip, mapping=mapping,
+               group_map=group_map)
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,56 @@ def import_gymnax():
     return quiet_import("gymnax", EVERY_WARNING)
 
 
+_ENVS = "gymnax.environments"
+CLASSES = {
+    "CartPole-v1": f"{_ENVS}.classic_control.cartpole:CartPole",
+    "Pendulum-v1": f"{_ENVS}.classic_control.pendulum:Pendulum",
+    "Acrobot-v1": f"{_ENVS}.classic_control.acrobot:Acrobot",
+    "MountainCar-v0": f"{_ENVS}.classic_control.mountain_car:MountainCar",
+    "MountainCarContinuous-v0": f"{_ENVS}.classic_control.continuous_mountain_car:ContinuousMountainCar",
+    "Asterix-MinAtar": f"{_ENVS}.minatar.asterix:MinAsterix",
+    "Breakout-MinAtar": f"{_ENVS}.minatar.breakout:MinBreakout",
+    "Freeway-MinAtar": f"{_ENVS}.minatar.freeway:MinFreeway",
+    "Seaquest-MinAtar": f"{_ENVS}.minatar.seaquest:MinSeaquest",
+    "SpaceInvaders-MinAtar": f"{_ENVS}.minatar.space_invaders:MinSpaceInvaders",
+    "Catch-bsuite": f"{_ENVS}.bsuite.catch:Catch",
+    "DeepSea-bsuite": f"{_ENVS}.bsuite.deep_sea:DeepSea",
+    "MemoryChain-bsuite": f"{_ENVS}.bsuite.memory_chain:MemoryChain",
+    "UmbrellaChain-bsuite": f"{_ENVS}.bsuite.umbrella_chain:UmbrellaChain",
+    "DiscountingChain-bsuite": f"{_ENVS}.bsuite.discounting_chain:DiscountingChain",
+    "SimpleBandit-bsuite": f"{_ENVS}.bsuite.bandit:SimpleBandit",
+    "FourRooms-misc": f"{_ENVS}.misc.rooms:FourRooms",
+    "MetaMaze-misc": f"{_ENVS}.misc.meta_maze:MetaMaze",
+    "PointRobot-misc": f"{_ENVS}.misc.point_robot:PointRobot",
+    "BernoulliBandit-misc": f"{_ENVS}.misc.bernoulli_bandit:BernoulliBandit",
+    "GaussianBandit-misc": f"{_ENVS}.misc.gaussian_bandit:GaussianBandit",
+    "Reacher-misc": f"{_ENVS}.misc.reacher:Reacher",
+    "Swimmer-misc": f"{_ENVS}.misc.swimmer:Swimmer",
+    "Pong-misc": f"{_ENVS}.misc.pong:Pong",
+    "FrozenLake-misc": f"{_ENVS}.misc.frozen_lake:FrozenLake",
+}
+"""gymnax's built-in env name -> ``"module:class"`` of the class ``gymnax.make`` builds it with (gymnax 1.0's
+registry; a test checks it against the installed gymnax). Such an env is built from its module alone
+(``import_alone``): ``import gymnax`` imports every env it has (Pong imports seaborn and SciPy)."""
+
+
 def env_names() -> list[str]:
     """``gymnax.registered_envs`` less ``UNAVAILABLE``."""
     return sorted(n for n in import_gymnax().registered_envs if n not in UNAVAILABLE)
+
+
+def _make(env_name: str) -> tuple[Any, Any]:
+    """``gymnax.make(env_name)``: from the env's module alone for a name of ``CLASSES``, else (an env registered
+    at run time) from gymnax's registry, the name checked first."""
+    if env_name in CLASSES:
+        configure_jax()
+        module, _, name = CLASSES[env_name].partition(":")
+        with ignored_warnings(EVERY_WARNING):
+            env = getattr(quiet_import(module, EVERY_WARNING, alone=True), name)()
+        return env, env.default_params
+    check_name("gymnax", env_name, env_names(), UNAVAILABLE)
+    with ignored_warnings(EVERY_WARNING):
+        return import_gymnax().make(env_name)
 
 
 
@@ -94,10 +141,7 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
     @checked_keywords
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None):
-        gymnax = import_gymnax()
-        check_name("gymnax", env_name, env_names(), UNAVAILABLE)
-        with ignored_warnings(EVERY_WARNING):
-            env, params = gymnax.make(env_name)
+        env, params = _make(env_name)
         if env_params:
             fields = set(getattr(params, "__dataclass_fields__", {}))
             bad = sorted(set(env_params) - fields)
@@ -116,6 +160,5 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
                                  num_envs=num_envs, device=self.jax_device)
         self._declare_specs({}, observation=Unbounded((B, *obs_shape), device=dev), action=action,
                             reward=Unbounded((B, 1), device=dev))
-        self._set_columns([(("observation",), (B, *obs_shape), torch.float32)],
-                          [(("reward",), (B, 1), torch.float32)], [("action",)])
+        self._set_columns()
         self.set_seed(seed)

@@ -13,8 +13,9 @@ envs kept in JAX, packed into one ``(B, n)`` buffer per dtype (``StatePacking``:
 its own, and a state has tens of leaves); the batched ``jit(vmap(...))`` step whose outputs and flags come back as
 one float32 ``(B, K)`` array; the masked reset drawing fresh starts with per-env keys (``fold_in(PRNGKey(seed),
 i)``, split at every reset and, for families whose step is random, at every step) and keeping every other env's
-state bit for bit; and the same two functions traced as ``jax.export`` modules when asked (``export=True``). The
-env's executor (``_outputs.Programs``) compiles its reset and step programs over these, with donated buffers.
+state bit for bit; and the same two functions traced as ``jax.export`` modules when asked (``export=True``), of a
+symbolic batch size (one module for every ``num_envs``). The env's executor (``_outputs.Programs``) compiles its
+reset and step programs over these, with donated buffers.
 
 The key chain is written once, per env (``keyed_reset``, ``keyed_step``): each env carries a key, a reset splits
 it and uses the second half (keeping the first), a step of a family whose step is random does the same. The
@@ -273,21 +274,25 @@ class JaxCore:
     def _struct(self, shape, dtype) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(shape, dtype, sharding=self._sharding)
 
-    def _state_structs(self) -> tuple[jax.ShapeDtypeStruct, ...]:
-        return tuple(self._struct((self.num_envs, w), np.dtype(d)) for w, d in zip(self.widths, self.dtypes))
+    def _state_structs(self, batch: Any = None) -> tuple[jax.ShapeDtypeStruct, ...]:
+        """The packed state's structs, of ``batch`` envs (default: ``num_envs``; a symbolic dim for ``_export``)."""
+        B = self.num_envs if batch is None else batch
+        return tuple(self._struct((B, w), np.dtype(d)) for w, d in zip(self.widths, self.dtypes))
 
-    def _keys_struct(self):
-        return self._struct((self.num_envs, 2), jnp.uint32)
+    def _keys_struct(self, batch: Any = None):
+        return self._struct((self.num_envs if batch is None else batch, 2), jnp.uint32)
 
-    def _action_struct(self):
-        return self._struct((self.num_envs, self.action_size), jnp.float32)
+    def _action_struct(self, batch: Any = None):
+        return self._struct((self.num_envs if batch is None else batch, self.action_size), jnp.float32)
 
-    def _signature(self, name: str) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
-        """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step``."""
+    def _signature(self, name: str, batch: Any = None) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
+        """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step`` of ``batch``
+        envs (default: ``num_envs``)."""
+        state, keys = self._state_structs(batch), self._keys_struct(batch)
         if name == "batched_step":
-            return self.batch_step_packed, (self._state_structs(), self._keys_struct(), self._action_struct()), (0, 1)
-        mask = self._struct((self.num_envs,), jnp.bool_)
-        return self.batch_reset, (self._state_structs(), self._keys_struct(), mask), (0, 1)
+            return self.batch_step_packed, (state, keys, self._action_struct(batch)), (0, 1)
+        mask = self._struct((self.num_envs if batch is None else batch,), jnp.bool_)
+        return self.batch_reset, (state, keys, mask), (0, 1)
 
     def _trace(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()) -> None:
         start = time.perf_counter()
@@ -296,10 +301,13 @@ class JaxCore:
         self.compile_seconds[name] = time.perf_counter() - start
 
     def _export(self) -> bool:
-        """Trace step and reset as ``jax.export`` modules into ``self.exported``; False if JAX cannot export them."""
+        """Trace step and reset as ``jax.export`` modules into ``self.exported``, for any number of envs (a symbolic
+        batch dim: one module serves every ``num_envs``; XLA still compiles each batch size, as it needs static
+        shapes); False if JAX cannot export them."""
         platform = export_platform(self.device)
+        batch, = jax.export.symbolic_shape("b")
         for name in ("batched_step", "batched_reset"):
-            fn, args, _ = self._signature(name)
+            fn, args, _ = self._signature(name, batch)
             start = time.perf_counter()
             try:
                 with quiet_tracing():

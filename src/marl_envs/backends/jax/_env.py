@@ -1,10 +1,10 @@
 """The torch side shared by every JAX env family.
 
 ``JaxEnvBase`` is the ``EnvBase`` of the Brax, JaxMARL, gymnax, Jumanji and Playground envs. A family's env
-calls ``JaxEnvBase.__init__``, builds its ``JaxCore`` adapter, declares its specs and lays out the columns of the
-core's float vector (``_set_columns``), which sets the env's executor (``JaxOutputs``): each reset and step is one
-compiled call whose buffers (one per dtype) torch reads as views. ``jax_functions()`` is the functional JAX face
-of the same env.
+calls ``JaxEnvBase.__init__``, builds its ``JaxCore`` adapter and declares its specs; ``_set_columns`` reads the
+columns of the core's float vector from those specs and sets the env's executor (``JaxOutputs``): each reset and
+step is one compiled call whose buffers (one per dtype) torch reads as views. ``jax_functions()`` is the functional
+JAX face of the same env.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from tensordict import TensorDictBase
 
 from ..._core.agents import nest_keys
 from ..._core.env import EnvBase
-from ..._core.validate import unknown_name
+from ..._core.messages import check_name  # the families' own name checks, shared with their light modules
 from ...distributed import jax_device
+from ...specs import Composite
 from ._core import JaxCore, env_keys, quiet_tracing
 from ._outputs import NO_LIMIT, JaxOutputs, Programs
 from ._runtime import DEVICE_PATH_VAR, configure_jax, env_flag
@@ -79,14 +80,6 @@ class JaxFunctions:
     first_keys: Callable[[int, int], jax.Array]
 
 
-def check_name(family: str, name: str, names: list[str], unavailable: dict[str, str]) -> None:
-    """Raise a ValueError for a name the family does not offer: the reason, or close matches."""
-    if name in unavailable:
-        raise ValueError(f"the {family} env {name!r} cannot be built here: {unavailable[name]}")
-    if name not in names:
-        raise unknown_name(f"{family} env", name, names)
-
-
 def _slices(entries: Sequence[Entry]) -> list[tuple]:
     """``(key, buffer columns, shape, dtype)`` of ``entries`` laid side by side."""
     out, start = [], 0
@@ -95,6 +88,17 @@ def _slices(entries: Sequence[Entry]) -> list[tuple]:
         out.append((key, slice(start, start + width), shape, dtype))
         start += width
     return out
+
+
+def _entries(spec: Composite, group_map: dict[str, list[str]]) -> list[Entry]:
+    """``(key, shape, dtype)`` of each leaf of ``spec``, in the order a core's vector holds them: the root's leaves
+    first, in the spec's order, then the groups' fields, field by field (in the order they first appear), each
+    group by group (``("agents", "observation")``, then ``("agents", "action_mask")``, ...)."""
+    leaves = [(key if isinstance(key, tuple) else (key,)) for key in spec.keys(True, True)]
+    root = [key for key in leaves if key[0] not in group_map]
+    fields = list(dict.fromkeys(key[1:] for key in leaves if key[0] in group_map))
+    grouped = [(group, *field) for field in fields for group in group_map if (group, *field) in leaves]
+    return [(key, tuple(spec[key].shape), spec[key].dtype) for key in [*root, *grouped]]
 
 
 def _one(entries: dict) -> dict:
@@ -126,17 +130,21 @@ class JaxEnvBase(EnvBase):
 
     _after_step: Callable[[], None] | None = None  # called after each step (Brax: cache_clear_frequency)
 
-    def _set_columns(self, observations: Sequence[Entry], rewards: Sequence[Entry], actions: Sequence[tuple]
-                     ) -> None:
-        """The columns of the core's vectors, and so the env's executor: reset gives ``observations``; step gives
-        them, then ``rewards`` (and any other per-step entry), then ``terminated`` and ``truncated``; ``actions``
-        are the action keys whose values, flattened per env in this order and cast to float32, make the core's
-        action."""
+    def _set_columns(self) -> None:
+        """The columns of the core's vectors, read from the env's specs (so the executor follows them): a reset
+        gives the observation entries (``_entries(full_observation_spec)``); a step gives them, then the
+        rewards, then each group's own ``terminated`` where the group has one, then the root's ``terminated`` and
+        ``truncated``. The core's action is the ``action_keys``' values, flattened per env in that order and cast
+        to float32. A core emits its vector in this order."""
         B = self.num_envs
         flags = [(("terminated",), (B, 1), torch.bool), (("truncated",), (B, 1), torch.bool)]
+        own_ends = [(g, "terminated") for g in self.group_map if (g, "terminated") in self.done_keys]
+        observations = _entries(self.full_observation_spec, self.group_map)
+        rewards = _entries(self.full_reward_spec, self.group_map)
+        ends = [(key, tuple(self.full_done_spec[key].shape), torch.bool) for key in own_ends]
         self._reset_columns = _slices(observations)
-        self._step_columns = _slices([*observations, *rewards, *flags])
-        self._action_keys = [tuple(k) for k in actions]
+        self._step_columns = _slices([*observations, *rewards, *ends, *flags])
+        self._action_keys = [tuple(k) if isinstance(k, tuple) else (k,) for k in self.action_keys]
         self._set_outputs(JaxOutputs(self, device_path=self.device_path))
 
     def _flat_action(self, tensordict: TensorDictBase) -> torch.Tensor:

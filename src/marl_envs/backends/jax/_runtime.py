@@ -7,7 +7,7 @@
   computations on the calling thread. JAX reads that flag once, when it starts its CPU backend, so it can only be
   set before the process's first JAX computation, for the whole process: it is set when the first JAX-family env
   is built on the CPU, if JAX has not started yet, and ``MARL_ENVS_JAX_CPU_ASYNC=1`` opts out. A program that ran
-  JAX before building an env keeps JAX's default (see the JAX families' page for what each costs).
+  JAX before building an env keeps JAX's default.
 - **GPU memory shared with torch** (``share_gpu_memory``): by default JAX takes 75% of a GPU's memory when it starts
   its GPU backend, whichever device the env is on, and torch in the same process then runs out. Where torch sees a
   CUDA GPU, ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` is set before JAX starts (JAX then allocates as it needs and
@@ -89,9 +89,8 @@ def inline_cpu_dispatch() -> bool:
     has not started its backends yet; return whether JAX's CPU computations run so.
 
     Each step of a JAX-family env reads its results at once, so JAX's asynchronous CPU dispatch buys the torch
-    side little overlap, and costs a hand-off to JAX's worker thread and back every call (the figures are in the
-    JAX families' page). Nothing is
-    changed once JAX's backends are up (the user's JAX program chose) or with ``MARL_ENVS_JAX_CPU_ASYNC=1``.
+    side little overlap, and costs a hand-off to JAX's worker thread and back every call. Nothing is changed once
+    JAX's backends are up (the user's JAX program chose) or with ``MARL_ENVS_JAX_CPU_ASYNC=1``.
     """
     started = jax_started()
     if started is None:  # JAX moved it: leave JAX's default

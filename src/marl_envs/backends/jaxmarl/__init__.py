@@ -7,7 +7,7 @@
 
 For a group ``g`` of ``n`` agents (the default grouping rule over the agents' specs; heterogeneous agents get
 their own dense groups, never padding; ``SMAX``'s two teams are the groups ``ally`` and ``enemy``: one policy
-playing both sides of a battle learns no skill, see the JAX families' page):
+playing both sides of a battle learns no skill, see the JaxMARL backend's page):
 
 ========================== =============== ===============================================================
 key                        shape           spec
@@ -42,5 +42,5 @@ fixed. Hanabi has no time limit (``max_steps`` None: a game ends itself).
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("jax", "jaxmarl"), extra="jaxmarl", env_class="JaxMarlEnv", checks_names=True,
-                  check_env=("jaxmarl/MPE_simple_spread_v3", {}), host_wait=True)
+                  check_env=("jaxmarl/MPE_simple_spread_v3", {}), host_wait=True, check=f"{__name__}._library:check")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import ast
+import contextlib
 import functools
-import inspect
 import math
 import sys
-import textwrap
 from typing import Any
 
 import jax
@@ -22,22 +20,14 @@ from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, quiet_import
 from .._spaces import space_spec
 from ..._core.messages import shell_safe
-from ..._core.validate import check_kwargs, checked_keywords, env_keywords, init_keywords, unknown_name
+from ..._core import keywords
+from ..._core.validate import check_kwargs, checked_keywords, env_keywords
 from ...specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
-from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
+from ..jax import JaxCore, JaxEnvBase, configure_jax, strong
+from ._library import CLASSES, UNAVAILABLE, check, env_names, library_name, unavailable
 
 __all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "library_name"]
 
-UNAVAILABLE = {
-    "LearnedPolicyEnemySMAX": "needs a trained enemy policy and its parameters (no default)",
-    # STORM runs upstream, but its agents are the ints 0, 1 and its observations a dict of image and inventory
-    # (storm), a tuple (storm_2p) or one array (storm_np): not yet mapped by this adapter
-    "storm": "dict observations per agent (image, inventory) are not mapped yet",
-    "storm_2p": "dict observations per agent (image, inventory) are not mapped yet",
-    "storm_np": "integer agent ids with one stacked observation array are not mapped yet",
-}
-"""Registered JaxMARL envs that cannot be built by name here, with the reason (JaxRobotarium_* need the
-``jaxrobotarium`` package, which is not on PyPI: they are listed by ``unavailable()``)."""
 _ALWAYS_LEGAL = "JaxMARL's get_avail_actions raises NotImplementedError and every action is legal in every state"
 NO_MASK = {
     **dict.fromkeys(
@@ -54,16 +44,46 @@ discrete env carries one (``get_avail_actions``, Hanabi's ``get_legal_moves``)."
 _TIME_LIMITED = ("coin_game", "storm", "storm_2p", "storm_np")  # episodes end by their step counts only
 _SEPARATE_ENDS = ("SMAX", "HeuristicEnemySMAX", "jaxnav")  # agents end on their own (units die, robots arrive)
 _BATTLES = ("SMAX", "HeuristicEnemySMAX")  # a team wins when the other is wiped out: the "won" info
+_MABRAX = "jaxmarl.environments.mabrax"  # its envs build Brax envs
 
 
 # JaxMARL prints about its optional submodules when imported and when some envs are built: nothing to act on
 @functools.cache
 def import_jaxmarl():
-    """``jaxmarl``, imported quietly, after JAX is configured (importing it starts JAX) and MuJoCo's headless
-    rendering prepared (it imports Brax, which imports MuJoCo: a Brax env built later must still render)."""
+    """``jaxmarl``, all of it (every family, MABrax's Brax and MuJoCo included), imported quietly, after JAX is
+    configured (importing it starts JAX) and MuJoCo's headless rendering prepared (a Brax env built later must
+    still render). An env is built from its own module alone (``library_module``)."""
     configure_jax()
     prepare_mujoco_gl()
     return quiet_import("jaxmarl", EVERY_WARNING, drop=EVERYTHING)
+
+
+def library_module(module: str):
+    """JaxMARL's ``module`` imported alone (``import_alone``: not ``jaxmarl``'s ``__init__``, which imports every
+    family), quietly, after JAX is configured; MuJoCo's headless rendering prepared first for MABrax's module
+    (it imports Brax, which imports MuJoCo)."""
+    configure_jax()
+    if module.startswith(_MABRAX):
+        prepare_mujoco_gl()
+    return quiet_import(module, EVERY_WARNING, drop=EVERYTHING, alone=True)
+
+
+def library_class(env_name: str) -> Any:
+    """The class (or function) ``jaxmarl.make`` builds ``env_name`` (a name of ``env_names()``) with, from its
+    module alone (``CLASSES``)."""
+    module, _, attribute = CLASSES[library_name(env_name)].partition(":")
+    try:
+        return getattr(library_module(module), attribute)
+    except ModuleNotFoundError as err:  # MABrax's Brax, which marl-envs[jaxmarl] does not install
+        raise ImportError(f"the JaxMARL env {env_name!r} needs {err.name!r}, which is not installed ({module} "
+                          f"imports it)") from err
+
+
+def _instance(obj: Any, where: str) -> bool:
+    """``isinstance(obj, the class "module:name")``, importing nothing: an instance's module is imported."""
+    module, _, name = where.partition(":")
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(cls, type) and isinstance(obj, cls)
 
 
 def _mask_source(env: Any, state: Any) -> tuple[str | None, Any]:
@@ -77,56 +97,6 @@ def _mask_source(env: Any, state: Any) -> tuple[str | None, Any]:
             except NotImplementedError:
                 continue
     return None, None
-
-
-def unavailable() -> dict[str, str]:
-    """Registered JaxMARL envs that cannot be built here, with the reason."""
-    jaxmarl = import_jaxmarl()
-    out = {}
-    for name in jaxmarl.registered_envs:
-        if name in UNAVAILABLE:
-            out[name] = UNAVAILABLE[name]
-        elif name.startswith("JaxRobotarium_"):
-            out[name] = "needs the jaxrobotarium package (not on PyPI)"
-    return out
-
-
-def env_names() -> list[str]:
-    """``jaxmarl.registered_envs`` less the ones ``unavailable()`` explains, split robots' joint counts written
-    ``9-8`` (JaxMARL's ``humanoid_9|8`` is ``humanoid_9-8`` here: a name a shell takes unquoted)."""
-    skip = unavailable()
-    return sorted({n.replace("|", "-") for n in import_jaxmarl().registered_envs if n not in skip})
-
-
-def library_name(env_name: str) -> str:
-    """The name JaxMARL registers ``env_name`` (a name of ``env_names()``) under."""
-    return next((n for n in import_jaxmarl().registered_envs if n.replace("|", "-") == env_name), env_name)
-
-
-
-@functools.cache
-def env_classes() -> dict[str, type]:
-    """Env name -> the class ``jaxmarl.make`` builds for it, read from ``make``'s source (an if-chain on the name:
-    JaxMARL keeps no table)."""
-    registration = sys.modules[import_jaxmarl().make.__module__]
-    classes: dict[str, type] = {}
-
-    def visit(body: list[ast.stmt], name: str | None) -> None:
-        for node in body:
-            if isinstance(node, ast.If):
-                test = node.test
-                equal = (isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.Eq)
-                         and isinstance(test.comparators[0], ast.Constant))
-                visit(node.body, test.comparators[0].value if equal else name)
-                visit(node.orelse, name)
-            elif isinstance(node, ast.Assign) and name and isinstance(node.value, ast.Call) \
-                    and isinstance(node.value.func, ast.Name):
-                cls = getattr(registration, node.value.func.id, None)
-                if isinstance(cls, type):
-                    classes[name] = cls
-
-    visit(ast.parse(textwrap.dedent(inspect.getsource(registration.make))).body[0].body, None)
-    return classes
 
 
 def _agent_entry(value: Any, agents: list, index: int):
@@ -147,9 +117,7 @@ def _step_count(state: Any) -> jax.Array | None:
 def _horizon(env: Any, name: str) -> tuple[int, str] | None:
     """The env's own time limit in env steps and the keyword of ``marl_envs.make`` that changes it; None for an
     env without one (Hanabi: a game ends itself)."""
-    from jaxmarl.environments import SMAX, CoinGame, SimpleMPE, SwitchRiddle
-
-    if isinstance(env, CoinGame):  # its meta episode: num_outer_steps games of num_inner_steps steps
+    if _instance(env, CLASSES["coin_game"]):  # its meta episode: num_outer_steps games of num_inner_steps steps
         return env.num_inner_steps * env.num_outer_steps, "num_inner_steps=N, num_outer_steps=M"
     if hasattr(env, "episode_length") and hasattr(env, "action_repeat"):  # MABrax: Brax's EpisodeWrapper
         return -(-env.episode_length // env.action_repeat), "episode_length=N"
@@ -157,11 +125,11 @@ def _horizon(env: Any, name: str) -> tuple[int, str] | None:
     if not isinstance(limit, (int, np.integer)) or isinstance(limit, bool):
         return None
     # MPE and SMAX (HeuristicEnemySMAX wraps one) test ``step >= max_steps`` before counting the step
-    counted_before = isinstance(getattr(env, "_env", env), (SimpleMPE, SMAX))
-    cls = env_classes().get(library_name(name))  # None: make builds it by a function of no keywords (facmac_3a)
-    if cls is not None and "max_steps" in (init_keywords(cls) or ()):
+    counted_before = any(_instance(getattr(env, "_env", env), CLASSES[n]) for n in ("MPE_simple_v3", "SMAX"))
+    declared = keywords.declared("jaxmarl", name)  # None: not declared (facmac_3a: built by a function)
+    if declared is not None and "max_steps" in declared:
         how = 'env_kwargs={"max_steps": N}'
-    elif isinstance(env, SwitchRiddle):
+    elif _instance(env, CLASSES["switch_riddle"]):
         how = "num_agents=N: 4 * N - 6 steps"
     else:
         how = f"none: JaxMARL's {name} fixes it"
@@ -274,9 +242,8 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
                  max_steps: int | None = None, seed: int = 0,
                  group_map: GroupMap | MarlGroupMapType | None = None, env_kwargs: dict[str, Any] | None = None,
                  **kwargs: Any):
-        jaxmarl = import_jaxmarl()
         env_name = shell_safe(env_name, "JaxMARL env")
-        check_name("JaxMARL", env_name, env_names(), unavailable())
+        check(env_name, {"env_kwargs": env_kwargs, **kwargs})  # its name and SMAX map, before JaxMARL is imported
         library = library_name(env_name)
         if env_kwargs is not None and not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict of jaxmarl.make keywords, got {env_kwargs!r}")
@@ -285,19 +252,20 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
             raise ValueError(f"JaxMARL env {env_name!r} got {twice[0]!r} both in env_kwargs and as a keyword; pass "
                              f"it once")
         env_kwargs = {**(env_kwargs or {}), **kwargs}
-        if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name: "3m", "2s3z", ...
-            from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
-
-            if env_kwargs["scenario"] not in MAP_NAME_TO_SCENARIO:
-                raise unknown_name("SMAX map", env_kwargs["scenario"], list(MAP_NAME_TO_SCENARIO))
-            env_kwargs["scenario"] = MAP_NAME_TO_SCENARIO[env_kwargs["scenario"]]
-        cls = env_classes().get(library)
-        check_kwargs(f"JaxMARL env {env_name!r}", cls and env_kwargs and init_keywords(cls), env_kwargs,
+        if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name (checked above): "3m", "2s3z", ...
+            maps = library_module(CLASSES["SMAX"].partition(":")[0]).MAP_NAME_TO_SCENARIO
+            env_kwargs["scenario"] = maps[env_kwargs["scenario"]]
+        accepted = keywords.declared("jaxmarl", env_name) if env_kwargs else None  # None: not declared, not checked
+        check_kwargs(f"JaxMARL env {env_name!r}", None if accepted is None else list(accepted), env_kwargs,
                      env=env_keywords(JaxMarlEnv), kind="the env's")
-        from ..brax import quiet_brax_build  # MABrax envs build Brax envs
+        factory = library_class(env_name)  # what jaxmarl.make(library, ...) calls, from its module alone
+        quiet = contextlib.nullcontext()
+        if factory.__module__.startswith(_MABRAX):
+            from ..brax import quiet_brax_build
 
-        with filtered_output("stdout", EVERYTHING), quiet_brax_build():
-            env = jaxmarl.make(library, **env_kwargs)
+            quiet = quiet_brax_build()
+        with filtered_output("stdout", EVERYTHING), quiet:
+            env = factory(**env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(env, env_name))
         dev = self.device
@@ -342,13 +310,11 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
                                   widths=[widths[i] for i in order], discrete=[discrete[i] for i in order],
                                   masks=masks, separate=separate, num_envs=num_envs, device=self.jax_device)
         self._declare_specs(groups)
-        obs = [((g, "observation"), tuple(s["observation"].shape), torch.float32) for g, s in groups.items()]
-        if masks:
-            obs += [((g, "action_mask"), tuple(s["action_mask"].shape), torch.bool) for g, s in groups.items()]
-        if env_name in _BATTLES:
-            obs += [((g, "info", "won"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
-        per_step = [((g, "reward"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
-        if separate:
-            per_step += [((g, "terminated"), (*s.shape, 1), torch.bool) for g, s in groups.items()]
-        self._set_columns(obs, per_step, [(g, "action") for g in groups])
+        self._set_columns()
         self.set_seed(seed)
+
+    @property
+    def library_keywords(self) -> dict[str, str | None] | None:
+        """The keywords ``jaxmarl.make`` takes for this env, with their defaults' reprs (None: not a constant); None
+        where they are not declared (MABrax, the facmac ``*a`` envs). ``marl-envs info`` lists them."""
+        return keywords.declared("jaxmarl", self.env_name)

@@ -18,7 +18,8 @@ from groupings import GroupMap, MarlGroupMapType
 
 from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, quiet_import
-from ..._core.validate import check_kwargs, checked_keywords, env_keywords, init_keywords
+from ..._core import keywords
+from ..._core.validate import check_kwargs, checked_keywords, env_keywords
 from ...specs import Binary, Bounded, Categorical, Composite, Unbounded
 from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong, tree_paths
 
@@ -64,6 +65,28 @@ def unavailable() -> dict[str, str]:
 def env_names() -> list[str]:
     """The multi-agent envs of ``PER_AGENT`` that the installed Jumanji registers."""
     return sorted(set(PER_AGENT) & set(import_jumanji().registered_environments()))
+
+
+_ROUTING = "jumanji.environments.routing"
+CLASSES = {
+    "Cleaner-v0": f"{_ROUTING}.cleaner.env:Cleaner",
+    "Connector-v3": f"{_ROUTING}.connector.env:Connector",
+    "LevelBasedForaging-v0": f"{_ROUTING}.lbf.env:LevelBasedForaging",
+    "MMST-v0": f"{_ROUTING}.mmst.env:MMST",
+    "MultiCVRP-v0": f"{_ROUTING}.multi_cvrp.env:MultiCVRP",
+    "RobotWarehouse-v0": f"{_ROUTING}.robot_warehouse.env:RobotWarehouse",
+    "SearchAndRescue-v0": "jumanji.environments.swarms.search_and_rescue.env:SearchAndRescue",
+}
+"""Each env of ``PER_AGENT`` -> ``"module:class"`` of the class ``jumanji.make`` builds it with (Jumanji 1.1.2's
+registry, which registers them without keywords; a test checks both against the installed Jumanji). The env is
+built from its module alone (``import_alone``): ``import jumanji`` imports every env it has."""
+
+
+def _make(env_name: str, env_kwargs: dict[str, Any]) -> Any:
+    """``jumanji.make(env_name, **env_kwargs)`` for a name of ``CLASSES``, its class read from its module alone."""
+    configure_jax()
+    module, _, name = CLASSES[env_name].partition(":")
+    return getattr(quiet_import(module, EVERY_WARNING, alone=True), name)(**env_kwargs)
 
 
 
@@ -156,8 +179,11 @@ class _JumanjiCore(JaxCore):
         return value[self._order].reshape(-1)
 
     def _outputs(self, timestep: Any) -> list[jax.Array]:
-        parts = [(self._per_agent(f.read(timestep.observation)) if f.per_agent
-                  else f.read(timestep.observation).reshape(-1)).astype(jnp.float32) for f in self._fields]
+        """The observation's entries in the env's column order: the shared fields, the per-agent ones (each for
+        every agent, in group order), then the extras."""
+        observation = timestep.observation
+        parts = [f.read(observation).reshape(-1).astype(jnp.float32) for f in self._fields if not f.per_agent]
+        parts += [self._per_agent(f.read(observation)).astype(jnp.float32) for f in self._fields if f.per_agent]
         parts += [self._per_agent(jnp.asarray(timestep.extras[e])).astype(jnp.float32) for e in self._extras]
         return parts
 
@@ -256,13 +282,12 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0,
                  group_map: GroupMap | MarlGroupMapType | None = None, **env_kwargs: Any):
-        jumanji = import_jumanji()
-        check_name("Jumanji", env_name, env_names(), unavailable())
-        entry = jumanji.registration._REGISTRY[env_name].entry_point
-        cls = jumanji.registration.load(entry)
-        check_kwargs(f"Jumanji env {env_name!r}", env_kwargs and init_keywords(cls), env_kwargs,
+        if env_name not in CLASSES:  # not offered: the reason or close matches, from Jumanji's registry
+            check_name("Jumanji", env_name, env_names(), unavailable())
+        accepted = keywords.declared("jumanji", env_name) if env_kwargs else None  # None: not declared, not checked
+        check_kwargs(f"Jumanji env {env_name!r}", None if accepted is None else list(accepted), env_kwargs,
                      env=env_keywords(JumanjiEnv), kind="the env's")
-        env = jumanji.make(env_name, **env_kwargs)
+        env = _make(env_name, env_kwargs)
         self.env_name, self.jumanji_env = env_name, env
         limit = _time_limit(env)
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps,
@@ -308,18 +333,7 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         if env_name in _VIEWS:
             self._meanings.update({(g, "observation"): "each agent's view of the grid: channel 0 its own path, position "
                                    "and target (1, 2, 3), channel 1 the other agents' (1, 2, 3)" for g in groups})
-        obs = []  # in the core's order: per-agent fields group by group, then shared fields, then extras
-        for f in fields:
-            if f.per_agent:
-                obs += [((g, *f.key), (*s.shape, *f.shape), torch.bool if f is mask else torch.float32)
-                        for g, s in groups.items()]
-            else:
-                obs.append((f.key, (B, *f.shape), _torch_dtype(f.dtype)))
-        obs += [((g, "info", e), (*s.shape, 1), torch.float32) for e in extras for g, s in groups.items()]
-        per_step = [((g, "reward"), (*s.shape, 1), torch.float32) for g, s in groups.items()]
-        if separate:
-            per_step += [((g, "terminated"), (*s.shape, 1), torch.bool) for g, s in groups.items()]
-        self._set_columns(obs, per_step, [(g, "action") for g in groups])
+        self._set_columns()
         self.set_seed(seed)
 
     def jumanji_action(self, tensordict: TensorDictBase) -> np.ndarray:
@@ -339,6 +353,12 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
     def renders(self) -> bool:
         """Whether ``render()`` gives images: Jumanji envs drawn by a Matplotlib viewer (all seven)."""
         return self._library_viewer is not None
+
+    @property
+    def library_keywords(self) -> dict[str, str | None] | None:
+        """The keywords the Jumanji env class takes, with their defaults' reprs (None: not a constant); None where
+        they are not declared. ``marl-envs info`` lists them."""
+        return keywords.declared("jumanji", self.env_name)
 
     def _render(self, env_index: int) -> np.ndarray:
         """An ``(H, W, 3)`` uint8 image of env ``env_index``: the env's own ``render`` (which passes the viewer what it

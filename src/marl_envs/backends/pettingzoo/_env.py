@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -494,3 +495,10 @@ class PettingZooEnv(PettingZooWrapper):
                          group_map=group_map, use_mask=use_mask, categorical_actions=categorical_actions,
                          done_on_any=done_on_any, max_steps=max_steps, seed=seed, device=device,
                          num_workers=num_workers)
+
+    @property
+    def library_keywords(self) -> dict[str, str | None] | None:
+        """The task's own keywords, with their defaults' reprs (None: required); None where the task takes
+        ``**kwargs``. ``marl-envs info`` lists them."""
+        own = self.task_spec.own_keywords()
+        return None if own is None else {k: None if v is inspect.Parameter.empty else repr(v) for k, v in own.items()}

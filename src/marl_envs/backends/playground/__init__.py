@@ -15,10 +15,10 @@ as the root ``state``) for ``playground/<Env>_<split>``.
 **Which envs.** The DM Control suite (``registry.dm_control_suite.ALL_ENVS``), built with MJX's JAX
 implementation (``impl="jax"``): the JAX core vmaps one env, which MuJoCo Warp's data layout (Playground's
 default ``impl="warp"``, its GPU kernels) does not allow. The locomotion and manipulation suites are not offered:
-building one clones the ``mujoco_menagerie`` model repository with ``git`` (no network at run time here).
+building one clones the ``mujoco_menagerie`` model repository with ``git``: marl-envs downloads nothing at run time.
 
 **Splits.** ``Cheetah*`` (one agent per joint), ``Hopper*`` (one per joint), ``Walker*`` (one per leg) and
-``Humanoid*`` (upper body and legs) are split by the Brax scenes' rules (``backends.brax._scenes``: agents partition
+``Humanoid*`` (upper body and legs) are split by the Brax scenes' rules (``backends.brax.scenes``: agents partition
 the actuated joints, found from the MuJoCo model); the name's suffix counts the agents' joints (``_6x1``,
 ``_4x1``, ``_2x3``, ``_9-12``). What each agent observes is derived from the model and the env's own
 observation function, not from a table: moving each joint's ``qpos`` and ``qvel`` entries (at two random states)

@@ -33,7 +33,8 @@ SPLITS: dict[str, str | tuple[tuple[str, ...], ...]] = {
 """Robot (the DM Control task's prefix) -> the Brax scenes' split rule (``Scene.split``)."""
 
 _SETTOTALMASS = re.compile(r"WARNING: compiler attribute 'settotalmass' is deprecated[^\n]*\n*")
-_MENAGERIE = "clones the mujoco_menagerie model repository with git when built (no network at run time here)"
+_MENAGERIE = ("clones the mujoco_menagerie model repository with git when built (marl-envs downloads nothing at "
+              "run time)")
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""The MuJoCo Playground reference loops of ``marl_envs.bench``: the Brax backend's loops (``bench.brax``) over
+"""The MuJoCo Playground reference loops of ``marl_envs.bench``: the Brax backend's loops (``backends.brax.bench``) over
 Playground's own training stack, ``wrap_for_brax_training`` (its vmap, episode counter and auto-reset), instead of
 Brax's: what a Playground user's Python loop runs, the bare env with no resets, and a ``lax.scan`` rollout."""
 

@@ -18,7 +18,8 @@ from .._spaces import space_spec
 from ..._core.validate import checked_keywords, env_keywords
 from ...specs import Categorical, Composite, OneHot, Unbounded
 from ._rng import RngStreams
-from ._scenarios import check_scenario_kwargs, env_names, load_scenario, make_vmas_env, scenario_label
+from ._scenarios import (check_scenario_kwargs, env_names, load_scenario, make_vmas_env, scenario_keywords,
+                         scenario_label)
 from ._state import NarrowedWorld, StateSnapshot
 
 __all__ = ["VmasEnv", "VmasWrapper", "env_names"]
@@ -345,6 +346,12 @@ class VmasWrapper(EnvBase):
     def vmas_env(self) -> Environment:
         """The wrapped VMAS environment (stepping it directly bypasses the wrapper's random streams)."""
         return self._env
+
+    @property
+    def library_keywords(self) -> dict[str, str | None] | None:
+        """The keywords the scenario reads, with their defaults' reprs (None: not a constant); None where they are
+        not declared (a scenario of your own, a VMAS version not declared). ``marl-envs info`` lists them."""
+        return scenario_keywords(self.scenario)
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, scenario={self.scenario_name})"

@@ -12,9 +12,10 @@ import vmas
 from vmas.simulator.environment import Environment
 from vmas.simulator.scenario import BaseScenario
 
-from ..._core.validate import check_kwargs, keyword_use, unknown_name
+from ..._core import keywords
+from ..._core.validate import check_kwargs, unknown_name
 
-__all__ = ["check_scenario_kwargs", "env_names", "load_scenario", "make_vmas_env", "scenario_label"]
+__all__ = ["check_scenario_kwargs", "env_names", "load_scenario", "make_vmas_env", "scenario_keywords", "scenario_label"]
 
 # vmas.make_env options that are not scenario keywords; VmasEnv takes the ones it supports explicitly.
 _MAKE_ENV_OPTIONS = (
@@ -54,7 +55,7 @@ def make_vmas_env(scenario: BaseScenario, scenario_kwargs: dict[str, Any], *, en
         else:
             warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
     if unused:
-        _check_unused_kwargs(scenario_label(scenario), scenario, unused, env_level)
+        _check_unused_kwargs(scenario_label(scenario), scenario, scenario_kwargs, unused, env_level)
     return env
 
 
@@ -84,10 +85,23 @@ def load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> BaseScen
     return scenario
 
 
-def _check_unused_kwargs(label: str, scenario: BaseScenario, unused: list[str], env_level: Sequence[str]) -> None:
-    """The keyword error for the keywords VMAS warned the scenario does not use (VMAS scenarios read
-    ``**kwargs`` as they please, so the keywords they read are found in ``make_world``'s source)."""
-    use = keyword_use(type(scenario).make_world)
-    known = sorted(use.reads) if use else []
+def scenario_keywords(scenario: BaseScenario) -> keywords.Keywords | None:
+    """The keywords a scenario of VMAS's reads from ``**kwargs``, with their defaults, as declared for the installed
+    VMAS (``marl_envs._core.keywords``); None for a scenario of your own (its ``make_world`` is not VMAS's) or a
+    VMAS version not declared (a warning says so, once)."""
+    code = getattr(type(scenario).make_world, "__code__", None)
+    path = Path(code.co_filename) if code else None
+    if path is None or Path(vmas.__file__).parent not in path.parents:
+        return None
+    return keywords.declared("vmas", path.stem)
+
+
+def _check_unused_kwargs(label: str, scenario: BaseScenario, given: dict[str, Any], unused: list[str],
+                         env_level: Sequence[str]) -> None:
+    """The keyword error for the keywords VMAS warned the scenario does not use, with the scenario's keywords
+    (VMAS's scenarios read ``**kwargs`` as they please: their keywords are declared; a scenario of your own is
+    listed with the keywords it used)."""
+    declared = scenario_keywords(scenario)
+    known = sorted(declared) if declared is not None else list(given)
     check_kwargs(f"VMAS scenario {label!r}", [k for k in known if k not in unused], dict.fromkeys(unused),
                  env=env_level, kind="the scenario's")

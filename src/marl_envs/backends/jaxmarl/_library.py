@@ -1,0 +1,106 @@
+"""What the jaxmarl backend knows of JaxMARL without importing it: its env names, the module and class each env is
+built from, SMAX's maps, and the check of a build's name and values against them.
+
+``import jaxmarl`` imports every family it has (MABrax imports Brax and MuJoCo: seconds on a small CPU), and
+``jaxmarl.make`` is an if-chain over all of them. So an env is built here from its own module, imported alone
+(``import_alone``: JaxMARL's package ``__init__`` is not run), with the class ``jaxmarl.make`` would call. This
+module imports nothing but the standard library and ``marl_envs._core.messages``: ``marl_envs.make`` runs ``check``
+before torch, JAX or JaxMARL is imported, so a misspelled name or map is refused at once. The tables are JaxMARL
+0.2.0's (the version ``marl-envs[jaxmarl]`` pins); ``tests/backends/test_jax_families.py`` checks them against the
+installed JaxMARL (``jaxmarl.registered_envs``, ``jaxmarl.make``'s source, ``MAP_NAME_TO_SCENARIO``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._core.messages import check_name, unknown_name
+
+__all__ = ["CLASSES", "SMAX_MAPS", "UNAVAILABLE", "check", "env_names", "library_name", "unavailable"]
+
+_MPE, _SMAX, _MABRAX = "jaxmarl.environments.mpe", "jaxmarl.environments.smax", "jaxmarl.environments.mabrax"
+CLASSES: dict[str, str] = {
+    "MPE_simple_v3": f"{_MPE}.simple:SimpleMPE",
+    "MPE_simple_tag_v3": f"{_MPE}.simple_tag:SimpleTagMPE",
+    "MPE_simple_world_comm_v3": f"{_MPE}.simple_world_comm:SimpleWorldCommMPE",
+    "MPE_simple_spread_v3": f"{_MPE}.simple_spread:SimpleSpreadMPE",
+    "MPE_simple_crypto_v3": f"{_MPE}.simple_crypto:SimpleCryptoMPE",
+    "MPE_simple_speaker_listener_v4": f"{_MPE}.simple_speaker_listener:SimpleSpeakerListenerMPE",
+    "MPE_simple_push_v3": f"{_MPE}.simple_push:SimplePushMPE",
+    "MPE_simple_adversary_v3": f"{_MPE}.simple_adversary:SimpleAdversaryMPE",
+    "MPE_simple_reference_v3": f"{_MPE}.simple_reference:SimpleReferenceMPE",
+    "MPE_simple_facmac_v1": f"{_MPE}.simple_facmac:SimpleFacmacMPE",
+    "MPE_simple_facmac_3a_v1": f"{_MPE}.simple_facmac:SimpleFacmacMPE3a",  # functions of no keywords
+    "MPE_simple_facmac_6a_v1": f"{_MPE}.simple_facmac:SimpleFacmacMPE6a",
+    "MPE_simple_facmac_9a_v1": f"{_MPE}.simple_facmac:SimpleFacmacMPE9a",
+    "switch_riddle": "jaxmarl.environments.switch_riddle.switch_riddle:SwitchRiddle",
+    "SMAX": f"{_SMAX}.smax_env:SMAX",
+    "HeuristicEnemySMAX": f"{_SMAX}.heuristic_enemy_smax_env:HeuristicEnemySMAX",
+    "LearnedPolicyEnemySMAX": f"{_SMAX}.heuristic_enemy_smax_env:LearnedPolicyEnemySMAX",
+    "ant_4x2": f"{_MABRAX}.mabrax_env:Ant",
+    "halfcheetah_6x1": f"{_MABRAX}.mabrax_env:HalfCheetah",
+    "hopper_3x1": f"{_MABRAX}.mabrax_env:Hopper",
+    "humanoid_9|8": f"{_MABRAX}.mabrax_env:Humanoid",
+    "walker2d_2x3": f"{_MABRAX}.mabrax_env:Walker2d",
+    "storm": "jaxmarl.environments.storm.storm_env:InTheGrid",
+    "storm_2p": "jaxmarl.environments.storm.storm_2p:InTheGrid_2p",
+    "storm_np": "jaxmarl.environments.storm.storm:InTheMatrix",
+    "hanabi": "jaxmarl.environments.hanabi.hanabi:HanabiEnv",
+    "overcooked": "jaxmarl.environments.overcooked.overcooked:Overcooked",
+    "overcooked_v2": "jaxmarl.environments.overcooked_v2.overcooked:OvercookedV2",
+    "coin_game": "jaxmarl.environments.coin_game.coin_game:CoinGame",
+    "jaxnav": "jaxmarl.environments.jaxnav.jaxnav_env:JaxNav",
+}
+"""JaxMARL's env name -> ``"module:name"`` of the class (or function) ``jaxmarl.make`` builds it with, for every
+registered env but the ``JaxRobotarium_*`` ones (``ROBOTARIUM``)."""
+
+ROBOTARIUM = ("JaxRobotarium_navigation", "JaxRobotarium_discovery", "JaxRobotarium_material_transport",
+              "JaxRobotarium_warehouse", "JaxRobotarium_arctic_transport", "JaxRobotarium_foraging",
+              "JaxRobotarium_rware", "JaxRobotarium_predator_prey")
+"""The registered envs of the ``jaxrobotarium`` package, which is not on PyPI."""
+
+UNAVAILABLE = {
+    "LearnedPolicyEnemySMAX": "needs a trained enemy policy and its parameters (no default)",
+    # STORM runs upstream, but its agents are the ints 0, 1 and its observations a dict of image and inventory
+    # (storm), a tuple (storm_2p) or one array (storm_np): not yet mapped by this adapter
+    "storm": "dict observations per agent (image, inventory) are not mapped yet",
+    "storm_2p": "dict observations per agent (image, inventory) are not mapped yet",
+    "storm_np": "integer agent ids with one stacked observation array are not mapped yet",
+}
+"""Registered JaxMARL envs that cannot be built by name here, with the reason (JaxRobotarium_* need the
+``jaxrobotarium`` package, which is not on PyPI: they are listed by ``unavailable()``)."""
+
+SMAX_MAPS = ("3m", "2s3z", "25m", "3s5z", "8m", "5m_vs_6m", "10m_vs_11m", "27m_vs_30m", "3s5z_vs_3s6z", "3s_vs_5z",
+             "6h_vs_8z", "smacv2_5_units", "smacv2_10_units", "smacv2_20_units")
+"""The SMAX maps a ``scenario`` names (``MAP_NAME_TO_SCENARIO`` of ``jaxmarl.environments.smax.smax_env``)."""
+
+
+def unavailable() -> dict[str, str]:
+    """Registered JaxMARL envs that cannot be built here, with the reason."""
+    return {**UNAVAILABLE, **dict.fromkeys(ROBOTARIUM, "needs the jaxrobotarium package (not on PyPI)")}
+
+
+def env_names() -> list[str]:
+    """JaxMARL's registered envs less the ones ``unavailable()`` explains, split robots' joint counts written ``9-8``
+    (JaxMARL's ``humanoid_9|8`` is ``humanoid_9-8`` here: a name a shell takes unquoted)."""
+    return sorted(n.replace("|", "-") for n in CLASSES if n not in UNAVAILABLE)
+
+
+def library_name(env_name: str) -> str:
+    """The name JaxMARL registers ``env_name`` (a name of ``env_names()``) under."""
+    return next((n for n in CLASSES if n.replace("|", "-") == env_name), env_name)
+
+
+def check(env_name: str, kwargs: dict[str, Any]) -> None:
+    """Refuse a build ``JaxMarlEnv(env_name, **kwargs)`` would refuse for its name or its SMAX map, before anything
+    is imported (``marl_envs.registry.Backend.check``).
+
+    Raises:
+        ValueError: an env that cannot be built here (with the reason), an unknown env name or SMAX map (with close
+            matches).
+    """
+    check_name("JaxMARL", env_name.replace("|", "-"), env_names(), unavailable())
+    inner = kwargs.get("env_kwargs")
+    scenario = kwargs.get("scenario", inner.get("scenario") if isinstance(inner, dict) else None)
+    if isinstance(scenario, str) and scenario not in SMAX_MAPS:
+        raise unknown_name("SMAX map", scenario, list(SMAX_MAPS))
