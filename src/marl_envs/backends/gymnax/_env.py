@@ -19,7 +19,7 @@ from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
 
 __all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names"]
 
-UNAVAILABLE = {"MNISTBandit-bsuite": "downloads MNIST when built (no network at run time here)"}
+UNAVAILABLE = {"MNISTBandit-bsuite": "downloads MNIST when built (marl-envs downloads nothing at run time)"}
 """Registered gymnax envs not offered by name, with the reason."""
 
 
@@ -30,34 +30,33 @@ def import_gymnax():
     return quiet_import("gymnax", EVERY_WARNING)
 
 
-_ENVS = "gymnax.environments"
-CLASSES = {
-    "CartPole-v1": f"{_ENVS}.classic_control.cartpole:CartPole",
-    "Pendulum-v1": f"{_ENVS}.classic_control.pendulum:Pendulum",
-    "Acrobot-v1": f"{_ENVS}.classic_control.acrobot:Acrobot",
-    "MountainCar-v0": f"{_ENVS}.classic_control.mountain_car:MountainCar",
-    "MountainCarContinuous-v0": f"{_ENVS}.classic_control.continuous_mountain_car:ContinuousMountainCar",
-    "Asterix-MinAtar": f"{_ENVS}.minatar.asterix:MinAsterix",
-    "Breakout-MinAtar": f"{_ENVS}.minatar.breakout:MinBreakout",
-    "Freeway-MinAtar": f"{_ENVS}.minatar.freeway:MinFreeway",
-    "Seaquest-MinAtar": f"{_ENVS}.minatar.seaquest:MinSeaquest",
-    "SpaceInvaders-MinAtar": f"{_ENVS}.minatar.space_invaders:MinSpaceInvaders",
-    "Catch-bsuite": f"{_ENVS}.bsuite.catch:Catch",
-    "DeepSea-bsuite": f"{_ENVS}.bsuite.deep_sea:DeepSea",
-    "MemoryChain-bsuite": f"{_ENVS}.bsuite.memory_chain:MemoryChain",
-    "UmbrellaChain-bsuite": f"{_ENVS}.bsuite.umbrella_chain:UmbrellaChain",
-    "DiscountingChain-bsuite": f"{_ENVS}.bsuite.discounting_chain:DiscountingChain",
-    "SimpleBandit-bsuite": f"{_ENVS}.bsuite.bandit:SimpleBandit",
-    "FourRooms-misc": f"{_ENVS}.misc.rooms:FourRooms",
-    "MetaMaze-misc": f"{_ENVS}.misc.meta_maze:MetaMaze",
-    "PointRobot-misc": f"{_ENVS}.misc.point_robot:PointRobot",
-    "BernoulliBandit-misc": f"{_ENVS}.misc.bernoulli_bandit:BernoulliBandit",
-    "GaussianBandit-misc": f"{_ENVS}.misc.gaussian_bandit:GaussianBandit",
-    "Reacher-misc": f"{_ENVS}.misc.reacher:Reacher",
-    "Swimmer-misc": f"{_ENVS}.misc.swimmer:Swimmer",
-    "Pong-misc": f"{_ENVS}.misc.pong:Pong",
-    "FrozenLake-misc": f"{_ENVS}.misc.frozen_lake:FrozenLake",
-}
+CLASSES = {name: f"gymnax.environments.{where}" for name, where in {
+    "CartPole-v1": "classic_control.cartpole:CartPole",
+    "Pendulum-v1": "classic_control.pendulum:Pendulum",
+    "Acrobot-v1": "classic_control.acrobot:Acrobot",
+    "MountainCar-v0": "classic_control.mountain_car:MountainCar",
+    "MountainCarContinuous-v0": "classic_control.continuous_mountain_car:ContinuousMountainCar",
+    "Asterix-MinAtar": "minatar.asterix:MinAsterix",
+    "Breakout-MinAtar": "minatar.breakout:MinBreakout",
+    "Freeway-MinAtar": "minatar.freeway:MinFreeway",
+    "Seaquest-MinAtar": "minatar.seaquest:MinSeaquest",
+    "SpaceInvaders-MinAtar": "minatar.space_invaders:MinSpaceInvaders",
+    "Catch-bsuite": "bsuite.catch:Catch",
+    "DeepSea-bsuite": "bsuite.deep_sea:DeepSea",
+    "MemoryChain-bsuite": "bsuite.memory_chain:MemoryChain",
+    "UmbrellaChain-bsuite": "bsuite.umbrella_chain:UmbrellaChain",
+    "DiscountingChain-bsuite": "bsuite.discounting_chain:DiscountingChain",
+    "SimpleBandit-bsuite": "bsuite.bandit:SimpleBandit",
+    "FourRooms-misc": "misc.rooms:FourRooms",
+    "MetaMaze-misc": "misc.meta_maze:MetaMaze",
+    "PointRobot-misc": "misc.point_robot:PointRobot",
+    "BernoulliBandit-misc": "misc.bernoulli_bandit:BernoulliBandit",
+    "GaussianBandit-misc": "misc.gaussian_bandit:GaussianBandit",
+    "Reacher-misc": "misc.reacher:Reacher",
+    "Swimmer-misc": "misc.swimmer:Swimmer",
+    "Pong-misc": "misc.pong:Pong",
+    "FrozenLake-misc": "misc.frozen_lake:FrozenLake",
+}.items()}
 """gymnax's built-in env name -> ``"module:class"`` of the class ``gymnax.make`` builds it with (gymnax 1.0's
 registry; a test checks it against the installed gymnax). Such an env is built from its module alone
 (``import_alone``): ``import gymnax`` imports every env it has (Pong imports seaborn and SciPy)."""

@@ -42,7 +42,7 @@ _SEPARATE_ENDS = ("Connector-v3",)  # agents end on their own (discount 0 once c
 # (LevelBasedForaging, Connector) end it with a truncation, and a termination there is a true terminal state
 LIMIT_BY_TERMINATION = ("Cleaner-v0", "MMST-v0", "RobotWarehouse-v0", "SearchAndRescue-v0")
 
-UNAVAILABLE = {"Sokoban-v0": "downloads its level data when built (no network at run time here)"}
+UNAVAILABLE = {"Sokoban-v0": "downloads its level data when built (marl-envs downloads nothing at run time)"}
 """Registered Jumanji envs that cannot be built here, with the reason."""
 
 SINGLE_AGENT = ("single-agent: this backend maps Jumanji's multi-agent envs (structured single-agent envs, several "
