@@ -40,5 +40,7 @@ napoleon_use_ivar = True  # "Attributes:" as a field list (the properties are do
 
 html_theme = "furo"
 html_title = f"marl-envs {release}"
-html_static_path = ["_static", "_generated/static"]  # the second: the catalogue's card pictures
+# the second: the catalogue's card pictures, written when the build starts (env_catalogue); it must exist already
+(DOCS / "_generated" / "static").mkdir(parents=True, exist_ok=True)
+html_static_path = ["_static", "_generated/static"]
 html_css_files = ["catalogue.css"]

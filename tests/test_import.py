@@ -137,8 +137,9 @@ def test_torchrl_interop_without_torchrl_names_the_extra():
 
 
 def test_a_misspelled_name_or_value_is_refused_before_torch_and_jax_are_imported():
-    """``make`` runs the backend's declared check first: an unknown JaxMARL env or SMAX map, an unknown Brax physics
-    backend are refused without importing torch, JAX or the library (seconds each on a small CPU)."""
+    """``make`` runs the backend's declared check first: an unknown JaxMARL env, SMAX map or keyword, an unknown Brax
+    physics backend or keyword are refused without importing torch, JAX or the library (seconds each on a small
+    CPU)."""
     code = (
         "import sys, marl_envs\n"
         "for name, kwargs, match in [\n"
@@ -154,6 +155,27 @@ def test_a_misspelled_name_or_value_is_refused_before_torch_and_jax_are_imported
         "        assert match in str(err), (match, err)\n"
         "    else:\n"
         "        raise AssertionError(f'{name} {kwargs} was built')\n"
+        "for kwargs, match in [\n"  # keywords: neither the env's nor the JaxMARL env's
+        "        ({'num_env': 4}, \"unexpected keyword argument 'num_env'; did you mean 'num_envs'?\"),\n"
+        "        ({'env_kwargs': {'num_agent': 4}}, \"keyword argument 'num_agent'; did you mean 'num_agents'?\"),\n"
+        "        ({'env_kwargs': 3}, 'env_kwargs must be a dict of jaxmarl.make keywords, got 3'),\n"
+        "        ]:\n"
+        "    try:\n"
+        "        marl_envs.make('jaxmarl/MPE_simple_spread_v3', **kwargs)\n"
+        "    except TypeError as err:\n"
+        "        assert match in str(err), (match, err)\n"
+        "    else:\n"
+        "        raise AssertionError(f'{kwargs} was taken')\n"
+        "for kwargs, match in [\n"
+        "        ({'num_env': 4}, \"the Brax env 'ant' got an unexpected keyword argument 'num_env'; did you mean\"),\n"
+        "        ({'ctrl_cost_weigth': 1.0}, \"argument 'ctrl_cost_weigth'; did you mean 'ctrl_cost_weight'?\"),\n"
+        "        ]:\n"
+        "    try:\n"
+        "        marl_envs.make('brax/ant_4x2', **kwargs)\n"
+        "    except TypeError as err:\n"
+        "        assert match in str(err), (match, err)\n"
+        "    else:\n"
+        "        raise AssertionError(f'{kwargs} was taken')\n"
         "heavy = {'torch', 'tensordict', 'jax', 'jaxmarl', 'brax'} & {m.split('.')[0] for m in sys.modules}\n"
         "assert not heavy, heavy\n"
     )

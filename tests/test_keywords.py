@@ -1,6 +1,7 @@
 """One keyword check for every way an env is built: typos of env-level and backend keywords, library values and
 devices get the same kind of message from every backend."""
 
+import importlib
 import re
 
 import pytest
@@ -96,6 +97,17 @@ def test_brax_physics_backend_lists_the_backends():
     with pytest.raises(ValueError) as err, quiet_brax_build():  # Brax's own list, to keep ours in step with it
         import_brax().get_environment("ant", backend="not_a_backend")
     assert sorted(re.findall(r"'(\w+)'", str(err.value))) == sorted(PHYSICS_BACKENDS)
+
+
+def test_the_envs_own_keywords_checked_before_import_are_their_signatures():
+    """The JaxMARL and Brax checks run before any import tell the env's own keywords from the library env's by
+    a declared list: it is the env class's signature."""
+    for backend, declared in [("jaxmarl", "marl_envs.backends.jaxmarl._library"),
+                              ("brax", "marl_envs.backends.brax._library")]:
+        _class(backend)
+        cls = marl_envs.registry.backend_module(backend)
+        env_class = getattr(cls, marl_envs.registry.backend_record(backend).env_class)
+        assert importlib.import_module(declared).ENV_KEYWORDS == tuple(env_keywords(env_class)), backend
 
 
 def test_pettingzoo_render_mode_lists_the_modes():

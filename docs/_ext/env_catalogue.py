@@ -159,14 +159,11 @@ def picture_keys(names: list[str]) -> dict[str, str]:
 def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
     """The env's own keywords with their defaults, and where they were read from."""
     if backend == "vmas":
-        # Every method of the scenario class (football reads its keywords outside make_world).
-        source = "\n".join(inspect.getsource(f) for f in vars(type(env.scenario)).values() if inspect.isfunction(f))
-        found = re.findall(r"kwargs\.(?:pop|get)\(\s*[\"'](\w+)[\"']\s*(?:,\s*([^()\n]*?(?:\([^()\n]*\))?[^()\n]*?))?\)",
-                           source)
-        seen: dict[str, str] = {}
-        for key, default in found:
-            seen.setdefault(key, default.strip() if default else "None")
-        return list(seen.items()), "read from the scenario's source (its kwargs.pop / kwargs.get calls)"
+        declared = env.library_keywords  # the keywords marl-envs checks, declared per VMAS version
+        if declared is None:
+            return [], "not declared for the installed VMAS version (none are checked)"
+        return ([(name, "?" if default is None else default) for name, default in declared.items()],
+                "the keywords the scenario reads, as marl-envs declares them for this VMAS version")
     if backend == "gymnax":
         fields = getattr(env.env_params, "__dataclass_fields__", {})
         return ([(name, repr(getattr(env.env_params, name))) for name in fields],
@@ -462,7 +459,7 @@ def _backend_page(backend: str, entries: list[dict], pictures: dict[str, dict]) 
 TAGS = {"continuous": "continuous actions", "discrete": "discrete actions", "masks": "action masks",
         "groups": "several groups", "differentiable": "differentiable", "gpu": "runs on a GPU"}
 #: Backends whose envs step through torch's autograd (``requires_grad=True``).
-DIFFERENTIABLE = ("brax", "playground")
+DIFFERENTIABLE = ("brax",)
 #: The picture on a family's card: one of its envs (the first with a picture otherwise).
 COVER_ENVS = {"vmas": "vmas/balance", "brax": "brax/ant_4x2", "pettingzoo": "pettingzoo/butterfly/pistonball_v6",
           "playground": "playground/CheetahRun_6x1", "mamujoco": "mamujoco/Ant_4x2", "magent2": "magent2/battle_v4",

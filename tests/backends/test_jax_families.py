@@ -57,6 +57,9 @@ def test_jaxmarl_tables_are_the_librarys():
 
     from marl_envs.backends.jaxmarl import _library
 
+    from marl_envs._core.validate import env_keywords
+
+    assert _library.ENV_KEYWORDS == tuple(env_keywords(jm.JaxMarlEnv))  # the env's own keywords, checked first
     assert set(_library.CLASSES) | set(_library.ROBOTARIUM) == set(jaxmarl.registered_envs)
     assert _library.SMAX_MAPS == tuple(MAP_NAME_TO_SCENARIO)
     registration = sys.modules[jaxmarl.make.__module__]

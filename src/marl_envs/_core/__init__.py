@@ -8,6 +8,8 @@
 - ``agents``: agents into groups (``group_map``) and their nested keys.
 - ``leaf_specs``: the spec leaves (shapes, devices, ``rand``, ``is_in``), under the public ``marl_envs.specs``.
 - ``validate``: the checks every part shares: keywords of every env class, devices, actions.
-- ``messages``: the name messages ("did you mean"), without torch for the CLI's ``list``.
+- ``messages``: the name and keyword messages ("did you mean"), without torch: for the CLI's ``list`` and the
+  backends' checks run before any library import.
+- ``keywords``: the keywords of libraries that take ``**kwargs``, declared per library version.
 - ``names``: each backend's env names without importing it (``names_snapshot.json`` per version, a user cache).
 """

@@ -1,13 +1,16 @@
-"""The name messages every part of the library shares ("did you mean"), importing nothing heavy: the registry
-and the CLI's ``list`` use them without torch."""
+"""The name and keyword messages every part of the library shares ("did you mean"), importing nothing heavy: the
+registry, the CLI's ``list`` and the backends' checks run before any library import use them without torch."""
 
 from __future__ import annotations
 
 import difflib
+import inspect
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["check_name", "did_you_mean", "shell_safe", "unknown_name"]
+__all__ = ["accepted_keywords", "check_kwargs", "check_name", "did_you_mean", "keyword_error", "shell_safe",
+           "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:
@@ -49,3 +52,50 @@ def shell_safe(name: str, what: str = "env") -> str:
     warnings.warn(f"the {what} name {name!r} is now {new!r} (a '|' in a name is a pipe in a shell); the old name "
                   f"will be removed", DeprecationWarning, stacklevel=3)
     return new
+
+
+def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
+    """The keywords ``factory`` takes, or None when its signature cannot say (``**kwargs``, no signature)."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def check_kwargs(owner: str, accepted: Sequence[str] | Callable[..., Any] | None, kwargs: Mapping[str, Any], *,
+                 env: Sequence[str] = (), kind: str = "") -> None:
+    """Raise ``TypeError`` for the first keyword of ``kwargs`` not in ``accepted``, with a close match among
+    ``accepted`` and ``env``.
+
+    Args:
+        owner: what takes the keywords, as the message names it (``"'vmas/balance'"``, ``"VMAS scenario
+            'balance'"``).
+        accepted: the keywords it takes, or a callable whose signature says (no check if it has ``**kwargs``),
+            or None (no check).
+        kwargs: the keywords given.
+        env: the env-level keywords taken beside them (``num_envs``, ``max_steps``, ...): a typo of one of those
+            lands among the backend's keywords, so the close match is looked for in both, and both are listed.
+        kind: what ``accepted`` are, for the message (``"the scenario's"``); with ``env`` given.
+    """
+    if callable(accepted):
+        accepted = accepted_keywords(accepted)
+    if accepted is None:
+        return
+    for key in kwargs:
+        if key not in accepted:
+            raise keyword_error(owner, key, list(accepted), env=env, kind=kind)
+
+
+def keyword_error(owner: str, key: str, accepted: Sequence[str], *, env: Sequence[str] = (),
+                  kind: str = "") -> TypeError:
+    """The ``TypeError`` of a keyword ``owner`` does not take: the close match among ``env`` and ``accepted``,
+    then both lists."""
+    # stricter than for names: a keyword of another scenario (n_agents) is not taken for an env keyword's typo
+    hint = did_you_mean(key, [name for name in (*env, *accepted) if name != key], n=1, cutoff=0.7) or ";"
+    if not env:
+        return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts {list(accepted)}")
+    return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts the env keywords "
+                     f"{list(env)} and {kind or 'its own'} keywords {list(accepted)}")

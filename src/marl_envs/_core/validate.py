@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from .messages import did_you_mean, unknown_name
+from .messages import accepted_keywords, check_kwargs, did_you_mean, keyword_error, unknown_name
 from .leaf_specs import ordinal_device
 from ..specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
@@ -24,58 +24,11 @@ __all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devic
            "forbidden_message", "keyword_error", "unknown_name"]
 
 
-def accepted_keywords(factory: Callable[..., Any]) -> list[str] | None:
-    """The keywords ``factory`` takes, or None when its signature cannot say (``**kwargs``, no signature)."""
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return [n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
 def env_keywords(cls: type) -> list[str]:
     """The keywords an env class's ``__init__`` names (``num_envs``, ``device``, ``max_steps``, ...): its env-level
     keywords, the ones that are not the backend's own."""
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     return [p.name for p in params if p.kind is p.KEYWORD_ONLY]
-
-
-def check_kwargs(owner: str, accepted: Sequence[str] | Callable[..., Any] | None, kwargs: Mapping[str, Any], *,
-                 env: Sequence[str] = (), kind: str = "") -> None:
-    """Raise ``TypeError`` for the first keyword of ``kwargs`` not in ``accepted``, with a close match among
-    ``accepted`` and ``env``.
-
-    Args:
-        owner: what takes the keywords, as the message names it (``"'vmas/balance'"``, ``"VMAS scenario
-            'balance'"``).
-        accepted: the keywords it takes, or a callable whose signature says (no check if it has ``**kwargs``),
-            or None (no check).
-        kwargs: the keywords given.
-        env: the env-level keywords taken beside them (``num_envs``, ``max_steps``, ...): a typo of one of those
-            lands among the backend's keywords, so the close match is looked for in both, and both are listed.
-        kind: what ``accepted`` are, for the message (``"the scenario's"``); with ``env`` given.
-    """
-    if callable(accepted):
-        accepted = accepted_keywords(accepted)
-    if accepted is None:
-        return
-    for key in kwargs:
-        if key not in accepted:
-            raise keyword_error(owner, key, list(accepted), env=env, kind=kind)
-
-
-def keyword_error(owner: str, key: str, accepted: Sequence[str], *, env: Sequence[str] = (),
-                  kind: str = "") -> TypeError:
-    """The ``TypeError`` of a keyword ``owner`` does not take: the close match among ``env`` and ``accepted``,
-    then both lists."""
-    # stricter than for names: a keyword of another scenario (n_agents) is not taken for an env keyword's typo
-    hint = did_you_mean(key, [name for name in (*env, *accepted) if name != key], n=1, cutoff=0.7) or ";"
-    if not env:
-        return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts {list(accepted)}")
-    return TypeError(f"{owner} got an unexpected keyword argument {key!r}{hint} it accepts the env keywords "
-                     f"{list(env)} and {kind or 'its own'} keywords {list(accepted)}")
 
 
 def checked_keywords(init: Callable[..., None]) -> Callable[..., None]:

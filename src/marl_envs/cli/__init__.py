@@ -2,7 +2,7 @@
 
 Its exit status is ``EXIT_OK`` (0), ``EXIT_ERROR`` (1: the library refused, the message on stderr says why and
 the fix) or ``EXIT_USAGE`` (2: argparse's, for a command line it cannot read); ``--help`` says so (``EPILOG``).
-``list``, ``--help`` and ``--version`` import no backend (the names come from ``marl_envs._names``), nor the
+``list``, ``--help`` and ``--version`` import no backend (the names come from ``marl_envs._core.names``), nor the
 modules of ``info`` and ``bench``, nor torch: ``import marl_envs`` loads what needs torch when first asked for.
 """
 

@@ -17,7 +17,7 @@ from .._named import NamedRepr
 from ..._core.messages import shell_safe
 from .._mujoco import camera_of
 from ..._core import keywords
-from ..._core.validate import check_kwargs, checked_keywords, env_keywords, unknown_name
+from ..._core.validate import checked_keywords, unknown_name
 from ...specs import Bounded, Composite, Unbounded
 from ..._core.outputs import TensorDictOutputs, Tree
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
@@ -379,7 +379,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
         env_name = shell_safe(env_name, "Brax env")
         scene = scenes.SCENES.get(env_name)
         robot = scene.robot if scene else env_name
-        check(env_name, {"backend": backend})  # make ran it already, before importing this module
+        check(env_name, {"backend": backend, **env_kwargs})  # make ran it already, before importing this module
         if backend is not None:
             env_kwargs["backend"] = backend
         self.env_name = env_name
@@ -428,13 +428,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
 
     @staticmethod
     def _brax_env(robot: str, env_kwargs: dict[str, Any]):
-        envs = import_brax()
-        accepted = _brax_keywords(robot) if env_kwargs else None  # None: not declared, not checked
-        if "backend" in env_kwargs and accepted is not None and "backend" not in accepted:
-            raise ValueError(f"the Brax env {robot!r} has no physics pipeline to choose (backend="
-                             f"{env_kwargs['backend']!r}): leave backend out")
-        check_kwargs(f"the Brax env {robot!r}", None if accepted is None else list(accepted), env_kwargs,
-                     env=env_keywords(BraxEnv), kind="the Brax env's")
+        envs = import_brax()  # its keywords were checked (check) when the env was built
         with quiet_brax_build():
             return envs.get_environment(robot, **env_kwargs)
 

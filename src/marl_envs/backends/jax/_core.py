@@ -256,7 +256,7 @@ class JaxCore:
         return self.packing.pack(state), keys, out, flags
 
     def batch_step_packed(self, buffers, keys, action):
-        """``_step`` with the flags appended to the float buffer as 0 / 1: one array to hand over, not two."""
+        """``batch_step`` with the flags appended to the float buffer as 0 / 1: one array to hand over, not two."""
         buffers, keys, out, flags = self.batch_step(buffers, keys, action)
         return buffers, keys, jnp.concatenate([out, flags.astype(jnp.float32)], axis=1)
 

@@ -21,7 +21,7 @@ from .._quiet import EVERY_WARNING, EVERYTHING, filtered_output, quiet_import
 from .._spaces import space_spec
 from ..._core.messages import shell_safe
 from ..._core import keywords
-from ..._core.validate import check_kwargs, checked_keywords, env_keywords
+from ..._core.validate import checked_keywords
 from ...specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from ..jax import JaxCore, JaxEnvBase, configure_jax, strong
 from ._library import CLASSES, UNAVAILABLE, check, env_names, library_name, unavailable
@@ -243,21 +243,12 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
                  group_map: GroupMap | MarlGroupMapType | None = None, env_kwargs: dict[str, Any] | None = None,
                  **kwargs: Any):
         env_name = shell_safe(env_name, "JaxMARL env")
-        check(env_name, {"env_kwargs": env_kwargs, **kwargs})  # its name and SMAX map, before JaxMARL is imported
+        check(env_name, {"env_kwargs": env_kwargs, **kwargs})  # name, SMAX map and keywords, before JaxMARL's import
         library = library_name(env_name)
-        if env_kwargs is not None and not isinstance(env_kwargs, dict):
-            raise TypeError(f"env_kwargs must be a dict of jaxmarl.make keywords, got {env_kwargs!r}")
-        twice = sorted(set(env_kwargs or {}) & set(kwargs))
-        if twice:
-            raise ValueError(f"JaxMARL env {env_name!r} got {twice[0]!r} both in env_kwargs and as a keyword; pass "
-                             f"it once")
-        env_kwargs = {**(env_kwargs or {}), **kwargs}
+        env_kwargs = {**(env_kwargs or {}), **kwargs}  # check refused a keyword given twice
         if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name (checked above): "3m", "2s3z", ...
             maps = library_module(CLASSES["SMAX"].partition(":")[0]).MAP_NAME_TO_SCENARIO
             env_kwargs["scenario"] = maps[env_kwargs["scenario"]]
-        accepted = keywords.declared("jaxmarl", env_name) if env_kwargs else None  # None: not declared, not checked
-        check_kwargs(f"JaxMARL env {env_name!r}", None if accepted is None else list(accepted), env_kwargs,
-                     env=env_keywords(JaxMarlEnv), kind="the env's")
         factory = library_class(env_name)  # what jaxmarl.make(library, ...) calls, from its module alone
         quiet = contextlib.nullcontext()
         if factory.__module__.startswith(_MABRAX):

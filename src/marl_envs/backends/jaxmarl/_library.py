@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._core.messages import check_name, unknown_name
+from ..._core import keywords
+from ..._core.messages import check_kwargs, check_name, unknown_name
 
-__all__ = ["CLASSES", "SMAX_MAPS", "UNAVAILABLE", "check", "env_names", "library_name", "unavailable"]
+__all__ = ["CLASSES", "ENV_KEYWORDS", "SMAX_MAPS", "UNAVAILABLE", "check", "env_names", "library_name", "unavailable"]
 
 _MPE, _SMAX, _MABRAX = "jaxmarl.environments.mpe", "jaxmarl.environments.smax", "jaxmarl.environments.mabrax"
 CLASSES: dict[str, str] = {
@@ -75,6 +76,11 @@ SMAX_MAPS = ("3m", "2s3z", "25m", "3s5z", "8m", "5m_vs_6m", "10m_vs_11m", "27m_v
 """The SMAX maps a ``scenario`` names (``MAP_NAME_TO_SCENARIO`` of ``jaxmarl.environments.smax.smax_env``)."""
 
 
+ENV_KEYWORDS = ("num_envs", "device", "max_steps", "seed", "group_map", "env_kwargs")
+"""``JaxMarlEnv``'s own keywords, in its signature's order (a test checks them against it): every other keyword of
+a build is the JaxMARL env's."""
+
+
 def unavailable() -> dict[str, str]:
     """Registered JaxMARL envs that cannot be built here, with the reason."""
     return {**UNAVAILABLE, **dict.fromkeys(ROBOTARIUM, "needs the jaxrobotarium package (not on PyPI)")}
@@ -92,15 +98,29 @@ def library_name(env_name: str) -> str:
 
 
 def check(env_name: str, kwargs: dict[str, Any]) -> None:
-    """Refuse a build ``JaxMarlEnv(env_name, **kwargs)`` would refuse for its name or its SMAX map, before anything
-    is imported (``marl_envs.registry.Backend.check``).
+    """Refuse a build ``JaxMarlEnv(env_name, **kwargs)`` would refuse for its name, its SMAX map or a keyword, before
+    anything is imported (``marl_envs.registry.Backend.check``; ``JaxMarlEnv`` runs it too). The keywords not in
+    ``ENV_KEYWORDS``, and those of ``env_kwargs``, are the JaxMARL env's: they are checked against the keywords
+    declared for it (``marl_envs._core.keywords``).
 
     Raises:
         ValueError: an env that cannot be built here (with the reason), an unknown env name or SMAX map (with close
-            matches).
+            matches), a keyword given both in ``env_kwargs`` and on its own.
+        TypeError: ``env_kwargs`` is not a dict, or a keyword neither the env nor JaxMARL's env takes (with the
+            close match).
     """
     check_name("JaxMARL", env_name.replace("|", "-"), env_names(), unavailable())
     inner = kwargs.get("env_kwargs")
-    scenario = kwargs.get("scenario", inner.get("scenario") if isinstance(inner, dict) else None)
+    if inner is not None and not isinstance(inner, dict):
+        raise TypeError(f"env_kwargs must be a dict of jaxmarl.make keywords, got {inner!r}")
+    own = {key: value for key, value in kwargs.items() if key not in ENV_KEYWORDS}
+    twice = sorted(set(inner or {}) & set(own))
+    if twice:
+        raise ValueError(f"JaxMARL env {env_name!r} got {twice[0]!r} both in env_kwargs and as a keyword; pass it once")
+    library = {**(inner or {}), **own}
+    scenario = library.get("scenario")
     if isinstance(scenario, str) and scenario not in SMAX_MAPS:
         raise unknown_name("SMAX map", scenario, list(SMAX_MAPS))
+    accepted = keywords.declared("jaxmarl", env_name) if library else None  # None: not declared, not checked
+    check_kwargs(f"JaxMARL env {env_name!r}", None if accepted is None else list(accepted), library,
+                 env=ENV_KEYWORDS, kind="the env's")
