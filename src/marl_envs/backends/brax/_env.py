@@ -16,7 +16,6 @@ from groupings import GroupMap, MarlGroupMapType
 from .._named import NamedRepr
 from ..._core.messages import shell_safe
 from .._mujoco import camera_of
-from ..._core import keywords
 from ..._core.validate import checked_keywords, unknown_name
 from ...specs import Bounded, Composite, Unbounded
 from ..._core.outputs import TensorDictOutputs, Tree
@@ -27,7 +26,7 @@ from ._compat import (
     checked_env, import_brax, is_playground_env, jax_device, prepare_mujoco_gl, quiet_brax_build,
 )
 from ._core import BraxCore, CoreInfo, Differentiable, Split, Step
-from ._library import PHYSICS_BACKENDS, check
+from ._library import PHYSICS_BACKENDS, check, library_keywords as declared_keywords
 
 __all__ = ["BraxEnv", "BraxWrapper", "PHYSICS_BACKENDS", "enable_compilation_cache", "env_names"]
 
@@ -437,11 +436,4 @@ class BraxEnv(NamedRepr, BraxWrapper):
         """The keywords the Brax env's constructor takes, with their defaults' reprs (None: not a constant); None
         where they are not declared. ``marl-envs info`` lists them."""
         scene = scenes.SCENES.get(self.env_name)
-        return _brax_keywords(scene.robot if scene else self.env_name)
-
-
-def _brax_keywords(robot: str) -> dict[str, str | None] | None:
-    """The keywords Brax's env ``robot`` takes, as declared for the installed Brax (``marl_envs._core.keywords``),
-    less ``sys`` (the model each env loads itself); None where they are not declared."""
-    declared = keywords.declared("brax", robot)
-    return None if declared is None else {k: v for k, v in declared.items() if k != "sys"}
+        return declared_keywords(scene.robot if scene else self.env_name)

@@ -13,7 +13,7 @@ from typing import Any
 from ..._core import keywords
 from ..._core.messages import check_kwargs, unknown_name
 
-__all__ = ["ENV_KEYWORDS", "PHYSICS_BACKENDS", "check"]
+__all__ = ["ENV_KEYWORDS", "PHYSICS_BACKENDS", "check", "library_keywords"]
 
 PHYSICS_BACKENDS = ("generalized", "positional", "spring", "mjx")
 """The physics pipelines a Brax env's ``backend`` names (``brax.envs.base.PipelineEnv``'s)."""
@@ -46,9 +46,16 @@ def check(env_name: str, kwargs: dict[str, Any]) -> None:
 
     scene = SCENES.get(env_name)
     robot = scene.robot if scene else env_name
-    declared = keywords.declared("brax", robot)  # None: not declared (an env of your own), not checked
-    accepted = None if declared is None else [k for k in declared if k != "sys"]  # sys: the model it loads itself
+    declared = library_keywords(robot)  # None: not declared (an env of your own), not checked
+    accepted = None if declared is None else list(declared)
     if backend is not None and accepted is not None and "backend" not in accepted:
         raise ValueError(f"the Brax env {robot!r} has no physics pipeline to choose (backend={backend!r}): leave "
                          "backend out")
     check_kwargs(f"the Brax env {robot!r}", accepted, library, env=ENV_KEYWORDS, kind="the Brax env's")
+
+
+def library_keywords(robot: str) -> dict[str, str | None] | None:
+    """The keywords Brax's env ``robot`` takes, as declared for the installed Brax (``marl_envs._core.keywords``),
+    less ``sys`` (the model each env loads itself); None where they are not declared."""
+    declared = keywords.declared("brax", robot)
+    return None if declared is None else {k: v for k, v in declared.items() if k != "sys"}
