@@ -34,12 +34,15 @@ __getattr__, __dir__ = BACKEND.lazy_attributes()
 '''
 TOY_ENV = '''
 from envs import Drift
+from marl_envs.registry import unknown_name
 
 
 class ToyDrift(Drift):
-    """``Drift`` as a backend's env class."""
+    """``Drift`` as a backend's env class: it refuses a name it does not build, the one check of a name."""
 
     def __init__(self, name, *, seed=None, **kwargs):
+        if name not in env_names():
+            raise unknown_name("toy env", name, env_names())
         super().__init__(**kwargs)
         if seed is not None:
             self.set_seed(seed)
@@ -90,7 +93,7 @@ def test_a_backend_declared_once_is_built_listed_checked_benchmarked_and_exporte
     assert marl_envs.available_envs("toy") == ["toy/drift"]
     env = marl_envs.make("toy/drift", num_envs=2, n_agents=3)
     assert env.reset()["agents", "observation"].shape == (2, 3, 1)
-    with pytest.raises(ValueError, match=r"unknown env 'toy/drif'; did you mean 'toy/drift'\?"):
+    with pytest.raises(ValueError, match=r"unknown toy env 'drif'; did you mean 'drift'\? available: drift"):
         marl_envs.make("toy/drif", num_envs=2)
     assert marl_envs.ToyDrift is toy_backend.ToyDrift is type(env)  # the record's exports, from the top level
     rows = doctor.run(backends=["toy"], devices=["cpu"]).rows

@@ -6,10 +6,11 @@ reference loops for the bench, the classes ``marl_envs`` exports). The registry 
 ``marl_envs.backends``, whose packages import nothing heavy: a backend's env classes live in its ``_env`` module,
 imported when one of its envs is built by name, when its names are listed live, or when one of its classes is
 read (``record.exports``). That module provides ``env_names()`` and the record's ``env_class``, which builds
-an env by name (``record.make_env``). A backend declared ``checks_names`` rejects unknown names in its env class
-itself: ``make`` then skips listing its names (listing Brax's envs imports Brax, which a Brax env loaded from the
-compile cache does not need). Users add their own factories with ``register``, and whole backends with
-``register_backend``.
+an env by name (``record.make_env``). A name is checked in one place: the backend's env class refuses a name it
+does not build, with close matches, whether it was reached through ``make`` or built directly (``make`` checks
+no list of its own: a backend builds names beyond the ones it lists, such as every Gymnasium id of LBF or a
+robot's splits, and has the reasons why a listed library env cannot be built here). Users add their own
+factories with ``register``, and whole backends with ``register_backend``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names
 
 __all__ = [
     "Backend", "available_backends", "available_envs", "backend_installed", "backend_record", "backends", "backend_module", "make",
-    "register", "register_backend",
+    "register", "register_backend", "unknown_name",
 ]
 
 
@@ -45,13 +46,11 @@ class Backend:
             ``<module>._env``.
         packages: the import names of the libraries it needs.
         extra: the pip extra installing them (``pip install 'marl-envs[<extra>]'``).
-        checks_names: its env class rejects unknown names itself, with close matches, and builds names beyond the
-            listed ones (every Gymnasium id of LBF, a robot's splits): ``make`` leaves the check to it. Else ``make``
-            checks a name against the listed ones.
         name: the prefix of its env names (``"vmas"`` in ``"vmas/balance"``); the last part of ``module`` if not
             given.
         env_class: the class of ``<module>._env`` that builds its envs by name: ``make("vmas/balance", **kwargs)``
-            is ``VmasEnv("balance", **kwargs)`` (``make_env``).
+            is ``VmasEnv("balance", **kwargs)`` (``make_env``). It refuses a name it does not build with a
+            ``ValueError`` naming close matches (``marl_envs.registry.unknown_name``): the one check of a name.
         check_env: the env ``marl-envs doctor`` builds and steps (small and quick to build) and its keywords.
         bench: where its ``marl_envs.bench.References`` are (the raw reference loops ``marl-envs bench`` times it
             against): ``"<python module>:<name>"``, or a module whose ``BENCH`` they are; ``<module>.bench`` if not
@@ -68,7 +67,6 @@ class Backend:
     module: str
     packages: tuple[str, ...]
     extra: str
-    checks_names: bool = False
     name: str = ""
     env_class: str = ""
     check_env: tuple[str, Mapping[str, Any]] | None = None
@@ -107,33 +105,14 @@ class Backend:
 
     def lazy_attributes(self, sources: Mapping[str, Iterable[str]] | None = None
                         ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-        """``(__getattr__, __dir__)`` for the declaring package: its public names are read from ``<module>._env``,
-        imported on the first one asked for (with the error naming the pip extra if a library is missing), and
-        the names of ``sources`` from the submodule each is listed under (``{"._shard": ("Shard",)}``: what other
-        backends build on)."""
-        package = sys.modules[self.module]
-        where = {name: module for module, names in (sources or {}).items() for name in names}
+        """``(__getattr__, __dir__)`` for the declaring package (``marl_envs.backends.lazy_names``): its public names
+        are read from ``<module>._env``, imported on the first one asked for (with the error naming the pip extra
+        if a library is missing), ``make_env`` is the record's, and the names of ``sources`` come from the
+        submodule each is listed under (``{"._shard": ("Shard",)}``: what other backends build on)."""
+        from .backends import lazy_names
 
-        def getattr_(attribute: str) -> Any:
-            if attribute.startswith("_"):  # submodules and private names are not served: Python's import looks there
-                raise AttributeError(f"module {self.module!r} has no attribute {attribute!r}")
-            backend_module(self.name)  # the error naming the pip extra, if a library is missing
-            try:
-                if attribute == "make_env":
-                    value = self.make_env
-                else:
-                    source = (importlib.import_module(where[attribute], self.module) if attribute in where
-                              else self.implementation())
-                    value = getattr(source, attribute)
-            except AttributeError:
-                raise AttributeError(f"module {self.module!r} has no attribute {attribute!r}") from None
-            setattr(package, attribute, value)
-            return value
-
-        def dir_() -> list[str]:
-            return sorted({*vars(package), *where, "make_env", *getattr(self.implementation(), "__all__", ())})
-
-        return getattr_, dir_
+        return lazy_names(self.module, sources or {}, default="._env", before=lambda: backend_module(self.name),
+                          values={"make_env": lambda: self.make_env})
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -310,11 +289,7 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         name = shell_safe(name)
         env_name = name.partition("/")[2]
         record = _installed(backend)  # the error naming the pip extra, if a library is missing
-        if not record.checks_names:
-            names = _backend_names(backend)
-            if name not in names:
-                raise _unknown(name, names)
-        return record.make_env(env_name, **kwargs)
+        return record.make_env(env_name, **kwargs)  # its env class, or its declared check, refuses a name
     raise _unknown(name, available_envs())
 
 

@@ -68,7 +68,7 @@ it is silenced here (only that one).
 
 from ...registry import Backend
 
-BACKEND = Backend(__name__, packages=("jax", "brax"), extra="brax", env_class="BraxEnv", checks_names=True,
+BACKEND = Backend(__name__, packages=("jax", "brax"), extra="brax", env_class="BraxEnv",
                   check_env=("brax/fast", {}), exports=("BraxEnv", "BraxWrapper"), host_wait=True,
                   check=f"{__name__}._library:check")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -17,6 +17,6 @@ the library's.
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo", "lbforaging"), extra="lbforaging", env_class="LBForagingEnv",
-                  checks_names=True, check_env=("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}),
+                  check_env=("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}),
                   bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

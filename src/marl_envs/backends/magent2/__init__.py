@@ -16,6 +16,6 @@ agent has, at ``max_cycles`` at the latest: ``env.max_steps``, *truncated*). The
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo", "magent2"), extra="magent2", env_class="MAgent2Env",
-                  checks_names=True, check_env=("magent2/battle", {"map_size": 12}),
+                  check_env=("magent2/battle", {"map_size": 12}),
                   bench="marl_envs.backends.pettingzoo.bench")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

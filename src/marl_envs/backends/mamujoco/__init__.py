@@ -19,6 +19,6 @@ every build, and ``CoupledHalfCheetah_1p1``, which fails inside MaMuJoCo 1.4.2 w
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo", "gymnasium_robotics"), extra="mamujoco", env_class="MaMuJoCoEnv",
-                  checks_names=True, check_env=("mamujoco/HalfCheetah_6x1", {}),
+                  check_env=("mamujoco/HalfCheetah_6x1", {}),
                   bench="marl_envs.backends.pettingzoo.bench")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

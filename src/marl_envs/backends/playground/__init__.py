@@ -34,7 +34,7 @@ from ...registry import Backend
 
 # the doctor's check env: MJX, about a minute of compiling on a CPU, once
 BACKEND = Backend(__name__, packages=("jax", "brax", "mujoco_playground"), extra="playground",
-                  env_class="PlaygroundEnv", checks_names=True, check_env=("playground/CartpoleBalance", {}),
+                  env_class="PlaygroundEnv", check_env=("playground/CartpoleBalance", {}),
                   host_wait=("a Playground reset lets the model settle for hundreds of physics steps: fresh starts "
                              "are computed only at steps where some env ended (a conditional, whose predicate the "
                              "host reads)"))

@@ -15,6 +15,6 @@ always False). RWARE's step limit and the env's ``max_steps`` are one keyword: `
 
 from ...registry import Backend
 
-BACKEND = Backend(__name__, packages=("pettingzoo", "rware"), extra="rware", env_class="RwareEnv", checks_names=True,
+BACKEND = Backend(__name__, packages=("pettingzoo", "rware"), extra="rware", env_class="RwareEnv",
                   check_env=("rware/rware-tiny-2ag-v2", {}), bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
 __getattr__, __dir__ = BACKEND.lazy_attributes()
