@@ -8,7 +8,10 @@ counts where it has data. A column that a SMAX run writes, ``won``, gets a panel
     python examples/plot_runs.py runs/a* runs/b* --label MAPPO MAPPO MAPPO IPPO IPPO IPPO --out fig.png
 
 ``--reference LABEL=VALUE`` draws a horizontal line (a published final figure, a random policy), e.g.
-``--reference "random policy=0.18"``; ``--reference-panel won`` puts those lines on the win-rate panel.
+``--reference "random policy=0.18"``; ``--reference-panel won`` puts those lines on the win-rate panel, and a
+prefix puts one line on a panel (``--reference "won:JaxMARL MAPPO=1.0"``).
+``--note TEXT`` writes a line under the panels: where a published figure comes from (exact, or read off a plot),
+the budget it was reached at against the frames these runs had. An ``.svg`` figure keeps its text as text.
 Prints, per label, the final value of each plotted column: mean, lowest and highest over the runs.
 """
 
@@ -56,23 +59,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", type=Path, help="the --out folders of examples/mappo.py runs")
     p.add_argument("--label", nargs="*", help="one label per run (default: env and algorithm from summary.json)")
-    p.add_argument("--reference", nargs="*", default=[], metavar="LABEL=VALUE", help="horizontal lines")
+    p.add_argument("--reference", nargs="*", default=[], metavar="LABEL=VALUE",
+                   help="horizontal lines; a 'won:' or 'reward:' prefix picks the panel")
     p.add_argument("--reference-panel", default="reward", choices=["reward", "won"],
                    help="the panel the --reference lines go on")
+    p.add_argument("--note", nargs="*", default=[], metavar="TEXT",
+                   help="lines under the panels (a reference's source and budget)")
     p.add_argument("--title", default="")
     p.add_argument("--out", type=Path, required=True, help="the figure (.png)")
     args = p.parse_args(argv)
     if args.label is not None and len(args.label) != len(args.runs):
         p.error(f"--label takes one label per run: {len(args.runs)} runs, {len(args.label)} labels")
     for ref in args.reference:
-        name, sep, value = ref.rpartition("=")
+        _, name, value = split_reference(ref, args.reference_panel)
         try:
             float(value)
         except ValueError:
-            sep = ""
-        if not sep or not name:
-            p.error(f"--reference takes LABEL=VALUE with a number, got {ref!r}")
+            name = ""
+        if not name:
+            p.error(f"--reference takes [PANEL:]LABEL=VALUE with a number, got {ref!r}")
     return args
+
+
+def split_reference(ref: str, panel: str) -> tuple[str, str, str]:
+    """``"won:JaxMARL MAPPO=1.0"``: the panel (``panel`` if not given), the label and the value."""
+    for name in ("reward", "won"):
+        if ref.startswith(name + ":"):
+            panel, ref = name, ref[len(name) + 1:]
+    label, _, value = ref.rpartition("=")
+    return panel, label, value
 
 
 def main(argv=None) -> dict[str, dict[str, tuple[float, float, float]]]:
@@ -89,6 +104,8 @@ def main(argv=None) -> dict[str, dict[str, tuple[float, float, float]]]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"  # an .svg figure's text stays text
 
     panels = ["reward", "won"] if has_won else ["reward"]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.6), squeeze=False)
@@ -107,10 +124,10 @@ def main(argv=None) -> dict[str, dict[str, tuple[float, float, float]]]:
             values = [v for v in values if not math.isnan(v)]
             if values:
                 finals[label][columns[panel]] = (sum(values) / len(values), min(values), max(values))
-    for ref in args.reference:
-        name, _, value = ref.rpartition("=")
-        ax = axes[0][panels.index(args.reference_panel) if args.reference_panel in panels else 0]
-        ax.axhline(float(value), ls="--", color="grey" if "random" in name else None, label=name)
+    for i, ref in enumerate(args.reference):
+        panel, name, value = split_reference(ref, args.reference_panel)
+        ax = axes[0][panels.index(panel) if panel in panels else 0]
+        ax.axhline(float(value), ls="--", color="grey" if "random" in name else f"C{3 + i}", label=name)
     for ax, panel in zip(axes[0], panels):
         ax.set_xlabel("frames")
         ax.set_ylabel("mean episode reward" if panel == "reward" else "win rate (episodes won)")
@@ -121,6 +138,14 @@ def main(argv=None) -> dict[str, dict[str, tuple[float, float, float]]]:
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()
+    if args.note:
+        height = fig.get_figheight()
+        extra = 0.22 * len(args.note) + 0.1  # inches of text below the panels
+        fig.set_figheight(height + extra)
+        fig.subplots_adjust(bottom=(fig.subplotpars.bottom * height + extra) / (height + extra),
+                            top=1 - (1 - fig.subplotpars.top) * height / (height + extra))
+        for i, line in enumerate(args.note):
+            fig.text(0.01, (extra - 0.05 - 0.22 * (i + 0.8)) / (height + extra), line, fontsize=7.5, color="0.25")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)
     plt.close(fig)

@@ -393,3 +393,16 @@ def test_plot_runs_draws_the_mean_and_the_seed_band(tmp_path, capsys):
     with pytest.raises(SystemExit):
         plot_runs.main([str(tmp_path / "s0"), "--label", "a", "b", "--out", str(tmp_path / "x.png")])
     assert "--label takes one label per run: 1 runs, 2 labels" in capsys.readouterr().err
+
+
+def test_plot_runs_writes_the_reference_and_its_source_on_the_figure(tmp_path):
+    import plot_runs
+
+    run = tmp_path / "s0"
+    run.mkdir()
+    (run / "metrics.csv").write_text("frames,mean_episode_reward,won\n100,0.0,0.1\n200,1.0,0.6\n")
+    note = "JaxMARL MAPPO: read off a plot, at 1e7 steps; these runs: 200 frames"
+    plot_runs.main([str(run), "--reference", "won:JaxMARL MAPPO=1.0", "random policy=0.2", "--note", note,
+                    "--out", str(tmp_path / "fig.svg")])
+    svg = (tmp_path / "fig.svg").read_text()
+    assert note in svg and "JaxMARL MAPPO" in svg
