@@ -28,7 +28,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 COMMA := ,
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
-.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs pictures ci-cold clean
+.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs pictures figures ci-cold clean
 
 setup: $(STAMP)
 
@@ -109,6 +109,11 @@ docs: $(DOCS_STAMP)
 # all), into docs/img/envs to commit
 pictures: $(DOCS_STAMP)
 	$(BIN)/python docs/_ext/env_catalogue.py pictures $(if $(FORCE),--force) $(NAMES)
+
+# The training figures (docs/img) redrawn from the runs kept in docs/runs, with the published results beside them
+# (FIGURES="smax_2s3z ..." for some)
+figures: $(STAMP)
+	$(BIN)/python scripts/training_figures.py $(FIGURES)
 
 # .ci/run on a fresh clone of HEAD with the caches moved aside (cold), then again with them (warm); prints each
 # phase's time

@@ -22,6 +22,7 @@ import csv
 import json
 import math
 import sys
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -139,13 +140,15 @@ def main(argv=None) -> dict[str, dict[str, tuple[float, float, float]]]:
         fig.suptitle(args.title)
     fig.tight_layout()
     if args.note:
+        width = int(fig.get_figwidth() * 16)  # characters of 7.5-point text across the figure
+        lines = [part for note in args.note for part in textwrap.wrap(note, width)]
         height = fig.get_figheight()
-        extra = 0.22 * len(args.note) + 0.1  # inches of text below the panels
+        extra = 0.16 * len(lines) + 0.15  # inches of text below the panels
         fig.set_figheight(height + extra)
         fig.subplots_adjust(bottom=(fig.subplotpars.bottom * height + extra) / (height + extra),
                             top=1 - (1 - fig.subplotpars.top) * height / (height + extra))
-        for i, line in enumerate(args.note):
-            fig.text(0.01, (extra - 0.05 - 0.22 * (i + 0.8)) / (height + extra), line, fontsize=7.5, color="0.25")
+        for i, line in enumerate(lines):
+            fig.text(0.01, (extra - 0.05 - 0.16 * (i + 0.8)) / (height + extra), line, fontsize=7.5, color="0.25")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)
     plt.close(fig)

@@ -1,0 +1,114 @@
+"""Draw the training figures of the docs from the runs kept in ``docs/runs`` (each an ``examples/mappo.py --out``
+folder: ``metrics.csv``, ``timings.csv``, ``summary.json``), with the published results they are read against.
+
+    python scripts/training_figures.py            # every figure, into docs/img
+    python scripts/training_figures.py smax_2s3z  # one
+
+Each figure names its runs, the random policy's level (read from the runs' ``summary.json``) and, where one is
+citable, the published result: its value, its source, whether it is exact or read off a plot and the budget it
+was reached at (``../shared/reference/published_numbers.md`` gathers them). Where none is citable the figure says
+so. A figure's notes also say what the runs were: their frames against the reference's budget, the machine, the
+date.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "docs" / "runs"
+IMG = ROOT / "docs" / "img"
+MACHINE = "the 2-core CPU reference machine, 1 torch thread a run"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure: ``runs`` (folders of ``docs/runs``) drawn per label, lines for the published results, notes."""
+
+    runs: dict[str, str]  # run folder -> label (runs with one label are drawn as their mean and range)
+    published: tuple[str, ...] = ()  # "[panel:]label=value" lines (plot_runs's --reference)
+    notes: tuple[str, ...] = ()
+    random_panels: tuple[str, ...] = ("reward",)  # where the random policy's level is drawn
+    ceiling: str = ""  # "label=value": the best return the task allows
+    date: str = "2026-11-27"
+
+
+FIGURES: dict[str, Figure] = {
+    "smax_2s3z": Figure(
+        runs={"smax2s3z_s0": "MAPPO (MLP), seed 0"},
+        published=("won:JaxMARL MAPPO (GRU), 1e7 steps, read off a plot=1.0",
+                   "won:JaxMARL IPPO (GRU), 1e7 steps, read off a plot=0.9"),
+        notes=("Published: JaxMARL's recurrent MAPPO about 1.0 and IPPO about 0.9 win rate on 2s3z, read off the plot "
+               "in Mava's docs/images/smax_results/2s3z.png (instadeepai/Mava @ b099835), whose text gives 10M steps.",
+               "These runs: 2.4M frames (a quarter of that budget), an MLP policy, 120 envs."),
+        random_panels=("reward", "won")),
+    "smax_3m": Figure(
+        runs={"smax3m_s0": "MAPPO", "smax3m_s1": "MAPPO", "smax3m_s2": "MAPPO", "smax3m_ippo_s0": "IPPO"},
+        notes=("No published result is drawn: JaxMARL's SMAX benchmark has no 3m map, and the MAPPO paper's SMAC 3m "
+               "table (arXiv 2103.01955) could not be read; see the 2s3z figure for a published SMAX result.",
+               "These runs: 1.5M frames each, an MLP policy, 120 envs."),
+        random_panels=("reward", "won")),
+    "mpe_spread": Figure(
+        runs={"mpe_s0": "MAPPO", "mpe_s1": "MAPPO", "mpe_s2": "MAPPO"},
+        notes=("No published return is drawn: JaxMARL publishes its MPE results as plots without values that could "
+               "be read, and its baselines train recurrent policies for 1e7 steps.",
+               "These runs: 360k frames each (under 4% of that budget), an MLP policy, 60 envs.")),
+    "mappo_lbforaging_8x8": Figure(
+        runs={"lbf_s0": "MAPPO", "lbf_s1": "MAPPO", "lbf_s2": "MAPPO"},
+        notes=("No published return is drawn: EPyMARL's benchmark (Papoudakis et al., 2021, arXiv 2006.07869) reports "
+               "MAPPO on this task in tables that could not be read; the task's maximum team return is 1.0.",
+               "These runs: 1M frames each, team return, advantages standardised per minibatch, 64 envs."),
+        ceiling="maximum team return=1.0"),
+    "mappo_rware_tiny_2ag": Figure(
+        runs={"rware_s0": "MAPPO, seed 0"},
+        published=("EPyMARL MAPPO, 20M steps, read off a plot=17",),
+        notes=("Published: EPyMARL's feed-forward MAPPO about 17 deliveries an episode on rware-tiny-2ag after 20M "
+               "steps, read off Mava's docs/images/rware_results/ff_mappo/main_readme/tiny-2ag-1.png (@ bc9632e).",
+               "These runs: 3M frames (15% of that budget), team return, 64 envs."),
+    ),
+}
+
+
+def random_level(run: Path, panel: str) -> float | None:
+    """The random policy's mean episode reward (``reward``) or win rate (``won``) in a run's summary."""
+    summary = json.loads((run / "summary.json").read_text())
+    return summary.get("random_policy_reward" if panel == "reward" else "random_policy_won")
+
+
+def arguments(name: str, figure: Figure) -> list[str]:
+    """``examples/plot_runs.py``'s command line for ``figure``."""
+    folders = [RUNS / run for run in figure.runs]
+    missing = [str(f) for f in folders if not (f / "metrics.csv").is_file()]
+    if missing:
+        raise FileNotFoundError(f"{name}: no run at {', '.join(missing)}; run examples/mappo.py with --out there "
+                                f"(the command is in the docs beside the figure)")
+    references = list(figure.published)
+    for panel in figure.random_panels:
+        levels = [level for f in folders if (level := random_level(f, panel)) is not None]
+        if levels:
+            references.append(f"{panel}:random policy={sum(levels) / len(levels):.3g}")
+    if figure.ceiling:
+        references.append(figure.ceiling)
+    notes = [*figure.notes, f"{figure.date}, {MACHINE}; drawn by scripts/training_figures.py from docs/runs."]
+    return [*map(str, folders), "--label", *figure.runs.values(), "--reference", *references, "--note", *notes,
+            "--out", str(IMG / f"{name}.png")]
+
+
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, str(ROOT / "examples"))
+    import plot_runs
+
+    unknown = [name for name in argv if name not in FIGURES]
+    if unknown:
+        print(f"unknown figure {unknown[0]!r}; figures: {', '.join(FIGURES)}", file=sys.stderr)
+        return 2
+    for name in argv or FIGURES:
+        plot_runs.main(arguments(name, FIGURES[name]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
