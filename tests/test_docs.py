@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -232,3 +233,22 @@ def test_every_registered_env_has_its_committed_picture(catalogue):
              if p.name != "pictures.json"}
     assert files == {record["file"] for record in manifest.values() if "file" in record}
     assert all(("file" in record) != ("why" in record) and record["key"] for record in manifest.values())
+
+
+def test_training_figures_are_drawn_from_kept_runs_with_their_published_reference(tmp_path, monkeypatch):
+    """Each training figure of the docs is declared once (``scripts/training_figures.py``), its runs are kept in
+    ``docs/runs`` and it is redrawn from them with the published result, or the reason none is drawn."""
+    spec = importlib.util.spec_from_file_location("training_figures", ROOT / "scripts" / "training_figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "training_figures", figures)  # dataclasses look their module up there
+    spec.loader.exec_module(figures)
+    pages = "\n".join(p.read_text() for p in DOCS)
+    for name, figure in figures.FIGURES.items():
+        assert f"img/{name}.png" in pages, f"{name}.png is drawn but no page shows it"
+        for run in figure.runs:
+            assert {"metrics.csv", "summary.json"} <= {p.name for p in (figures.RUNS / run).iterdir()}, run
+        assert figure.published or any(note.startswith("No published") for note in figure.notes), name
+    monkeypatch.setattr(figures, "IMG", tmp_path)
+    assert figures.main(["smax_2s3z"]) == 0
+    assert (tmp_path / "smax_2s3z.png").read_bytes()[:4] == b"\x89PNG"
+    assert figures.main(["smax_2s3m"]) == 2

@@ -34,7 +34,7 @@ __getattr__, __dir__ = BACKEND.lazy_attributes()
 '''
 TOY_ENV = '''
 from envs import Drift
-from marl_envs.registry import unknown_name
+from marl_envs.registry import unknown_env
 
 
 class ToyDrift(Drift):
@@ -42,7 +42,7 @@ class ToyDrift(Drift):
 
     def __init__(self, name, *, seed=None, **kwargs):
         if name not in env_names():
-            raise unknown_name("toy env", name, env_names())
+            raise unknown_env("toy env", name, env_names())
         super().__init__(**kwargs)
         if seed is not None:
             self.set_seed(seed)
@@ -93,7 +93,8 @@ def test_a_backend_declared_once_is_built_listed_checked_benchmarked_and_exporte
     assert marl_envs.available_envs("toy") == ["toy/drift"]
     env = marl_envs.make("toy/drift", num_envs=2, n_agents=3)
     assert env.reset()["agents", "observation"].shape == (2, 3, 1)
-    with pytest.raises(ValueError, match=r"unknown toy env 'drif'; did you mean 'drift'\? available: drift"):
+    with pytest.raises(ValueError, match=r"unknown env 'toy/drif' \(unknown toy env 'drif'; did you mean "
+                                         r"'drift'\? available: drift\)"):
         marl_envs.make("toy/drif", num_envs=2)
     assert marl_envs.ToyDrift is toy_backend.ToyDrift is type(env)  # the record's exports, from the top level
     rows = doctor.run(backends=["toy"], devices=["cpu"]).rows

@@ -25,14 +25,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._core import names as _names
-from ._core.messages import shell_safe, unknown_name
+from ._core.messages import UnknownEnvName, shell_safe, unknown_env, unknown_name
 
 if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names (marl-envs list)
     from ._core.env import EnvBase
 
 __all__ = [
     "Backend", "available_backends", "available_envs", "backend_installed", "backend_record", "backends", "backend_module", "make",
-    "register", "register_backend", "unknown_name",
+    "register", "register_backend", "UnknownEnvName", "unknown_env",
 ]
 
 
@@ -50,7 +50,7 @@ class Backend:
             given.
         env_class: the class of ``<module>._env`` that builds its envs by name: ``make("vmas/balance", **kwargs)``
             is ``VmasEnv("balance", **kwargs)`` (``make_env``). It refuses a name it does not build with a
-            ``ValueError`` naming close matches (``marl_envs.registry.unknown_name``): the one check of a name.
+            ``ValueError`` naming close matches (``marl_envs.registry.unknown_env``): the one check of a name.
         check_env: the env ``marl-envs doctor`` builds and steps (small and quick to build) and its keywords.
         bench: where its ``marl_envs.bench.References`` are (the raw reference loops ``marl-envs bench`` times it
             against): ``"<python module>:<name>"``, or a module whose ``BENCH`` they are; ``<module>.bench`` if not
@@ -256,7 +256,8 @@ def available_envs(backend: str | None = None) -> list[str]:
 
 def _unknown(name: str, candidates: list[str]) -> ValueError:
     shown = ", ".join(candidates[:12]) + (", ..." if len(candidates) > 12 else "")
-    return unknown_name("env", name, candidates, f"{shown} (marl_envs.available_envs() lists them all)")
+    return UnknownEnvName(*unknown_name("env", name, candidates,
+                                        f"{shown} (marl_envs.available_envs() lists them all)").args)
 
 
 def make(name: str, **kwargs: Any) -> EnvBase:
@@ -289,7 +290,10 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         name = shell_safe(name)
         env_name = name.partition("/")[2]
         record = _installed(backend)  # the error naming the pip extra, if a library is missing
-        return record.make_env(env_name, **kwargs)  # its env class, or its declared check, refuses a name
+        try:
+            return record.make_env(env_name, **kwargs)  # its env class, or its declared check, refuses a name
+        except UnknownEnvName as error:  # said in the backend's terms: give the name as it was asked for too
+            raise UnknownEnvName(f"unknown env {name!r} ({error})") from None
     raise _unknown(name, available_envs())
 
 

@@ -9,8 +9,8 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["accepted_keywords", "check_kwargs", "check_name", "did_you_mean", "keyword_error", "shell_safe",
-           "unknown_name"]
+__all__ = ["UnknownEnvName", "accepted_keywords", "check_kwargs", "check_name", "did_you_mean", "keyword_error",
+           "shell_safe", "unknown_env", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:
@@ -35,12 +35,22 @@ def unknown_name(what: str, name: str, candidates: Sequence[str], listing: str |
     return ValueError(f"unknown {what} {name!r}{did_you_mean(name, candidates) or ';'} available: {shown}")
 
 
+class UnknownEnvName(ValueError):
+    """An env name its backend does not build (``unknown_env``): ``marl_envs.make`` says which name was asked for."""
+
+
+def unknown_env(what: str, name: str, candidates: Sequence[str]) -> UnknownEnvName:
+    """``unknown_name`` for the name of an env, as a backend refuses it (``"VMAS scenario"``, ``"Brax env"``): the one
+    refusal of an unknown env name, whether the env class was reached through ``make`` or built directly."""
+    return UnknownEnvName(*unknown_name(what, name, candidates).args)
+
+
 def check_name(family: str, name: str, names: list[str], unavailable: dict[str, str]) -> None:
     """Raise a ValueError for a name the family does not offer: the reason, or close matches."""
     if name in unavailable:
         raise ValueError(f"the {family} env {name!r} cannot be built here: {unavailable[name]}")
     if name not in names:
-        raise unknown_name(f"{family} env", name, names)
+        raise unknown_env(f"{family} env", name, names)
 
 
 def shell_safe(name: str, what: str = "env") -> str:

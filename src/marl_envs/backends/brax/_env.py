@@ -14,9 +14,9 @@ from tensordict import TensorDictBase
 from groupings import GroupMap, MarlGroupMapType
 
 from .._named import NamedRepr
-from ..._core.messages import shell_safe
+from ..._core.messages import shell_safe, unknown_env
 from .._mujoco import camera_of
-from ..._core.validate import checked_keywords, unknown_name
+from ..._core.validate import checked_keywords
 from ...specs import Bounded, Composite, Unbounded
 from ..._core.outputs import TensorDictOutputs, Tree
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
@@ -405,7 +405,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
 
         names = env_names()
         if env_name not in names:
-            raise unknown_name("Brax env", env_name, names)
+            raise unknown_env("Brax env", env_name, names)
         brax_env = self._brax_env(robot, env_kwargs)
         info = CoreInfo.of(brax_env)
         derived: list[scenes.AgentMapping] = []

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._quiet import EVERY_WARNING, Filter, ignored_warnings, quiet_import
-from ..._core.validate import check_kwargs, did_you_mean, unknown_name
+from ..._core.messages import unknown_env
+from ..._core.validate import check_kwargs, did_you_mean
 
 __all__ = ["EPISODE_BOUNDS", "SWIG_WARNINGS", "Task", "builds", "resolve_task", "signature_keywords", "tasks"]
 
@@ -192,4 +193,4 @@ def resolve_task(task: str, known: Mapping[str, Task] | None = None, family: str
     for short in (by_module, by_base):
         if name in short:
             return known[short[name]]
-    raise unknown_name(f"{family} task", task, list(known))
+    raise unknown_env(f"{family} task", task, list(known))

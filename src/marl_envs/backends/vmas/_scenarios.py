@@ -13,7 +13,8 @@ from vmas.simulator.environment import Environment
 from vmas.simulator.scenario import BaseScenario
 
 from ..._core import keywords
-from ..._core.validate import check_kwargs, unknown_name
+from ..._core.messages import unknown_env
+from ..._core.validate import check_kwargs
 
 __all__ = ["check_scenario_kwargs", "env_names", "load_scenario", "make_vmas_env", "scenario_keywords", "scenario_label"]
 
@@ -74,7 +75,7 @@ def load_scenario(scenario: str | BaseScenario | type[BaseScenario]) -> BaseScen
         names = env_names()
         name = scenario.removesuffix(".py")
         if name not in names:
-            raise unknown_name("VMAS scenario", scenario, names)
+            raise unknown_env("VMAS scenario", scenario, names)
         return importlib.import_module("vmas.scenarios").load(f"{name}.py").Scenario()
     if isinstance(scenario, type) and issubclass(scenario, BaseScenario):
         scenario = scenario()
