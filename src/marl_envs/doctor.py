@@ -29,7 +29,8 @@ from typing import Any
 from . import __version__, registry
 from ._core.messages import unknown_name
 
-__all__ = ["HOST_WAIT_BATCH", "PACKAGES", "Report", "Row", "format_report", "host_wait", "run"]
+__all__ = ["ENVS", "HOST_WAIT_BATCH", "HOST_WAIT_ENVS", "PACKAGES", "Report", "Row", "format_report", "host_wait",
+           "run"]
 
 #: The number of envs of the host-wait check (``host_wait``): each backend's record says whether it has one.
 HOST_WAIT_BATCH = 4096
@@ -39,6 +40,18 @@ PACKAGES = ("torch", "tensordict", "numpy", "vmas", "jax", "jaxlib", "brax", "mu
             "open-spiel", "torchrl", "benchmarl")
 PASS, FAIL, NOTE = "ok", "FAIL", "-"
 STEPS = 3
+
+
+def __getattr__(name: str) -> Any:
+    """``ENVS``, each backend's env the doctor builds and steps (``{backend: (name, kwargs)}``), and
+    ``HOST_WAIT_ENVS``, the backends whose step the host-wait check times on a GPU: read from the backends'
+    records (``Backend.check_env``, ``Backend.host_wait``) when asked for, so a backend registered later is in them."""
+    records = registry.backends()
+    if name == "ENVS":
+        return {backend: r.check_env for backend, r in records.items() if r.check_env is not None}
+    if name == "HOST_WAIT_ENVS":
+        return tuple(backend for backend, r in records.items() if r.host_wait)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
