@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
