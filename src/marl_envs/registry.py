@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._core import names as _names
-from ._core.messages import UnknownEnvName, shell_safe, unknown_env, unknown_name
+from ._core.messages import UnknownEnvName, shell_safe, unknown_env
 
 if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names (marl-envs list)
     from ._core.env import EnvBase
@@ -253,10 +253,9 @@ def available_envs(backend: str | None = None) -> list[str]:
     return sorted(names)
 
 
-def _unknown(name: str, candidates: list[str]) -> ValueError:
+def _unknown(name: str, candidates: list[str]) -> UnknownEnvName:
     shown = ", ".join(candidates[:12]) + (", ..." if len(candidates) > 12 else "")
-    return UnknownEnvName(*unknown_name("env", name, candidates,
-                                        f"{shown} (marl_envs.available_envs() lists them all)").args)
+    return unknown_env("env", name, candidates, f"{shown} (marl_envs.available_envs() lists them all)")
 
 
 def make(name: str, **kwargs: Any) -> EnvBase:

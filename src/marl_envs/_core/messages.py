@@ -39,10 +39,10 @@ class UnknownEnvName(ValueError):
     """An env name its backend does not build (``unknown_env``): ``marl_envs.make`` says which name was asked for."""
 
 
-def unknown_env(what: str, name: str, candidates: Sequence[str]) -> UnknownEnvName:
+def unknown_env(what: str, name: str, candidates: Sequence[str], listing: str | None = None) -> UnknownEnvName:
     """``unknown_name`` for the name of an env, as a backend refuses it (``"VMAS scenario"``, ``"Brax env"``): the one
     refusal of an unknown env name, whether the env class was reached through ``make`` or built directly."""
-    return UnknownEnvName(*unknown_name(what, name, candidates).args)
+    return UnknownEnvName(*unknown_name(what, name, candidates, listing).args)
 
 
 def check_name(family: str, name: str, names: list[str], unavailable: dict[str, str]) -> None:
