@@ -128,7 +128,7 @@ def test_scene_observation_layout_matches_the_simulator(built):
     for name in SCENES:
         env = built(name)
         td = env.reset()
-        state = env._core.env_state(0).pipeline_state
+        state = env._env_state(0).pipeline_state
         robot = scenes.SCENES[name].robot
         model = scenes.RobotModel.from_mj_model(env.brax_env.sys.mj_model)
         where = scenes._obs_index(model, scenes._ROBOT_OBS[robot], td["state"].shape[-1], robot)

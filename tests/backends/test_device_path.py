@@ -154,7 +154,7 @@ def test_the_reads_are_counted(device_env, monkeypatch):
     with reads.counting() as counts:
         data = env.step(td)
         bool(data["next", "done"].any())
-        np.asarray(env._core._keys)
+        np.asarray(env._outputs.carried()[1])
     assert counts["torch.__bool__"] == 1 and counts["numpy.asarray"] == 1
 
 
@@ -213,7 +213,7 @@ def test_deferred_check_raises_at_the_next_call_and_leaves_the_env_unadvanced(ca
                                              r"left that env where it was"):
             env.step(env.rand_action(root))
         # the env was not advanced: the state is the one before the bad step
-        np.testing.assert_array_equal(np.asarray(env._core.env_state(1).x), before[1, 0].numpy())
+        np.testing.assert_array_equal(np.asarray(env._env_state(1).x), before[1, 0].numpy())
         env.step(env.rand_action(env.reset()))  # raised once: the flag is cleared
     finally:
         env.validate_actions = True

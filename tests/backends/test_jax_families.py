@@ -568,7 +568,7 @@ def test_functional_state_carries_the_torch_envs_keys_and_step_counts(autoreset_
     """After the same steps, the functional state holds what the torch env keeps per env: its carried key (the
     same chain of splits at every reset and random step) and its steps since the last reset."""
     env, state = autoreset_runs["env"], autoreset_runs["state"]
-    np.testing.assert_array_equal(np.asarray(state.key), np.asarray(env._core._keys))
+    np.testing.assert_array_equal(np.asarray(state.key), np.asarray(env._outputs.carried()[1]))
     np.testing.assert_array_equal(np.asarray(state.steps), env._outputs.step_counts().numpy())
 
 

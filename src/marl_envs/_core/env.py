@@ -469,7 +469,8 @@ class EnvBase:
     # Validation (construction-time facts are trusted; only the data is checked)
     # ------------------------------------------------------------------------------------------------
     def _check_batch(self, tensordict: TensorDictBase, method: str) -> None:
-        if not isinstance(tensordict, TensorDictBase):
+        # the exact type first: an ABC's isinstance costs more than the rest of the check
+        if type(tensordict) is not TensorDict and not isinstance(tensordict, TensorDictBase):
             raise TypeError(f"env.{method}() takes a TensorDict, got {type(tensordict).__name__}")
         if tensordict.batch_size != self.batch_size:
             raise ValueError(

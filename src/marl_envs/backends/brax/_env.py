@@ -300,7 +300,7 @@ class BraxWrapper(JaxEnvBase):
             )
         try:
             if self._diff is None:
-                state = self._core.env_state(env_index)
+                state = self._env_state(env_index)
             else:
                 state = self._diff.env_state(self._flat.detach().cpu().numpy() if self._flat is not None else None,
                                              env_index)

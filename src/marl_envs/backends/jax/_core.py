@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -136,6 +137,45 @@ def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.stack([b1[0], b2[0]]), jnp.stack([b1[1], b2[1]])
 
 
+@functools.cache
+def _written_out_threefry() -> tuple[Any, Any] | None:
+    """``(primitive, lowering rule)``: the Threefry hash written out, JAX's own lowering for every platform but the
+    CPU; None where JAX has moved them (the CPU's loop is then used: slower, the same bits).
+
+    On a CPU, JAX lowers the hash behind every ``jax.random`` draw as a five-step loop: a smaller program, compiled
+    sooner, which for a batch of keys costs several times the written-out rounds XLA fuses into one kernel (a
+    family's fresh starts, drawn for every env at every step, are most of a cheap env's step there: 1,024 gymnax
+    CartPoles step in about 10% less time). Our compiled programs are lowered with the written-out form on a
+    CPU, through JAX's per-lowering override: nothing else in the process changes."""
+    try:
+        from jax._src.random import threefry2x32
+
+        return threefry2x32.threefry2x32_p, threefry2x32._threefry2x32_lowering_rule
+    except (ImportError, AttributeError):
+        return None
+
+
+def lowering_options(platform: str, *, export: bool = False) -> dict[str, Any]:
+    """The keywords of ``Traced.lower`` (or, ``export``, of ``jax.export.export``) that lower a program of ours for
+    ``platform`` with the written-out Threefry hash (``_written_out_threefry``): none off the CPU, or where this JAX
+    takes no per-lowering override."""
+    rule = _written_out_threefry() if platform == "cpu" else None
+    if rule is None:
+        return {}
+    if export:
+        if "_override_lowering_rules" not in inspect.signature(jax.export.export).parameters:
+            return {}
+        return {"_override_lowering_rules": (rule,)}
+    try:
+        from jax._src.interpreters import mlir
+
+        if "_private_parameters" not in inspect.signature(jax.stages.Traced.lower).parameters:
+            return {}
+        return {"_private_parameters": mlir.LoweringParameters(override_lowering_rules=(rule,))}
+    except (ImportError, AttributeError, TypeError):
+        return {}
+
+
 @functools.partial(jax.jit, static_argnums=1)
 def _env_keys(root: jax.Array, num_envs: int) -> jax.Array:
     return jax.vmap(lambda i: jax.random.fold_in(root, i))(jnp.arange(num_envs, dtype=jnp.uint32))
@@ -154,7 +194,8 @@ def export_platform(device) -> str:
 
 
 class JaxCore:
-    """Compiled reset / step of ``num_envs`` copies of one functional JAX env; the batched state lives here.
+    """Compiled reset / step of ``num_envs`` copies of one functional JAX env (the env's executor carries their
+    batched state: ``_outputs.Carry``).
 
     Subclasses (the family adapters) set ``action_size``, ``step_uses_key`` and ``_reference`` and define
     ``reset_one``, ``step_one`` (and ``observe_one``); then call ``_setup_packed`` (or set ``widths`` / ``dtypes``,
@@ -162,9 +203,10 @@ class JaxCore:
     """
 
     step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
-    #: the auto-reset computes fresh starts only at steps where some env ended (one conditional over the batch),
-    #: for envs whose reset costs many steps (Playground's resets settle the model): else a fresh start for every
-    #: env at every step, selected where the episode ended (no conditional: nothing read on the host on a GPU)
+    #: the auto-reset computes fresh starts only at steps where some env ended (one conditional over the batch) on
+    #: a device too, for envs whose reset costs many steps (Playground's resets settle the model); else, on a
+    #: device, a fresh start for every env at every step, selected where the episode ended (no conditional: nothing
+    #: read on the host). On the CPU every env resets only where needed (``JaxOutputs.signature``)
     resets_when_needed = False
     label = "env"  # how errors name the env
     num_envs: int
@@ -179,8 +221,7 @@ class JaxCore:
         self._traced: dict[str, Any] = {}
         self.exported: dict[str, Any] = dict(exported or {})
         self.compile_seconds: dict[str, float] = {}
-        self._state: tuple[jax.Array, ...] | None = None  # the batched state, packed by self.packing
-        self._keys: jax.Array | None = None
+        self._keys: jax.Array | None = None  # the env keys of the last seed (the executor carries them on)
         self.seed(0)
 
     def _setup_packed(self, *, num_envs: int, device) -> None:
@@ -311,7 +352,8 @@ class JaxCore:
             start = time.perf_counter()
             try:
                 with quiet_tracing():
-                    self.exported[name] = jax.export.export(jax.jit(fn), platforms=[platform])(*args)
+                    self.exported[name] = jax.export.export(
+                        jax.jit(fn), platforms=[platform], **lowering_options(platform, export=True))(*args)
             except Exception:  # not exportable (an unsupported custom call, ...): trace as usual, save nothing
                 self.exported.clear()
                 return False
@@ -333,7 +375,7 @@ class JaxCore:
                     traced = jax.jit(self.exported[name].call, donate_argnums=donate).trace(*args())
                 else:
                     traced = self._traced.pop(name)
-                self._compiled[name] = traced.lower().compile()
+                self._compiled[name] = traced.lower(**lowering_options(self.device.platform)).compile()
             self.compile_seconds[name] = self.compile_seconds.get(name, 0.0) + time.perf_counter() - start
         return self._compiled[name]
 
@@ -349,11 +391,8 @@ class JaxCore:
     def zero_state(self) -> tuple[jax.Array, ...]:
         return tuple(jax.device_put(np.zeros(x.shape, x.dtype), self._sharding) for x in self._state_structs())
 
-    def env_state(self, index: int, buffers: Sequence[Any] | None = None) -> Any:
-        """The state of env ``index`` as NumPy arrays (for rendering), from ``buffers`` or the current state."""
-        buffers = self._state if buffers is None else buffers
-        if buffers is None:
-            raise RuntimeError("the env has no state yet: reset it first")
+    def env_state(self, index: int, buffers: Sequence[Any]) -> Any:
+        """The state of env ``index`` as NumPy arrays (for rendering), from the batched state ``buffers``."""
         return self.packing.unpack([np.asarray(b[index]) for b in buffers], batch=())
 
 

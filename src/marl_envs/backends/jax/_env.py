@@ -153,7 +153,15 @@ class JaxEnvBase(EnvBase):
         return flat.to(torch.float32)
 
     def _set_seed(self, seed: int) -> None:
-        self._core.seed(seed)
+        outputs = getattr(self, "_outputs", None)
+        if isinstance(outputs, JaxOutputs):  # its carry holds the keys
+            outputs.seed(seed)
+        else:  # an env stepping through torch (a differentiable Brax env) keeps them in the core
+            self._core.seed(seed)
+
+    def _env_state(self, index: int) -> Any:
+        """The state of env ``index`` as NumPy arrays (for rendering)."""
+        return self._core.env_state(index, self._outputs.carried()[0])
 
     @property
     def compile_seconds(self) -> dict[str, float]:

@@ -21,6 +21,8 @@ computed it).
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -177,6 +179,68 @@ class _Rows:
             self.rows[rows.start + i] = value[i]
 
 
+class Carry:
+    """Everything a JAX-family env carries from one compiled call to the next, as one flat uint32 array: the core's
+    state buffers (each element one 32-bit word, bools and narrower types widened, 64-bit ones as two words), then
+    the env keys (two words an env), then the step counts (one), each a contiguous run of words. Every array a
+    compiled call takes or returns costs its dispatch about 0.5-1 us on a CPU: one carry in place of four or five
+    saves several us a step, which is most of a cheap env's margin. The programs split it when they start and join
+    it when they end: contiguous slices, reshapes and bit casts, which cost XLA a copy of the state at most.
+
+    Args:
+        widths, dtypes: the core's state buffers (``JaxCore.widths`` / ``dtypes``).
+        num_envs: the batch size.
+    """
+
+    def __init__(self, widths: Sequence[int], dtypes: Sequence[str], num_envs: int):
+        self.parts: list[tuple[np.dtype, int, int, int]] = []  # (dtype, width, words per element, first word)
+        B, start = num_envs, 0
+        for width, name in zip(widths, dtypes):
+            dtype = np.dtype(name)
+            words = 2 if dtype.itemsize == 8 else 1
+            self.parts.append((dtype, int(width), words, start))
+            start += B * int(width) * words
+        self.keys = start  # the keys' first word; the step counts' is keys + 2 * B
+        self.size = start + 3 * B
+        self.num_envs = B
+
+    @staticmethod
+    def _words(value: jax.Array, dtype: np.dtype) -> jax.Array:
+        if dtype == np.bool_:
+            words = value.astype(jnp.uint32)
+        elif dtype.itemsize == 4:
+            words = jax.lax.bitcast_convert_type(value, jnp.uint32)
+        elif dtype.itemsize == 8:
+            words = jax.lax.bitcast_convert_type(value, jnp.uint32)
+        else:
+            words = jax.lax.bitcast_convert_type(value, jnp.dtype(f"uint{8 * dtype.itemsize}")).astype(jnp.uint32)
+        return words.reshape(-1)
+
+    @staticmethod
+    def _value(words: jax.Array, dtype: np.dtype, shape: tuple[int, ...]) -> jax.Array:
+        if dtype == np.bool_:
+            return words.reshape(shape) != 0
+        if dtype.itemsize == 4:
+            return jax.lax.bitcast_convert_type(words.reshape(shape), dtype)
+        if dtype.itemsize == 8:
+            return jax.lax.bitcast_convert_type(words.reshape(*shape, 2), dtype)
+        return jax.lax.bitcast_convert_type(words.reshape(shape).astype(jnp.dtype(f"uint{8 * dtype.itemsize}")), dtype)
+
+    def join(self, buffers: Sequence[jax.Array], keys: jax.Array, steps: jax.Array) -> jax.Array:
+        """The carry of the state ``buffers``, ``keys`` ``(B, 2)`` uint32 and ``steps`` ``(B,)`` int32."""
+        parts = [self._words(b, dtype) for b, (dtype, _, _, _) in zip(buffers, self.parts)]
+        parts += [keys.reshape(-1), jax.lax.bitcast_convert_type(steps, jnp.uint32)]
+        return jnp.concatenate(parts)
+
+    def split(self, carry: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array, jax.Array]:
+        """``(state buffers, keys, steps)`` of a carry (``join``'s inverse)."""
+        B = self.num_envs
+        buffers = tuple(self._value(carry[start:start + B * width * words], dtype, (B, width))
+                        for dtype, width, words, start in self.parts)
+        keys = carry[self.keys:self.keys + 2 * B].reshape(B, 2)
+        return buffers, keys, jax.lax.bitcast_convert_type(carry[self.keys + 2 * B:], jnp.int32)
+
+
 def _action_bounds(env: JaxEnvBase) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, int]]]:
     """Per column of the core's flat action: the lowest and highest valid value (discrete actions; +-inf for
     continuous ones, checked for finiteness only) and ``(action key, index in the entry)``."""
@@ -230,8 +294,8 @@ _BITS = 31  # choices per int32 word of the record's copy of a mask row
 class Programs:
     """The compiled reset, step and step-with-auto-reset of a JAX-family env (see the module docstring).
 
-    Each takes the carry ``(state buffers, keys, step counts)`` (donated): the core's packed state, the per-env
-    keys and each env's steps since its reset (int32); and the record (not donated: the host may still read an
+    Each takes the carry (``Carry``, donated): the core's packed state, the per-env keys and each env's steps since
+    its reset, in one array; and the record (not donated: the host may still read an
     earlier one), ``(6 + words,)`` int32: the deferred check's first bad action (set, step, env, action column, the
     value's float32 bits), the steps taken, and the legal choices of that action's mask as bits (an env with
     action masks). A step of an env with action masks also takes ``legal``: each mask's bools, side by side (a
@@ -257,6 +321,7 @@ class Programs:
         self.legal_width = sum(m.width * m.n for m in self.masks)
         self.words = -(-max((m.n for m in self.masks), default=0) // _BITS)
         self.record_size = 6 + self.words
+        self.carry = Carry(core.widths, core.dtypes, env.num_envs)
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _primitive(self, name: str) -> Callable:
@@ -294,7 +359,7 @@ class Programs:
 
     def _stepped(self, carry, record, action, limit, check: bool, legal=None):
         """The step of every env and its entries (with ``check``, the bad envs left as they were)."""
-        buffers, keys, steps = carry
+        buffers, keys, steps = self.carry.split(carry)
         new_buffers, new_keys, out = self._primitive("step")(buffers, keys, action)
         new_steps = steps + 1
         entries = self.step_emission(out, new_steps >= limit)
@@ -321,23 +386,24 @@ class Programs:
 
     # -- the compiled programs ------------------------------------------------------------------------
     def reset(self, carry, record, mask):
-        buffers, keys, steps = carry
+        buffers, keys, steps = self.carry.split(carry)
         buffers, keys, out = self._primitive("reset")(buffers, keys, mask)
         values = self.reset_emission(out)
         steps = jnp.where(mask, 0, steps)
-        return (buffers, keys, steps), record, self.reset_layout.pack([
+        return self.carry.join(buffers, keys, steps), record, self.reset_layout.pack([
             values[k] for k in self.reset_emission.keys])
 
     def step(self, carry, record, action, limit, check: bool = False, legal=None):
-        carry, record, entries = self._stepped(carry, record, action, limit, check, legal)
-        return carry, record, self.step_layout.pack([entries[k] for k in self.step_emission.keys], record[0] != 0)
+        (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
+        return self.carry.join(buffers, keys, steps), record, self.step_layout.pack(
+            [entries[k] for k in self.step_emission.keys], record[0] != 0)
 
-    def step_reset(self, carry, record, action, limit, check: bool = False, legal=None):
-        """The step, then a fresh start for every env, kept where the step ended the episode."""
-        carry, record, entries = self._stepped(carry, record, action, limit, check, legal)
-        buffers, keys, steps = carry
+    def step_reset(self, carry, record, action, limit, check: bool = False, legal=None, *, when_needed: bool = False):
+        """The step, then a fresh start for every env, kept where the step ended the episode; ``when_needed``:
+        fresh starts computed only at steps where some env ended (one conditional)."""
+        (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
         done = entries[("done",)].reshape(-1)
-        if self.core.resets_when_needed:  # one conditional: on a GPU, one wait for its predicate a step
+        if when_needed:  # one conditional: on a GPU, one wait for its predicate a step
             def skip(buffers, keys):
                 return buffers, keys, jnp.zeros(shape.shape, shape.dtype)
 
@@ -355,7 +421,7 @@ class Programs:
             root.append(value)
         steps = jnp.where(done, 0, steps)
         values = [entries[k] for k in self.step_emission.keys] + root
-        return (buffers, keys, steps), record, self.both_layout.pack(values, record[0] != 0)
+        return self.carry.join(buffers, keys, steps), record, self.both_layout.pack(values, record[0] != 0)
 
 
 def export_program(env: JaxEnvBase, name: str = "step_reset", *, platform: str = "cuda") -> Any:
@@ -369,11 +435,22 @@ def export_program(env: JaxEnvBase, name: str = "step_reset", *, platform: str =
     core = env._core
     exported, core.exported = core.exported, {}
     try:
-        fn, args = outputs.signature(name, struct=lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype))
+        fn, args = outputs.signature(name, struct=lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype),
+                                     platform=platform)
         with quiet_tracing():
             return jax.export.export(jax.jit(fn), platforms=[platform])(*args)
     finally:
         core.exported = exported
+
+
+# The CPU path reads a step's outputs without a copy: NumPy views of the buffers JAX returned. NumPy marks them
+# read-only because JAX arrays are immutable; these buffers are never passed back into a compiled call (only the
+# carry is donated), so the torch tensors made of them are their only readers and writers. torch warns about such
+# an array once per process ("suppressed for the rest of this program"); that warning would be about this hand-off,
+# not about the user's code, so it is given here, where it is not shown.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.from_numpy(np.lib.stride_tricks.as_strided(np.zeros(1), writeable=False))
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -405,10 +482,11 @@ class JaxOutputs(Outputs):
         self._put = lambda value: jax.device_put(value, self._sharding)
         self._all = self._put(np.ones(B, dtype=bool))
         self._core = core
-        self._steps = self._put(np.zeros(B, dtype=np.int32))
+        self._carry: jax.Array | None = None  # the programs' carry (``Carry``), made at the first reset
         self._watch: jax.Array | None = None  # the device path: the latest record not read yet
         self._recorded = False  # the CPU path: a step's copied flag said a bad action was recorded
         self.programs = Programs(env)
+        self._split, self._join_carry = jax.jit(self.programs.carry.split), jax.jit(self.programs.carry.join)
         self._record = self._put(np.zeros(self.programs.record_size, dtype=np.int32))
         self.refresh()
 
@@ -435,9 +513,27 @@ class JaxOutputs(Outputs):
         self._after_step = env._after_step
         self._batch = env.num_envs
         self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
+        self._fns: dict[str, Callable] = {}  # the compiled step programs of this check mode, by name
 
     def step_counts(self) -> torch.Tensor:
-        return torch.from_numpy(np.array(self._steps)).to(torch.int64).to(self.env.device)
+        steps = np.zeros(self._batch, np.int32) if self._carry is None else np.asarray(self.carried()[2])
+        return torch.from_numpy(steps.astype(np.int64)).to(self.env.device)
+
+    def carried(self) -> tuple[tuple[jax.Array, ...], jax.Array, jax.Array]:
+        """``(state buffers, keys, step counts)`` the env carries now (split from the carry; for rendering and
+        tests, not the step)."""
+        if self._carry is None:
+            raise RuntimeError("the env has no state yet: reset it first")
+        return self._split(self._carry)
+
+    def seed(self, seed: int) -> None:
+        """Set the env keys of ``seed`` (``JaxCore.seed``), in the carry too once there is one."""
+        core = self._core
+        core.seed(seed)
+        if self._carry is not None:
+            buffers, _, steps = self.carried()
+            self._carry = self._join_carry(buffers, core._keys, steps)
+
 
     # -- the hand-off ---------------------------------------------------------------------------------
     def _action(self, actions: Sequence[torch.Tensor]):
@@ -446,38 +542,48 @@ class JaxOutputs(Outputs):
         if self.device_path:
             parts = [a.detach().reshape(self._batch, -1) for a in actions]
             return jax.dlpack.from_dlpack((parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).to(torch.float32))
-        parts = [_numpy(a).reshape(self._batch, -1) for a in actions]
-        flat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-        return flat.astype(np.float32, copy=False)
+        if len(actions) == 1:
+            return _numpy(actions[0]).reshape(self._batch, -1).astype(np.float32, copy=False)
+        return np.concatenate([_numpy(a).reshape(self._batch, -1) for a in actions], axis=1).astype(np.float32)
 
     def _received(self, buffers: Sequence[jax.Array], flag: int | None = None) -> list[torch.Tensor]:
-        """The output ``buffers`` as torch tensors. On the CPU path (a copy, which waits anyway), the flag
-        column of buffer ``flag`` says whether the record holds a bad action: read at the next call."""
+        """The output ``buffers`` as torch tensors, without a copy. On the CPU path (NumPy views, which wait for
+        the step anyway), the flag column of buffer ``flag`` says whether the record holds a bad action: read at
+        the next call."""
         if self.device_path:
             return [torch.from_dlpack(b) for b in buffers]
-        copies = [np.array(b) for b in buffers]
-        if flag is not None and copies[flag][0, -1]:
+        views = [np.asarray(b) for b in buffers]
+        if flag is not None and views[flag][0, -1]:
             self._recorded = True
-        return [torch.from_numpy(c) for c in copies]
+        return [torch.from_numpy(v) for v in views]
 
-    def _carry(self):
-        core = self._core
-        if core._state is None:
-            core._state = core.zero_state()
-        return (core._state, core._keys, self._steps), self._record
+    def _start(self) -> jax.Array:
+        """The carry, made from zeros (state and step counts) and the env keys before the first reset."""
+        if self._carry is None:
+            core = self._core
+            self._carry = self._join_carry(core.zero_state(), core._keys, self._put(np.zeros(self._batch, np.int32)))
+        return self._carry
 
-    def signature(self, name: str, struct: Callable | None = None) -> tuple[Callable, tuple]:
+    def signature(self, name: str, struct: Callable | None = None, platform: str | None = None
+                  ) -> tuple[Callable, tuple]:
         """``(function, argument structs)`` of the program ``name`` (``struct(shape, dtype)`` makes the structs;
-        default: on the env's device)."""
+        default: on the env's device), as it runs on ``platform`` (default: the env's code path).
+
+        The auto-reset computes fresh starts only at steps where some env ended (a conditional) on the CPU path,
+        where the conditional's predicate is on the host already, and for a core whose reset costs many steps
+        (``JaxCore.resets_when_needed``); on a device, a conditional's predicate is read on the host, a wait, so
+        there a fresh start is drawn for every env and selected."""
         core, programs = self._core, self.programs
+        host = platform == "cpu" if platform is not None else not self.device_path
         struct = struct or core._struct
         B = core.num_envs
-        state = tuple(struct((B, w), np.dtype(d)) for w, d in zip(core.widths, core.dtypes))
-        carry = (state, struct((B, 2), jnp.uint32), struct((B,), jnp.int32))
+        carry = struct((programs.carry.size,), jnp.uint32)
         record = struct((programs.record_size,), jnp.int32)
         if name == "reset":
             return programs.reset, (carry, record, struct((B,), jnp.bool_))
-        method, check = (programs.step if name == "step" else programs.step_reset), self._check
+        method, check = programs.step, self._check
+        if name == "step_reset":
+            method = functools.partial(programs.step_reset, when_needed=core.resets_when_needed or host)
         args = (carry, record, struct((B, core.action_size), jnp.float32), struct((), jnp.int32))
         if programs.masks and check:  # the masks are read only by the check
             return (lambda c, r, a, lim, legal: method(c, r, a, lim, check, legal)), (
@@ -540,9 +646,7 @@ class JaxOutputs(Outputs):
             self._poll()
         jmask = self._all if mask is None else (
             jax.dlpack.from_dlpack(mask.contiguous()) if self.device_path else mask.numpy())
-        core = self._core
-        carry, self._record, buffers = self._compiled("reset")(*self._carry(), jmask)
-        core._state, core._keys, self._steps = carry
+        self._carry, self._record, buffers = self._compiled("reset")(self._start(), self._record, jmask)
         return self._reset_tree(self.programs.reset_layout.cut(self._received(buffers)))
 
     def _legal(self, tensordict: TensorDictBase):
@@ -560,16 +664,17 @@ class JaxOutputs(Outputs):
              tensordict: TensorDictBase) -> list[torch.Tensor]:
         """Run the compiled ``step`` or ``step_reset`` on the actions (in the core's order) and the data's action
         masks; its output buffers, as torch tensors (``flag``: the buffer with the record's flag column)."""
-        if self._recorded or (self._watch is not None and self._watch.is_ready()):
+        if self._recorded or self._watch is not None:
             self._poll()
-        core = self._core
-        if core._state is None:
+        carry = self._carry
+        if carry is None:
             raise RuntimeError("step() before reset(): reset the env first")
-        fn = core._compiled.get(self._labels[name]) or self._compiled(name)
-        args = ((core._state, core._keys, self._steps), self._record, self._action(actions), self._limit)
+        fn = self._fns.get(name) or self._fns.setdefault(name, self._compiled(name))
         if self._masked:
-            args = (*args, self._legal(tensordict))
-        (core._state, core._keys, self._steps), record, buffers = fn(*args)
+            carry, record, buffers = fn(carry, self._record, self._action(actions), self._limit, self._legal(tensordict))
+        else:
+            carry, record, buffers = fn(carry, self._record, self._action(actions), self._limit)
+        self._carry = carry
         self._record = record
         if self._check and self.device_path and self._watch is None:
             self._watch = record

@@ -371,7 +371,7 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         viewer = self._library_viewer
         if viewer is None:
             raise NotImplementedError(f"Jumanji {self.env_name}'s viewer draws no images")
-        state = jax.tree.map(jnp.asarray, self._core.env_state(env_index))
+        state = jax.tree.map(jnp.asarray, self._env_state(env_index))
         frames: list[np.ndarray] = []
         shown = viewer.__dict__.get("_display")
         viewer._display = lambda figure: frames.append(viewer._display_rgb_array(figure))  # SearchAndRescue's
