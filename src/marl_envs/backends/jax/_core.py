@@ -203,10 +203,9 @@ class JaxCore:
     """
 
     step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
-    #: the auto-reset computes fresh starts only at steps where some env ended (one conditional over the batch) on
-    #: a device too, for envs whose reset costs many steps (Playground's resets settle the model); else, on a
-    #: device, a fresh start for every env at every step, selected where the episode ended (no conditional: nothing
-    #: read on the host). On the CPU every env resets only where needed (``JaxOutputs.signature``)
+    #: the auto-reset computes fresh starts only at steps where some env ended (one conditional over the batch),
+    #: for envs whose reset costs many steps (Playground's resets settle the model): else a fresh start for every
+    #: env at every step, selected where the episode ended (no conditional: nothing read on the host on a GPU)
     resets_when_needed = False
     label = "env"  # how errors name the env
     num_envs: int

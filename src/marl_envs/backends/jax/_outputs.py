@@ -21,7 +21,6 @@ computed it).
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -180,65 +179,29 @@ class _Rows:
 
 
 class Carry:
-    """Everything a JAX-family env carries from one compiled call to the next, as one flat uint32 array: the core's
-    state buffers (each element one 32-bit word, bools and narrower types widened, 64-bit ones as two words), then
-    the env keys (two words an env), then the step counts (one), each a contiguous run of words. Every array a
-    compiled call takes or returns costs its dispatch about 0.5-1 us on a CPU: one carry in place of four or five
-    saves several us a step, which is most of a cheap env's margin. The programs split it when they start and join
-    it when they end: contiguous slices, reshapes and bit casts, which cost XLA a copy of the state at most.
+    """What a JAX-family env carries from one compiled call to the next: the core's state buffers as they are, and
+    the env keys and step counts side by side in one uint32 ``(B, 3)`` array (two words of key, then the step count's
+    bits). Every array a compiled call takes or returns costs its dispatch about 0.5-1 us on a CPU, a cheap env's
+    margin; the state buffers stay apart, so that XLA compiles the state's arithmetic alike in every program (the
+    fused step and reset, bit for bit the step then the reset).
 
     Args:
-        widths, dtypes: the core's state buffers (``JaxCore.widths`` / ``dtypes``).
         num_envs: the batch size.
     """
 
-    def __init__(self, widths: Sequence[int], dtypes: Sequence[str], num_envs: int):
-        self.parts: list[tuple[np.dtype, int, int, int]] = []  # (dtype, width, words per element, first word)
-        B, start = num_envs, 0
-        for width, name in zip(widths, dtypes):
-            dtype = np.dtype(name)
-            words = 2 if dtype.itemsize == 8 else 1
-            self.parts.append((dtype, int(width), words, start))
-            start += B * int(width) * words
-        self.keys = start  # the keys' first word; the step counts' is keys + 2 * B
-        self.size = start + 3 * B
-        self.num_envs = B
+    def __init__(self, num_envs: int):
+        self.num_envs = num_envs
 
     @staticmethod
-    def _words(value: jax.Array, dtype: np.dtype) -> jax.Array:
-        if dtype == np.bool_:
-            words = value.astype(jnp.uint32)
-        elif dtype.itemsize == 4:
-            words = jax.lax.bitcast_convert_type(value, jnp.uint32)
-        elif dtype.itemsize == 8:
-            words = jax.lax.bitcast_convert_type(value, jnp.uint32)
-        else:
-            words = jax.lax.bitcast_convert_type(value, jnp.dtype(f"uint{8 * dtype.itemsize}")).astype(jnp.uint32)
-        return words.reshape(-1)
-
-    @staticmethod
-    def _value(words: jax.Array, dtype: np.dtype, shape: tuple[int, ...]) -> jax.Array:
-        if dtype == np.bool_:
-            return words.reshape(shape) != 0
-        if dtype.itemsize == 4:
-            return jax.lax.bitcast_convert_type(words.reshape(shape), dtype)
-        if dtype.itemsize == 8:
-            return jax.lax.bitcast_convert_type(words.reshape(*shape, 2), dtype)
-        return jax.lax.bitcast_convert_type(words.reshape(shape).astype(jnp.dtype(f"uint{8 * dtype.itemsize}")), dtype)
-
-    def join(self, buffers: Sequence[jax.Array], keys: jax.Array, steps: jax.Array) -> jax.Array:
+    def join(buffers: Sequence[jax.Array], keys: jax.Array, steps: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
         """The carry of the state ``buffers``, ``keys`` ``(B, 2)`` uint32 and ``steps`` ``(B,)`` int32."""
-        parts = [self._words(b, dtype) for b, (dtype, _, _, _) in zip(buffers, self.parts)]
-        parts += [keys.reshape(-1), jax.lax.bitcast_convert_type(steps, jnp.uint32)]
-        return jnp.concatenate(parts)
+        return tuple(buffers), jnp.concatenate([keys, jax.lax.bitcast_convert_type(steps, jnp.uint32)[:, None]], 1)
 
-    def split(self, carry: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array, jax.Array]:
+    @staticmethod
+    def split(carry: tuple[tuple[jax.Array, ...], jax.Array]) -> tuple[tuple[jax.Array, ...], jax.Array, jax.Array]:
         """``(state buffers, keys, steps)`` of a carry (``join``'s inverse)."""
-        B = self.num_envs
-        buffers = tuple(self._value(carry[start:start + B * width * words], dtype, (B, width))
-                        for dtype, width, words, start in self.parts)
-        keys = carry[self.keys:self.keys + 2 * B].reshape(B, 2)
-        return buffers, keys, jax.lax.bitcast_convert_type(carry[self.keys + 2 * B:], jnp.int32)
+        buffers, counters = carry
+        return tuple(buffers), counters[:, :2], jax.lax.bitcast_convert_type(counters[:, 2], jnp.int32)
 
 
 def _action_bounds(env: JaxEnvBase) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, int]]]:
@@ -321,7 +284,7 @@ class Programs:
         self.legal_width = sum(m.width * m.n for m in self.masks)
         self.words = -(-max((m.n for m in self.masks), default=0) // _BITS)
         self.record_size = 6 + self.words
-        self.carry = Carry(core.widths, core.dtypes, env.num_envs)
+        self.carry = Carry(env.num_envs)
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _primitive(self, name: str) -> Callable:
@@ -398,12 +361,11 @@ class Programs:
         return self.carry.join(buffers, keys, steps), record, self.step_layout.pack(
             [entries[k] for k in self.step_emission.keys], record[0] != 0)
 
-    def step_reset(self, carry, record, action, limit, check: bool = False, legal=None, *, when_needed: bool = False):
-        """The step, then a fresh start for every env, kept where the step ended the episode; ``when_needed``:
-        fresh starts computed only at steps where some env ended (one conditional)."""
+    def step_reset(self, carry, record, action, limit, check: bool = False, legal=None):
+        """The step, then a fresh start for every env, kept where the step ended the episode."""
         (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
         done = entries[("done",)].reshape(-1)
-        if when_needed:  # one conditional: on a GPU, one wait for its predicate a step
+        if self.core.resets_when_needed:  # one conditional: on a GPU, one wait for its predicate a step
             def skip(buffers, keys):
                 return buffers, keys, jnp.zeros(shape.shape, shape.dtype)
 
@@ -435,8 +397,7 @@ def export_program(env: JaxEnvBase, name: str = "step_reset", *, platform: str =
     core = env._core
     exported, core.exported = core.exported, {}
     try:
-        fn, args = outputs.signature(name, struct=lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype),
-                                     platform=platform)
+        fn, args = outputs.signature(name, struct=lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype))
         with quiet_tracing():
             return jax.export.export(jax.jit(fn), platforms=[platform])(*args)
     finally:
@@ -564,26 +525,18 @@ class JaxOutputs(Outputs):
             self._carry = self._join_carry(core.zero_state(), core._keys, self._put(np.zeros(self._batch, np.int32)))
         return self._carry
 
-    def signature(self, name: str, struct: Callable | None = None, platform: str | None = None
-                  ) -> tuple[Callable, tuple]:
+    def signature(self, name: str, struct: Callable | None = None) -> tuple[Callable, tuple]:
         """``(function, argument structs)`` of the program ``name`` (``struct(shape, dtype)`` makes the structs;
-        default: on the env's device), as it runs on ``platform`` (default: the env's code path).
-
-        The auto-reset computes fresh starts only at steps where some env ended (a conditional) on the CPU path,
-        where the conditional's predicate is on the host already, and for a core whose reset costs many steps
-        (``JaxCore.resets_when_needed``); on a device, a conditional's predicate is read on the host, a wait, so
-        there a fresh start is drawn for every env and selected."""
+        default: on the env's device)."""
         core, programs = self._core, self.programs
-        host = platform == "cpu" if platform is not None else not self.device_path
         struct = struct or core._struct
         B = core.num_envs
-        carry = struct((programs.carry.size,), jnp.uint32)
+        carry = (tuple(struct((B, w), np.dtype(d)) for w, d in zip(core.widths, core.dtypes)),
+                 struct((B, 3), jnp.uint32))
         record = struct((programs.record_size,), jnp.int32)
         if name == "reset":
             return programs.reset, (carry, record, struct((B,), jnp.bool_))
-        method, check = programs.step, self._check
-        if name == "step_reset":
-            method = functools.partial(programs.step_reset, when_needed=core.resets_when_needed or host)
+        method, check = (programs.step if name == "step" else programs.step_reset), self._check
         args = (carry, record, struct((B, core.action_size), jnp.float32), struct((), jnp.int32))
         if programs.masks and check:  # the masks are read only by the check
             return (lambda c, r, a, lim, legal: method(c, r, a, lim, check, legal)), (
