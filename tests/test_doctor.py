@@ -33,8 +33,8 @@ def test_doctor_passes_where_backends_work(capsys):
     rows = _rows(out)
     assert rows["vmas", "cpu"][0] == "ok" and rows["vmas", "cpu"][1].startswith("vmas/balance: reset + 3 steps")
     assert rows["gymnax", "cpu"][0] == "ok"
-    assert rows["jax->torch", "cpu"][0] == "ok"  # on the CPU the hand-off copies, by design
-    assert rows["jax->torch", "cpu"][1].startswith("a copy (NumPy), as designed on the CPU")
+    assert rows["jax->torch", "cpu"][0] == "ok"  # zero-copy on the CPU too: a NumPy view
+    assert rows["jax->torch", "cpu"][1].startswith("zero-copy (a NumPy view of JAX's buffer)")
     assert rows["jax-memory", "XLA_PYTHON_CLIENT_PREALLOCATE"][0] == "-"
     assert out.rstrip().endswith("all checks passed")
 

@@ -2,8 +2,8 @@
 
 For each installed backend and each device torch can use, the env its record names (``Backend.check_env``) is built, reset and
 stepped; the
-JAX -> torch hand-off of the JAX families is checked on each device (zero-copy on a GPU, by DLPack; a copy on the
-CPU, by design: ``backends.jax.Transfer``); JAX's GPU memory settings are shown with what they mean beside torch.
+JAX -> torch hand-off of the JAX families is checked on each device (zero-copy: by DLPack on a GPU, a NumPy view on
+the CPU; ``backends.jax.Transfer``); JAX's GPU memory settings are shown with what they mean beside torch.
 A check that fails is a ``FAIL`` row carrying the error, and the command then exits with status 1: something
 installed is broken. On a machine with a GPU this one command runs every CUDA path of the library, and the
 host-wait check (``host_wait``) of each JAX family and VMAS: whether a step makes the host wait for the GPU, with
@@ -140,11 +140,11 @@ def _hand_off(device: str) -> str:
     if not np.array_equal(tensor.cpu().numpy(), np.asarray(array)) or tensor.device != torch.device(device):
         raise RuntimeError(f"the tensor differs from the JAX array (on {tensor.device})")
     shared = tensor.data_ptr() == array.unsafe_buffer_pointer()
-    if device == "cpu":
-        return "a copy (NumPy), as designed on the CPU" if not shared else "zero-copy"
     if not shared:
-        raise RuntimeError("DLPack gave a copy: the step's output is copied on the GPU every step")
-    return "zero-copy (DLPack: the tensor reads JAX's buffer)"
+        raise RuntimeError(f"{'NumPy' if device == 'cpu' else 'DLPack'} gave a copy: the step's output is copied "
+                           f"every step")
+    return "zero-copy (a NumPy view of JAX's buffer)" if device == "cpu" else \
+        "zero-copy (DLPack: the tensor reads JAX's buffer)"
 
 
 def host_wait(name: str, kwargs: dict[str, Any], device: str, *, num_envs: int = HOST_WAIT_BATCH,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -135,45 +134,6 @@ def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
         return pair[0], pair[1]
     b1, b2 = _threefry(key[0], key[1], jnp.zeros(2, jnp.uint32), jnp.arange(2, dtype=jnp.uint32))
     return jnp.stack([b1[0], b2[0]]), jnp.stack([b1[1], b2[1]])
-
-
-@functools.cache
-def _written_out_threefry() -> tuple[Any, Any] | None:
-    """``(primitive, lowering rule)``: the Threefry hash written out, JAX's own lowering for every platform but the
-    CPU; None where JAX has moved them (the CPU's loop is then used: slower, the same bits).
-
-    On a CPU, JAX lowers the hash behind every ``jax.random`` draw as a five-step loop: a smaller program, compiled
-    sooner, which for a batch of keys costs several times the written-out rounds XLA fuses into one kernel (a
-    family's fresh starts, drawn for every env at every step, are most of a cheap env's step there: 1,024 gymnax
-    CartPoles step in about 10% less time). Our compiled programs are lowered with the written-out form on a
-    CPU, through JAX's per-lowering override: nothing else in the process changes."""
-    try:
-        from jax._src.random import threefry2x32
-
-        return threefry2x32.threefry2x32_p, threefry2x32._threefry2x32_lowering_rule
-    except (ImportError, AttributeError):
-        return None
-
-
-def lowering_options(platform: str, *, export: bool = False) -> dict[str, Any]:
-    """The keywords of ``Traced.lower`` (or, ``export``, of ``jax.export.export``) that lower a program of ours for
-    ``platform`` with the written-out Threefry hash (``_written_out_threefry``): none off the CPU, or where this JAX
-    takes no per-lowering override."""
-    rule = _written_out_threefry() if platform == "cpu" else None
-    if rule is None:
-        return {}
-    if export:
-        if "_override_lowering_rules" not in inspect.signature(jax.export.export).parameters:
-            return {}
-        return {"_override_lowering_rules": (rule,)}
-    try:
-        from jax._src.interpreters import mlir
-
-        if "_private_parameters" not in inspect.signature(jax.stages.Traced.lower).parameters:
-            return {}
-        return {"_private_parameters": mlir.LoweringParameters(override_lowering_rules=(rule,))}
-    except (ImportError, AttributeError, TypeError):
-        return {}
 
 
 @functools.partial(jax.jit, static_argnums=1)
@@ -351,8 +311,7 @@ class JaxCore:
             start = time.perf_counter()
             try:
                 with quiet_tracing():
-                    self.exported[name] = jax.export.export(
-                        jax.jit(fn), platforms=[platform], **lowering_options(platform, export=True))(*args)
+                    self.exported[name] = jax.export.export(jax.jit(fn), platforms=[platform])(*args)
             except Exception:  # not exportable (an unsupported custom call, ...): trace as usual, save nothing
                 self.exported.clear()
                 return False
@@ -374,7 +333,7 @@ class JaxCore:
                     traced = jax.jit(self.exported[name].call, donate_argnums=donate).trace(*args())
                 else:
                     traced = self._traced.pop(name)
-                self._compiled[name] = traced.lower(**lowering_options(self.device.platform)).compile()
+                self._compiled[name] = traced.lower().compile()
             self.compile_seconds[name] = self.compile_seconds.get(name, 0.0) + time.perf_counter() - start
         return self._compiled[name]
 

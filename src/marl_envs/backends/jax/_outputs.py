@@ -21,7 +21,6 @@ computed it).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -404,16 +403,6 @@ def export_program(env: JaxEnvBase, name: str = "step_reset", *, platform: str =
         core.exported = exported
 
 
-# The CPU path reads a step's outputs without a copy: NumPy views of the buffers JAX returned. NumPy marks them
-# read-only because JAX arrays are immutable; these buffers are never passed back into a compiled call (only the
-# carry is donated), so the torch tensors made of them are their only readers and writers. torch warns about such
-# an array once per process ("suppressed for the rest of this program"); that warning would be about this hand-off,
-# not about the user's code, so it is given here, where it is not shown.
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    torch.from_numpy(np.lib.stride_tricks.as_strided(np.zeros(1), writeable=False))
-
-
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return (tensor.detach() if tensor.requires_grad else tensor).numpy()
 
@@ -513,7 +502,7 @@ class JaxOutputs(Outputs):
         the next call."""
         if self.device_path:
             return [torch.from_dlpack(b) for b in buffers]
-        views = [np.asarray(b) for b in buffers]
+        views = [np.asarray(b) for b in buffers]  # (``Transfer``'s views: JAX's buffers, read-only to NumPy)
         if flag is not None and views[flag][0, -1]:
             self._recorded = True
         return [torch.from_numpy(v) for v in views]

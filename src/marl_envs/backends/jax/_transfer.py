@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import numpy as np
 import torch
 
 __all__ = ["Transfer"]
 
+# torch warns once per process about a read-only NumPy array; that warning would be about the hand-off of JAX's
+# outputs (see ``Transfer``), not about the user's code, so it is given here, where it is not shown.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.from_numpy(np.lib.stride_tricks.as_strided(np.zeros(1), writeable=False))
+
 
 class Transfer:
-    """NumPy views in and one copy out on CPU (the cheaper hand-off there than DLPack, either way);
-    zero-copy DLPack both ways on GPU."""
+    """NumPy views both ways on the CPU (cheaper there than DLPack); zero-copy DLPack both ways on a GPU.
+
+    JAX's buffers are immutable, so NumPy marks its view of one read-only; an output buffer of a compiled call is
+    never passed back into one (only the carried state is donated), so the tensor made of it is its only reader and
+    writer."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -25,5 +36,5 @@ class Transfer:
 
     def to_torch(self, array) -> torch.Tensor:
         if self.cpu:
-            return torch.from_numpy(np.array(array))
+            return torch.from_numpy(np.asarray(array))
         return torch.from_dlpack(array)
