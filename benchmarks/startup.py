@@ -19,6 +19,8 @@ data on the host, on the CPU, with 4 envs (``--num-envs``):
   Brax's own ``ant`` (``brax.envs.get_environment("ant")``), one robot per env, the same physics. The raw step
   is the env's own ``step``: JaxMARL's and gymnax's reset the envs that end, Jumanji's and Brax's bare ones do
   not (ours does, every family), so those two raw rows compile a little less than ours.
+- **raw, num_envs=2**: the raw start with 2 envs in a cache that only the raw ``num_envs=4`` child filled: the
+  library's own loop compiles again for a new batch size too (XLA compiles static shapes).
 
 Caches. marl_envs keeps JAX's persistent compilation cache in ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``
 (compilations over 0.2 s kept; ``backends/jax/_runtime.py``); the raw child uses the same settings with a
@@ -152,13 +154,13 @@ def run_child(who: str, name: str, num_envs: int, home: Path | None) -> dict[str
 def measure(name: str, who: str, cache: str, repeat: int, num_envs: int) -> dict[str, float]:
     """The median of ``repeat`` timed children of one row, with the caches ``cache`` says."""
     runs = []
+    kind, new = who.split(",")[0], who.endswith("new num_envs")
     for _ in range(repeat):
         with tempfile.TemporaryDirectory(prefix="marl-envs-startup-") as tmp:
-            home = Path(tmp) if cache == "cold" or who == "ours, new num_envs" else None
-            if who == "ours, new num_envs" and cache == "warm":  # a cache only the usual batch size filled
-                run_child("ours", name, num_envs, home)
-            batch = num_envs if who != "ours, new num_envs" else num_envs // 2
-            runs.append(run_child("raw" if who == "raw" else "ours", name, batch, home))
+            home = Path(tmp) if cache == "cold" or new else None
+            if new and cache == "warm":  # a cache only the usual batch size filled
+                run_child(kind, name, num_envs, home)
+            runs.append(run_child(kind, name, num_envs // 2 if new else num_envs, home))
     return {column: statistics.median(run[column] for run in runs) for column in COLUMNS}
 
 
@@ -212,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                         run_child(who, name, args.num_envs, None)
                     except RuntimeError as error:
                         print(f"warm-up: {error}", file=sys.stderr)
-            for who in ("ours", "ours, new num_envs", "raw"):
-                label = f"ours, num_envs={args.num_envs // 2}" if who == "ours, new num_envs" else who
+            for who in ("ours", "ours, new num_envs", "raw", "raw, new num_envs"):
+                label = who.replace("new num_envs", f"num_envs={args.num_envs // 2}")
                 cells = [name, label, cache]
                 try:
                     times = measure(name, who, cache, args.repeat, args.num_envs)
