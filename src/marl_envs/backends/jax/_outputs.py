@@ -184,15 +184,11 @@ class Carry:
     margin; the state buffers stay apart, so that XLA compiles the state's arithmetic alike in every program (the
     fused step and reset, bit for bit the step then the reset).
 
-    Args:
-        num_envs: the batch size.
     """
 
-    def __init__(self, num_envs: int):
-        self.num_envs = num_envs
-
     @staticmethod
-    def join(buffers: Sequence[jax.Array], keys: jax.Array, steps: jax.Array) -> tuple[tuple[jax.Array, ...], jax.Array]:
+    def join(buffers: Sequence[jax.Array], keys: jax.Array, steps: jax.Array
+             ) -> tuple[tuple[jax.Array, ...], jax.Array]:
         """The carry of the state ``buffers``, ``keys`` ``(B, 2)`` uint32 and ``steps`` ``(B,)`` int32."""
         return tuple(buffers), jnp.concatenate([keys, jax.lax.bitcast_convert_type(steps, jnp.uint32)[:, None]], 1)
 
@@ -256,8 +252,8 @@ _BITS = 31  # choices per int32 word of the record's copy of a mask row
 class Programs:
     """The compiled reset, step and step-with-auto-reset of a JAX-family env (see the module docstring).
 
-    Each takes the carry (``Carry``, donated): the core's packed state, the per-env keys and each env's steps since
-    its reset, in one array; and the record (not donated: the host may still read an
+    Each takes the carry (``Carry``, donated): the core's packed state buffers, and the per-env keys and each env's
+    steps since its reset in one array; and the record (not donated: the host may still read an
     earlier one), ``(6 + words,)`` int32: the deferred check's first bad action (set, step, env, action column, the
     value's float32 bits), the steps taken, and the legal choices of that action's mask as bits (an env with
     action masks). A step of an env with action masks also takes ``legal``: each mask's bools, side by side (a
@@ -283,7 +279,7 @@ class Programs:
         self.legal_width = sum(m.width * m.n for m in self.masks)
         self.words = -(-max((m.n for m in self.masks), default=0) // _BITS)
         self.record_size = 6 + self.words
-        self.carry = Carry(env.num_envs)
+        self.carry = Carry()
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _primitive(self, name: str) -> Callable:
@@ -484,7 +480,6 @@ class JaxOutputs(Outputs):
             buffers, _, steps = self.carried()
             self._carry = self._join_carry(buffers, core._keys, steps)
 
-
     # -- the hand-off ---------------------------------------------------------------------------------
     def _action(self, actions: Sequence[torch.Tensor]):
         """The core's flat float32 action: by DLPack on the device path, else a NumPy view of each action (the
@@ -613,7 +608,8 @@ class JaxOutputs(Outputs):
             raise RuntimeError("step() before reset(): reset the env first")
         fn = self._fns.get(name) or self._fns.setdefault(name, self._compiled(name))
         if self._masked:
-            carry, record, buffers = fn(carry, self._record, self._action(actions), self._limit, self._legal(tensordict))
+            carry, record, buffers = fn(carry, self._record, self._action(actions), self._limit,
+                                        self._legal(tensordict))
         else:
             carry, record, buffers = fn(carry, self._record, self._action(actions), self._limit)
         self._carry = carry
