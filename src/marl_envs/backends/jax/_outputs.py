@@ -492,12 +492,12 @@ class JaxOutputs(Outputs):
         return np.concatenate([_numpy(a).reshape(self._batch, -1) for a in actions], axis=1).astype(np.float32)
 
     def _received(self, buffers: Sequence[jax.Array], flag: int | None = None) -> list[torch.Tensor]:
-        """The output ``buffers`` as torch tensors, without a copy. On the CPU path (NumPy views, which wait for
-        the step anyway), the flag column of buffer ``flag`` says whether the record holds a bad action: read at
-        the next call."""
+        """The output ``buffers`` as torch tensors, without a copy: ``Transfer.to_torch`` (DLPack on the device path,
+        else NumPy views), written out on the CPU path, where the flag column of buffer ``flag`` is read from the view
+        made anyway (it says whether the record holds a bad action: raised at the next call)."""
         if self.device_path:
             return [torch.from_dlpack(b) for b in buffers]
-        views = [np.asarray(b) for b in buffers]  # (``Transfer``'s views: JAX's buffers, read-only to NumPy)
+        views = [np.asarray(b) for b in buffers]
         if flag is not None and views[flag][0, -1]:
             self._recorded = True
         return [torch.from_numpy(v) for v in views]

@@ -22,11 +22,16 @@ class Transfer:
 
     JAX's buffers are immutable, so NumPy marks its view of one read-only; an output buffer of a compiled call is
     never passed back into one (only the carried state is donated), so the tensor made of it is its only reader and
-    writer."""
+    writer.
 
-    def __init__(self, device: torch.device):
+    Args:
+        device: the torch device.
+        dlpack: DLPack on the CPU too (the device code path, ``MARL_ENVS_DEVICE_PATH=1``); default: on a GPU only.
+    """
+
+    def __init__(self, device: torch.device, *, dlpack: bool | None = None):
         self.device = device
-        self.cpu = device.type == "cpu"
+        self.cpu = device.type == "cpu" if dlpack is None else not dlpack
 
     def to_jax(self, tensor: torch.Tensor):
         tensor = tensor.detach()
