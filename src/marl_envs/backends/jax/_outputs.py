@@ -183,7 +183,6 @@ class Carry:
     bits). Every array a compiled call takes or returns costs its dispatch about 0.5-1 us on a CPU, a cheap env's
     margin; the state buffers stay apart, so that XLA compiles the state's arithmetic alike in every program (the
     fused step and reset, bit for bit the step then the reset).
-
     """
 
     @staticmethod
@@ -428,7 +427,7 @@ class JaxOutputs(Outputs):
         self._put = lambda value: jax.device_put(value, self._sharding)
         self._all = self._put(np.ones(B, dtype=bool))
         self._core = core
-        self._carry: jax.Array | None = None  # the programs' carry (``Carry``), made at the first reset
+        self._carry: tuple | None = None  # the programs' carry (``Carry``: state buffers, counters), made at reset
         self._watch: jax.Array | None = None  # the device path: the latest record not read yet
         self._recorded = False  # the CPU path: a step's copied flag said a bad action was recorded
         self.programs = Programs(env)
@@ -502,7 +501,7 @@ class JaxOutputs(Outputs):
             self._recorded = True
         return [torch.from_numpy(v) for v in views]
 
-    def _start(self) -> jax.Array:
+    def _start(self) -> tuple:
         """The carry, made from zeros (state and step counts) and the env keys before the first reset."""
         if self._carry is None:
             core = self._core
