@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree
+from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree, merge_rows
 from ...specs import Binary, Categorical, MultiCategorical, OneHot
 from ._core import quiet_tracing
 
@@ -55,14 +55,15 @@ class Layout:
     Args:
         entries: ``(key, batched shape, torch dtype)`` of each entry, in order (a key may repeat: two outputs
             laid side by side).
-        flag: one more bool column after the bool entries (no entry's): the deferred check's "a bad action was
-            recorded", which the CPU path reads from the copy it makes anyway.
+        flags: that many more bool columns after the bool entries (no entry's), each a scalar of the whole batch that
+            the CPU path reads from the view it makes anyway: the last, the deferred check's "a bad action was
+            recorded"; the one before it (a step that restarts ended envs on the host), "some env's episode ended".
     """
 
-    def __init__(self, entries: Sequence[tuple[Key, tuple[int, ...], torch.dtype]], *, flag: bool = False):
+    def __init__(self, entries: Sequence[tuple[Key, tuple[int, ...], torch.dtype]], *, flags: int = 0):
         self.entries = list(entries)
-        self.dtypes = list(dict.fromkeys([d for _, _, d in entries] + ([torch.bool] if flag else [])))
-        self.flag = self.dtypes.index(torch.bool) if flag else None  # the flag's buffer (its last column)
+        self.dtypes = list(dict.fromkeys([d for _, _, d in entries] + ([torch.bool] if flags else [])))
+        self.flag = self.dtypes.index(torch.bool) if flags else None  # the flags' buffer (its last columns)
         self.widths = [0] * len(self.dtypes)
         self.slots: list[tuple[int, slice, tuple[int, ...]]] = []
         for _, shape, dtype in entries:
@@ -73,24 +74,24 @@ class Layout:
         # entry order, reshaped where the entry has more than one dim past the batch
         self._sizes = [[cols.stop - cols.start for i, cols, _ in self.slots if i == index]
                        for index in range(len(self.dtypes))]
-        if flag:
-            self._sizes[self.flag].append(1)
-            self.widths[self.flag] += 1
+        if flags:
+            self._sizes[self.flag].append(flags)
+            self.widths[self.flag] += flags
         counts = [0] * len(self.dtypes)
         self._order = []
         for index, _, shape in self.slots:
             self._order.append((index, counts[index], None if len(shape) == 2 else shape))
             counts[index] += 1
 
-    def pack(self, values: Sequence[jax.Array], flag: jax.Array | None = None) -> tuple[jax.Array, ...]:
+    def pack(self, values: Sequence[jax.Array], *flags: jax.Array) -> tuple[jax.Array, ...]:
         """The ``(B, width)`` buffers (one per dtype) of ``values`` (one ``(B, ...)`` array per entry, in order)
-        and the scalar ``flag`` (if the layout has one)."""
+        and the layout's scalar ``flags``."""
         parts: list[list[jax.Array]] = [[] for _ in self.dtypes]
         for (index, _, _), value in zip(self.slots, values):
             parts[index].append(value.reshape(value.shape[0], -1).astype(_numpy_dtype(self.dtypes[index])))
         if self.flag is not None:
             B = values[0].shape[0]
-            parts[self.flag].append(jnp.broadcast_to(flag, (B, 1)))
+            parts[self.flag].append(jnp.broadcast_to(jnp.stack(flags), (B, len(flags))))
         return tuple(jnp.concatenate(p, axis=1) for p in parts)
 
     def cut(self, buffers: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -271,8 +272,10 @@ class Programs:
         next_entries = self.step_emission.entry_specs()
         root_entries = self.step_emission.entry_specs(lambda k: k not in rewards)
         self.reset_layout = Layout(self.reset_emission.entry_specs())
-        self.step_layout = Layout(next_entries, flag=True)
-        self.both_layout = Layout(next_entries + root_entries, flag=True)  # "next" and next root, side by side
+        # a core whose envs restart on the host after the step (``JaxOutputs``) reads from its step whether any ended
+        self.ended = core.costly_reset
+        self.step_layout = Layout(next_entries, flags=2 if self.ended else 1)
+        self.both_layout = Layout(next_entries + root_entries, flags=1)  # "next" and next root, side by side
         self.low, self.high, self.action_names = _action_bounds(env)
         self.masks = _action_masks(env)
         self.legal_width = sum(m.width * m.n for m in self.masks)
@@ -317,7 +320,9 @@ class Programs:
     def _stepped(self, carry, record, action, limit, check: bool, legal=None):
         """The step of every env and its entries (with ``check``, the bad envs left as they were)."""
         buffers, keys, steps = self.carry.split(carry)
-        new_buffers, new_keys, out = self._primitive("step")(buffers, keys, action)
+        # a fence after the core's step: XLA would otherwise copy the step's last computations into each fusion
+        # that reads them (the emission's, the selects'), computing them again there (ant: 4% of a step, CPU)
+        new_buffers, new_keys, out = jax.lax.optimization_barrier(self._primitive("step")(buffers, keys, action))
         new_steps = steps + 1
         entries = self.step_emission(out, new_steps >= limit)
         if check:
@@ -352,8 +357,9 @@ class Programs:
 
     def step(self, carry, record, action, limit, check: bool = False, legal=None):
         (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
+        flags = (entries[("done",)].any(), record[0] != 0) if self.ended else (record[0] != 0,)
         return self.carry.join(buffers, keys, steps), record, self.step_layout.pack(
-            [entries[k] for k in self.step_emission.keys], record[0] != 0)
+            [entries[k] for k in self.step_emission.keys], *flags)
 
     def step_reset(self, carry, record, action, limit, check: bool = False, legal=None):
         """The step, then a fresh start for every env, kept where the step ended the episode."""
@@ -445,6 +451,11 @@ class JaxOutputs(Outputs):
         # "next" and the next root from one list: the step's buffers cut, then the actions
         self._root_tree = Tree(programs.kept + list(actions), env.batch_size, env.device, batches,
                                first=len(programs.step_emission.keys))
+        # a step's next root from its own entries (the restarts on the host): the kept entries, then the actions
+        self._step_root_tree = Tree(programs.kept + list(actions), env.batch_size, env.device, batches)
+        step_keys = programs.step_emission.keys
+        self._step_root_tree._reindex([step_keys.index(k) for k in programs.kept]
+                                      + list(range(len(step_keys), len(step_keys) + len(actions))))
         self._limit = self._put(np.int32(NO_LIMIT if env.max_steps is None else env.max_steps))
         self._check = env._deferred
         self._action_keys = list(env._action_keys)
@@ -457,6 +468,12 @@ class JaxOutputs(Outputs):
         self._everything = torch.ones(programs.legal_width, dtype=torch.bool, device=env.device)
         self._after_step = env._after_step
         self._batch = env.num_envs
+        # a core whose reset costs a good part of a step (Brax), on the CPU path: the step, then the reset program
+        # for the envs it ended, if any (the step's flag says so, read from its output in host memory: nothing
+        # waits); exactly step() then reset(), and no reset computed at the steps where no episode ended
+        self._restarts = programs.ended and not self.device_path
+        self._done_leaf = programs.step_emission.keys.index(("done",))
+        self._ended = False
         self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
         self._fns: dict[str, Callable] = {}  # the compiled step programs of this check mode, by name
 
@@ -490,15 +507,19 @@ class JaxOutputs(Outputs):
             return _numpy(actions[0]).reshape(self._batch, -1).astype(np.float32, copy=False)
         return np.concatenate([_numpy(a).reshape(self._batch, -1) for a in actions], axis=1).astype(np.float32)
 
-    def _received(self, buffers: Sequence[jax.Array], flag: int | None = None) -> list[torch.Tensor]:
+    def _received(self, buffers: Sequence[jax.Array], flag: int | None = None, ended: bool = False
+                  ) -> list[torch.Tensor]:
         """The output ``buffers`` as torch tensors, without a copy: ``Transfer.to_torch`` (DLPack on the device path,
-        else NumPy views), written out on the CPU path, where the flag column of buffer ``flag`` is read from the view
-        made anyway (it says whether the record holds a bad action: raised at the next call)."""
+        else NumPy views), written out on the CPU path, where the flag columns of buffer ``flag`` are read from the
+        view made anyway: the last says whether the record holds a bad action (raised at the next call); with
+        ``ended``, the one before it whether some env's episode ended (``_ended``)."""
         if self.device_path:
             return [torch.from_dlpack(b) for b in buffers]
         views = [np.asarray(b) for b in buffers]
         if flag is not None and views[flag][0, -1]:
             self._recorded = True
+        if ended:
+            self._ended = views[flag][0, -2]
         return [torch.from_numpy(v) for v in views]
 
     def _start(self) -> tuple:
@@ -582,7 +603,10 @@ class JaxOutputs(Outputs):
             self._poll()
         jmask = self._all if mask is None else (
             jax.dlpack.from_dlpack(mask.contiguous()) if self.device_path else mask.numpy())
-        self._carry, self._record, buffers = self._compiled("reset")(self._start(), self._record, jmask)
+        return self._reset(jmask)
+
+    def _reset(self, mask) -> TensorDictBase:
+        self._carry, self._record, buffers = self._compiled("reset")(self._start(), self._record, mask)
         return self._reset_tree(self.programs.reset_layout.cut(self._received(buffers)))
 
     def _legal(self, tensordict: TensorDictBase):
@@ -597,9 +621,10 @@ class JaxOutputs(Outputs):
         return jax.dlpack.from_dlpack(flat.contiguous()) if self.device_path else flat.numpy()
 
     def _run(self, name: str, actions: Sequence[torch.Tensor], flag: int | None,
-             tensordict: TensorDictBase) -> list[torch.Tensor]:
+             tensordict: TensorDictBase, ended: bool = False) -> list[torch.Tensor]:
         """Run the compiled ``step`` or ``step_reset`` on the actions (in the core's order) and the data's action
-        masks; its output buffers, as torch tensors (``flag``: the buffer with the record's flag column)."""
+        masks; its output buffers, as torch tensors (``flag``: the buffer with the flag columns; ``ended``: read
+        whether some episode ended)."""
         if self._recorded or self._watch is not None:
             self._poll()
         carry = self._carry
@@ -617,7 +642,7 @@ class JaxOutputs(Outputs):
             self._watch = record
         if self._after_step is not None:
             self._after_step()
-        return self._received(buffers, flag if self._check else None)
+        return self._received(buffers, flag if self._check or ended else None, ended)
 
     def step(self, tensordict: TensorDictBase, actions: Sequence[torch.Tensor]) -> TensorDictBase:
         if self._action_order is not None:
@@ -628,6 +653,14 @@ class JaxOutputs(Outputs):
                        ) -> tuple[TensorDictBase, TensorDictBase]:
         if self._action_order is not None:
             actions = [actions[i] for i in self._action_order]
+        if self._restarts:
+            leaves = self._cut_step(self._run("step", actions, self._flag_step, tensordict, ended=True))
+            leaves += actions
+            root = self._step_root_tree(leaves)
+            if self._ended:
+                mask = leaves[self._done_leaf].reshape(-1)
+                root = merge_rows(root, self._reset(mask.numpy()), mask)
+            return self._next_tree(leaves), root
         leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict))
         leaves += actions
         return self._next_tree(leaves), self._root_tree(leaves)
