@@ -320,9 +320,7 @@ class Programs:
     def _stepped(self, carry, record, action, limit, check: bool, legal=None):
         """The step of every env and its entries (with ``check``, the bad envs left as they were)."""
         buffers, keys, steps = self.carry.split(carry)
-        # a fence after the core's step: XLA would otherwise copy the step's last computations into each fusion
-        # that reads them (the emission's, the selects'), computing them again there (ant: 4% of a step, CPU)
-        new_buffers, new_keys, out = jax.lax.optimization_barrier(self._primitive("step")(buffers, keys, action))
+        new_buffers, new_keys, out = self._primitive("step")(buffers, keys, action)
         new_steps = steps + 1
         entries = self.step_emission(out, new_steps >= limit)
         if check:
