@@ -280,6 +280,16 @@ def test_split_with_one_group_per_agent_and_different_action_sizes():
     marl_envs.check_env_specs(env)
 
 
+@pytest.mark.parametrize("max_steps, fused", [(1, True), (1000, False)])
+def test_cpu_restarts_after_the_step_or_inside_it_alike(max_steps, fused):
+    """On the CPU a Brax env restarts its ended envs with the reset program after the step, or inside the fused step
+    while most steps end an episode (every step, at ``max_steps=1``); either way exactly step then reset
+    (check_env_specs compares them bit for bit). The fused step is compiled only where it ran."""
+    env = BraxWrapper(Drift(), num_envs=3, max_steps=max_steps, seed=0)
+    marl_envs.check_env_specs(env, seed=0, reset_steps=24)
+    assert any(name.startswith("step_reset") for name in env.compile_seconds) == fused, env.compile_seconds
+
+
 def test_episode_wrapper_truncation_is_truncated_not_terminated():
     """An ``EpisodeWrapper``'s limit is the env's ``max_steps`` (its Brax steps over ``action_repeat * frame_skip``),
     a longer one refused; its truncation is ``truncated``, never ``terminated``."""

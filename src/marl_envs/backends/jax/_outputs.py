@@ -42,6 +42,10 @@ __all__ = ["Emission", "JaxOutputs", "Layout", "Programs", "export_program", "re
 Key = tuple[str, ...]
 Column = tuple[Key, slice, tuple[int, ...], Any]  # (key, columns of the core's vector, batched shape, torch dtype)
 NO_LIMIT = np.iinfo(np.int32).max  # the time limit of an env without max_steps: never reached
+# the host restarts (a Brax env on the CPU path, ``JaxOutputs``): the weight of a step's "an episode ended" one step
+# later, and the count of recent such steps (of at most 1 / (1 - _MEMORY) = 8) above which the fused step runs: it
+# pays once about 3 steps in 4 end one (a reset program's call costs about what the fused step's resets cost)
+_MEMORY, _FUSED_ABOVE = 0.875, 6.0
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
@@ -275,7 +279,8 @@ class Programs:
         # a core whose envs restart on the host after the step (``JaxOutputs``) reads from its step whether any ended
         self.ended = core.costly_reset
         self.step_layout = Layout(next_entries, flags=2 if self.ended else 1)
-        self.both_layout = Layout(next_entries + root_entries, flags=1)  # "next" and next root, side by side
+        # "next" and next root, side by side
+        self.both_layout = Layout(next_entries + root_entries, flags=2 if self.ended else 1)
         self.low, self.high, self.action_names = _action_bounds(env)
         self.masks = _action_masks(env)
         self.legal_width = sum(m.width * m.n for m in self.masks)
@@ -355,9 +360,12 @@ class Programs:
 
     def step(self, carry, record, action, limit, check: bool = False, legal=None):
         (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
-        flags = (entries[("done",)].any(), record[0] != 0) if self.ended else (record[0] != 0,)
         return self.carry.join(buffers, keys, steps), record, self.step_layout.pack(
-            [entries[k] for k in self.step_emission.keys], *flags)
+            [entries[k] for k in self.step_emission.keys], *self._flags(entries, record))
+
+    def _flags(self, entries, record) -> tuple[jax.Array, ...]:
+        """A step's flag columns: whether some env's episode ended (a core that reads it), a bad action recorded."""
+        return (entries[("done",)].any(), record[0] != 0) if self.ended else (record[0] != 0,)
 
     def step_reset(self, carry, record, action, limit, check: bool = False, legal=None):
         """The step, then a fresh start for every env, kept where the step ended the episode."""
@@ -381,7 +389,8 @@ class Programs:
             root.append(value)
         steps = jnp.where(done, 0, steps)
         values = [entries[k] for k in self.step_emission.keys] + root
-        return self.carry.join(buffers, keys, steps), record, self.both_layout.pack(values, record[0] != 0)
+        return self.carry.join(buffers, keys, steps), record, self.both_layout.pack(
+            values, *self._flags(entries, record))
 
 
 def export_program(env: JaxEnvBase, name: str = "step_reset", *, platform: str = "cuda") -> Any:
@@ -469,9 +478,12 @@ class JaxOutputs(Outputs):
         # a core whose reset costs a good part of a step (Brax), on the CPU path: the step, then the reset program
         # for the envs it ended, if any (the step's flag says so, read from its output in host memory: nothing
         # waits); exactly step() then reset(), and no reset computed at the steps where no episode ended
+        # While most recent steps end some episode, the fused step is the cheaper (it computes the fresh starts
+        # anyway): ``_ending`` counts recent steps that ended one, each weighing ``_MEMORY`` less a step.
+        # Both ways give the same data, to the last bit (check_env_specs: the fused step is step then reset).
         self._restarts = programs.ended and not self.device_path
         self._done_leaf = programs.step_emission.keys.index(("done",))
-        self._ended = False
+        self._ended, self._ending = False, 0.0
         self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
         self._fns: dict[str, Callable] = {}  # the compiled step programs of this check mode, by name
 
@@ -652,13 +664,19 @@ class JaxOutputs(Outputs):
         if self._action_order is not None:
             actions = [actions[i] for i in self._action_order]
         if self._restarts:
-            leaves = self._cut_step(self._run("step", actions, self._flag_step, tensordict, ended=True))
-            leaves += actions
-            root = self._step_root_tree(leaves)
-            if self._ended:
-                mask = leaves[self._done_leaf].reshape(-1)
-                root = merge_rows(root, self._reset(mask.numpy()), mask)
-            return self._next_tree(leaves), root
-        leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict))
+            self._ending *= _MEMORY
+            if self._ending < _FUSED_ABOVE:
+                leaves = self._cut_step(self._run("step", actions, self._flag_step, tensordict, ended=True))
+                leaves += actions
+                root = self._step_root_tree(leaves)
+                if self._ended:
+                    self._ending += 1.0
+                    mask = leaves[self._done_leaf].reshape(-1)
+                    root = merge_rows(root, self._reset(mask.numpy()), mask)
+                return self._next_tree(leaves), root
+            leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict, ended=True))
+            self._ending += float(self._ended)
+        else:
+            leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict))
         leaves += actions
         return self._next_tree(leaves), self._root_tree(leaves)
