@@ -167,8 +167,8 @@ class JaxCore:
     #: for envs whose reset costs many steps (Playground's resets settle the model): else a fresh start for every
     #: env at every step, selected where the episode ended (no conditional: nothing read on the host on a GPU)
     resets_when_needed = False
-    #: a fresh start costs a good part of a step (Brax): on the CPU path, fresh starts are computed only at steps where
-    #: some env ended, behind one conditional (on the CPU its predicate is on the host already: nothing waits)
+    #: a fresh start costs a good part of a step (Brax): on the CPU path, ``step_and_maybe_reset`` runs the step and,
+    #: where it ended some episode, the reset program (``JaxOutputs``): no fresh starts computed at the other steps
     costly_reset = False
     label = "env"  # how errors name the env
     num_envs: int

@@ -42,9 +42,10 @@ __all__ = ["Emission", "JaxOutputs", "Layout", "Programs", "export_program", "re
 Key = tuple[str, ...]
 Column = tuple[Key, slice, tuple[int, ...], Any]  # (key, columns of the core's vector, batched shape, torch dtype)
 NO_LIMIT = np.iinfo(np.int32).max  # the time limit of an env without max_steps: never reached
-# the host restarts (a Brax env on the CPU path, ``JaxOutputs``): the weight of a step's "an episode ended" one step
-# later, and the count of recent such steps (of at most 1 / (1 - _MEMORY) = 8) above which the fused step runs: it
-# pays once about 3 steps in 4 end one (a reset program's call costs about what the fused step's resets cost)
+# The restarts on the host (a Brax env on the CPU path, ``JaxOutputs``): a step that ended some episode counts 1,
+# and _MEMORY times less each step after; the fused step runs while the count of recent ones is above _FUSED_ABOVE
+# (of at most 1 / (1 - _MEMORY) = 8: about 3 steps in 4, where a reset program's call a step costs what the fused
+# step's fresh starts cost)
 _MEMORY, _FUSED_ABOVE = 0.875, 6.0
 
 
@@ -276,7 +277,8 @@ class Programs:
         next_entries = self.step_emission.entry_specs()
         root_entries = self.step_emission.entry_specs(lambda k: k not in rewards)
         self.reset_layout = Layout(self.reset_emission.entry_specs())
-        # a core whose envs restart on the host after the step (``JaxOutputs``) reads from its step whether any ended
+        # a core whose envs restart on the host after the step on the CPU path (``JaxOutputs``) reads whether any ended
+        # from a flag column of the step's outputs (computed on the device path too, unread there)
         self.ended = core.costly_reset
         self.step_layout = Layout(next_entries, flags=2 if self.ended else 1)
         # "next" and next root, side by side
@@ -475,12 +477,11 @@ class JaxOutputs(Outputs):
         self._everything = torch.ones(programs.legal_width, dtype=torch.bool, device=env.device)
         self._after_step = env._after_step
         self._batch = env.num_envs
-        # a core whose reset costs a good part of a step (Brax), on the CPU path: the step, then the reset program
+        # A core whose reset costs a good part of a step (Brax), on the CPU path: the step, then the reset program
         # for the envs it ended, if any (the step's flag says so, read from its output in host memory: nothing
-        # waits); exactly step() then reset(), and no reset computed at the steps where no episode ended
-        # While most recent steps end some episode, the fused step is the cheaper (it computes the fresh starts
-        # anyway): ``_ending`` counts recent steps that ended one, each weighing ``_MEMORY`` less a step.
-        # Both ways give the same data, to the last bit (check_env_specs: the fused step is step then reset).
+        # waits), so no fresh start is computed at the steps where no episode ended. While most recent steps end
+        # one, the fused step, which computes them anyway (``_ending``: a decaying count of those steps). Both ways
+        # give the same data to the last bit (check_env_specs: the fused step is exactly step then reset).
         self._restarts = programs.ended and not self.device_path
         self._done_leaf = programs.step_emission.keys.index(("done",))
         self._ended, self._ending = False, 0.0
