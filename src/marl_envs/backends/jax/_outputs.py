@@ -16,7 +16,8 @@ becomes the env's entries, inside the compiled call, for every env at once:
 
 ``JaxOutputs`` is the executor ``JaxEnvBase`` sets when it is built: one compiled call and one hand-off per
 dtype a step, nothing read back on the host (the deferred check's flag is read only once the device has
-computed it).
+computed it). A core whose fresh starts are costly (Brax) on the CPU path runs ``step``, then the reset program
+only at steps where an episode ended (its outputs are in host memory there: nothing waits).
 """
 
 from __future__ import annotations
