@@ -266,7 +266,7 @@ class Programs:
     choice a mask forbids is a bad action). Each returns the new carry and record, and its output buffers.
     """
 
-    def __init__(self, env: JaxEnvBase):
+    def __init__(self, env: JaxEnvBase, *, restarts: bool = False):
         self.core = core = env._core
         levels = env._done_levels
         self.reset_emission = Emission(env._reset_columns, levels, step=False)
@@ -278,9 +278,9 @@ class Programs:
         next_entries = self.step_emission.entry_specs()
         root_entries = self.step_emission.entry_specs(lambda k: k not in rewards)
         self.reset_layout = Layout(self.reset_emission.entry_specs())
-        # a core whose envs restart on the host after the step on the CPU path (``JaxOutputs``) reads whether any ended
-        # from a flag column of the step's outputs (computed on the device path too, unread there)
-        self.ended = core.costly_reset
+        # ``restarts``: the executor restarts ended envs after the step (``JaxOutputs``), reading whether any ended
+        # from one more flag column of the step's outputs
+        self.ended = restarts
         self.step_layout = Layout(next_entries, flags=2 if self.ended else 1)
         # "next" and next root, side by side
         self.both_layout = Layout(next_entries + root_entries, flags=2 if self.ended else 1)
@@ -446,7 +446,7 @@ class JaxOutputs(Outputs):
         self._carry: tuple | None = None  # the programs' carry (``Carry``: state buffers, counters), made at reset
         self._watch: jax.Array | None = None  # the device path: the latest record not read yet
         self._recorded = False  # the CPU path: a step's copied flag said a bad action was recorded
-        self.programs = Programs(env)
+        self.programs = Programs(env, restarts=core.costly_reset and not device_path)
         self._split, self._join_carry = jax.jit(self.programs.carry.split), jax.jit(self.programs.carry.join)
         self._record = self._put(np.zeros(self.programs.record_size, dtype=np.int32))
         self.refresh()
@@ -483,7 +483,7 @@ class JaxOutputs(Outputs):
         # waits), so no fresh start is computed at the steps where no episode ended. While most recent steps end
         # one, the fused step, which computes them anyway (``_ending``: a decaying count of those steps). Both ways
         # give the same data to the last bit (check_env_specs: the fused step is exactly step then reset).
-        self._restarts = programs.ended and not self.device_path
+        self._restarts = programs.ended
         self._done_leaf = programs.step_emission.keys.index(("done",))
         self._ended, self._ending = False, 0.0
         self._labels = {name: f"{name}+check" if self._check else name for name in ("step", "step_reset")}
@@ -676,9 +676,7 @@ class JaxOutputs(Outputs):
                     mask = leaves[self._done_leaf].reshape(-1)
                     root = merge_rows(root, self._reset(mask.numpy()), mask)
                 return self._next_tree(leaves), root
-            leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict, ended=True))
-            self._ending += float(self._ended)
-        else:
-            leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict))
+        leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict, ended=self._restarts))
+        self._ending += self._ended  # stays 0 without restarts
         leaves += actions
         return self._next_tree(leaves), self._root_tree(leaves)
