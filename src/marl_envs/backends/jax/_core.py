@@ -39,7 +39,7 @@ import numpy as np
 
 
 __all__ = ["JaxCore", "StateMismatch", "StatePacking", "env_keys", "export_platform", "quiet_tracing", "split_key",
-           "strong", "tree_paths"]
+           "straight_threefry", "strong", "tree_paths"]
 
 
 @contextlib.contextmanager
@@ -52,6 +52,31 @@ def quiet_tracing() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r"Accessing `\w+` directly from `(Data|Model)` is deprecated",
                                 category=DeprecationWarning)
         yield
+
+
+@contextlib.contextmanager
+def straight_threefry() -> Iterator[None]:
+    """Lower JAX's random bits (the Threefry hash) as straight-line code on the CPU too, while in the block.
+
+    On the CPU, JAX lowers the hash as a loop of five rounds; XLA runs each round of a batched draw as a handful of
+    kernels handed between threads, about half of a small env's step (1,024 CartPoles). The straight-line form, the
+    one JAX lowers for GPUs, computes the same bits. Only this block's lowering is changed: JAX's CPU rule is back
+    when it ends, for the user's own programs. A JAX that moved its lowering tables gets its default.
+    """
+    try:
+        from jax._src.interpreters import mlir
+        from jax.extend.random import threefry2x32_p
+
+        table = mlir._platform_specific_lowerings["cpu"]
+    except (ImportError, AttributeError, KeyError):
+        yield
+        return
+    rule = table.pop(threefry2x32_p, None)  # the rule for every platform then applies: the straight-line one
+    try:
+        yield
+    finally:
+        if rule is not None:
+            table[threefry2x32_p] = rule
 
 
 def tree_paths(tree: Any) -> list[tuple[tuple[str, ...], Any]]:
@@ -313,7 +338,7 @@ class JaxCore:
             fn, args, _ = self._signature(name, batch)
             start = time.perf_counter()
             try:
-                with quiet_tracing():
+                with quiet_tracing(), straight_threefry():
                     self.exported[name] = jax.export.export(jax.jit(fn), platforms=[platform])(*args)
             except Exception:  # not exportable (an unsupported custom call, ...): trace as usual, save nothing
                 self.exported.clear()
@@ -331,7 +356,7 @@ class JaxCore:
             if name not in self.exported and name not in self._traced:
                 self._trace(name, fn, args(), donate)
             start = time.perf_counter()
-            with quiet_tracing():
+            with quiet_tracing(), straight_threefry():
                 if name in self.exported:
                     traced = jax.jit(self.exported[name].call, donate_argnums=donate).trace(*args())
                 else:
