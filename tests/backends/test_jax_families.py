@@ -217,12 +217,15 @@ def test_done_entries_at_every_level(name):
         assert groups == ["ally", "enemy"]
 
 
-@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1"])
+@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1", "playground/WalkerWalk_2x3"])
 def test_device_path_matches_cpu_path(name, monkeypatch):
-    """The code path written for GPUs (DLPack both ways, actions checked inside the step) gives the CPU path's data
+    """The code path written for GPUs (DLPack both ways, actions checked inside the step, fresh starts computed for
+    every env and selected) gives the CPU path's data (Brax and Playground: the ended envs restarted after the step)
     exactly: run here on the CPU by MARL_ENVS_DEVICE_PATH=1 (no GPU on the test machines)."""
-    if name.startswith("brax"):
+    if name.startswith(("brax", "playground")):
         pytest.importorskip("brax")
+    if name.startswith("playground") and not marl_envs.registry.backend_installed("playground"):
+        pytest.skip("needs the playground extra")
     cpu = marl_envs.make(name, num_envs=B, seed=2, max_steps=5)
     monkeypatch.setenv("MARL_ENVS_DEVICE_PATH", "1")
     device = marl_envs.make(name, num_envs=B, seed=2, max_steps=5)

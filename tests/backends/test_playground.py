@@ -136,6 +136,37 @@ def test_the_configs_episode_length_is_max_steps(walker):
         marl_envs.make("playground/CartpoleBalance", num_envs=1, max_steps=5, config={"episode_length": LIMIT})
 
 
+def _longest_loop(jaxpr) -> int:
+    """The most iterations of any ``lax.scan`` in ``jaxpr``, nested ones included."""
+    longest = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            longest = max(longest, eqn.params["length"])
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    longest = max(longest, _longest_loop(inner))
+    return longest
+
+
+@pytest.mark.parametrize("task", ["CheetahRun", "WalkerWalk"])
+def test_a_conditional_auto_reset_only_where_the_reset_settles_the_model(task):
+    """A task's reset settles the model (``SETTLING_RESETS``) when it loops over more physics steps than its step;
+    only those tasks compute fresh starts behind a conditional (one wait a step on a GPU)."""
+    raw = pg._load(task, None)
+    key = jax.random.PRNGKey(0)
+    state = jax.eval_shape(raw.reset, key)
+    reset = _longest_loop(jax.make_jaxpr(raw.reset)(key).jaxpr)
+    step = _longest_loop(jax.make_jaxpr(raw.step)(state, jnp.zeros(raw.action_size)).jaxpr)
+    assert (reset > step) == (task in pg.SETTLING_RESETS)
+    assert pg.SETTLING_RESETS.get(task, reset) == reset
+
+
+def test_the_walker_resets_without_a_conditional(walker):
+    assert not walker["env"]._core.resets_when_needed
+
+
 def test_check_env_specs(walker):
     marl_envs.check_env_specs(walker["env"], seed=0)
 

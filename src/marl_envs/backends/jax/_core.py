@@ -59,8 +59,8 @@ def straight_threefry() -> Iterator[None]:
     """Lower JAX's random bits (the Threefry hash) as straight-line code on the CPU too, while in the block.
 
     On the CPU, JAX lowers the hash as a loop of five rounds; XLA runs each round of a batched draw as a handful of
-    kernels handed between threads, about half of a small env's step (1,024 CartPoles). The straight-line form, the
-    one JAX lowers for GPUs, computes the same bits. Only this block's lowering is changed: JAX's CPU rule is back
+    kernels handed between threads, a fifth of a small env's compiled step (1,024 CartPoles). The straight-line
+    form, the one JAX lowers for GPUs, computes the same bits. Only this block's lowering is changed: JAX's CPU rule is back
     when it ends, for the user's own programs. A JAX that moved its lowering tables gets its default.
     """
     try:
@@ -189,7 +189,7 @@ class JaxCore:
 
     step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
     #: the auto-reset computes fresh starts only at steps where some env ended (one conditional over the batch),
-    #: for envs whose reset costs many steps (Playground's resets settle the model): else a fresh start for every
+    #: for envs whose reset costs many steps (Playground's CheetahRun settles the model): else a fresh start for every
     #: env at every step, selected where the episode ended (no conditional: nothing read on the host on a GPU)
     resets_when_needed = False
     #: a fresh start costs a good part of a step (Brax): on the CPU path, ``step_and_maybe_reset`` runs the step and,

@@ -21,7 +21,7 @@ from .._mujoco import prepare_mujoco_gl
 from ..brax import BraxWrapper, scenes
 from ..jax import check_name, configure_jax
 
-__all__ = ["SPLITS", "PlaygroundEnv", "env_names", "observation_dependence", "split_mapping",
+__all__ = ["SETTLING_RESETS", "SPLITS", "PlaygroundEnv", "env_names", "observation_dependence", "split_mapping",
            "unavailable"]
 
 SPLITS: dict[str, str | tuple[tuple[str, ...], ...]] = {
@@ -31,6 +31,12 @@ SPLITS: dict[str, str | tuple[tuple[str, ...], ...]] = {
     "Humanoid": ((), ("right_thigh", "left_thigh")),
 }
 """Robot (the DM Control task's prefix) -> the Brax scenes' split rule (``Scene.split``)."""
+
+SETTLING_RESETS: dict[str, int] = {"CheetahRun": 200}
+"""DM Control tasks whose reset lets the model settle -> its physics steps (CheetahRun: a fresh start costs about
+a hundred steps). Only these compute fresh starts behind a conditional, at steps where some env ended: on a GPU, one
+wait for the device a step. Every other task's reset is a forward pass (WalkerWalk: a tenth of a step); its
+auto-reset computes a fresh start for every env and selects, never waiting, as the other JAX families do."""
 
 _SETTOTALMASS = re.compile(r"WARNING: compiler attribute 'settotalmass' is deprecated[^\n]*\n*")
 _MENAGERIE = ("clones the mujoco_menagerie model repository with git when built (marl-envs downloads nothing at "
@@ -175,9 +181,9 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
         super().__init__(env, num_envs=num_envs, device=device, max_steps=max_steps,
                          seed=seed, action_indices=mapping and mapping.action_indices,
                          observation_indices=mapping and mapping.observation_indices, group_map=group_map)
-        # a DM Control reset lets the model settle (CheetahRun: 200 physics steps): a fresh start for every env at
-        # every step would cost tens of steps, so fresh starts are computed only at steps where some env ended
-        self._core.resets_when_needed = True
+        # a reset that settles the model would cost a hundred steps at every step: fresh starts are computed only at
+        # steps where some env ended (behind a conditional); every other task's reset costs a fraction of a step
+        self._core.resets_when_needed = task in SETTLING_RESETS
 
     def _library_horizon(self, env: Any, frame_skip: int) -> tuple[int, str]:
         """The config's ``episode_length`` (the env keeps the config it was loaded with)."""
