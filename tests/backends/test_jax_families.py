@@ -217,6 +217,19 @@ def test_done_entries_at_every_level(name):
         assert groups == ["ally", "enemy"]
 
 
+def test_our_programs_hash_in_straight_line_on_the_cpu_and_yours_as_jax_lowers_it():
+    """JAX lowers its random hash as a loop on the CPU; our compiled programs take its straight-line form (the same
+    bits: every exactness test), and a program of the user's, lowered after ours, gets JAX's loop again."""
+    env = marl_envs.make("gymnax/CartPole-v1", num_envs=8, seed=0)
+    env.step_and_maybe_reset(env.rand_action(env.reset()))
+    programs = env._core._compiled
+    assert {"reset", "step_reset+check"} <= set(programs)
+    for name, program in programs.items():
+        assert " while(" not in program.as_text(), name  # a fresh start's draw, hashed in straight line
+    mine = jax.jit(lambda key: jax.random.uniform(key, (8,))).lower(jax.random.PRNGKey(0)).as_text()
+    assert "stablehlo.while" in mine
+
+
 @pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1", "playground/WalkerWalk_2x3"])
 def test_device_path_matches_cpu_path(name, monkeypatch):
     """The code path written for GPUs (DLPack both ways, actions checked inside the step, fresh starts computed for
