@@ -150,17 +150,29 @@ def _longest_loop(jaxpr) -> int:
     return longest
 
 
-@pytest.mark.parametrize("task", ["CheetahRun", "WalkerWalk"])
-def test_a_conditional_auto_reset_only_where_the_reset_settles_the_model(task):
-    """A task's reset settles the model (``SETTLING_RESETS``) when it loops over more physics steps than its step;
-    only those tasks compute fresh starts behind a conditional (one wait a step on a GPU)."""
+def _settles(task: str) -> bool:
+    """Whether ``task``'s reset loops over more physics steps than its step (``SETTLING_RESETS`` holds the count)."""
     raw = pg._load(task, None)
     key = jax.random.PRNGKey(0)
     state = jax.eval_shape(raw.reset, key)
     reset = _longest_loop(jax.make_jaxpr(raw.reset)(key).jaxpr)
     step = _longest_loop(jax.make_jaxpr(raw.step)(state, jnp.zeros(raw.action_size)).jaxpr)
-    assert (reset > step) == (task in pg.SETTLING_RESETS)
-    assert pg.SETTLING_RESETS.get(task, reset) == reset
+    assert pg.SETTLING_RESETS.get(task, reset) == reset, task
+    return reset > step
+
+
+@pytest.mark.parametrize("task", ["CheetahRun", "WalkerWalk"])
+def test_a_conditional_auto_reset_only_where_the_reset_settles_the_model(task):
+    """A task's reset settles the model (``SETTLING_RESETS``) when it loops over more physics steps than its step;
+    only those tasks compute fresh starts behind a conditional (one wait a step on a GPU)."""
+    assert _settles(task) == (task in pg.SETTLING_RESETS)
+
+
+@pytest.mark.slow
+def test_settling_resets_lists_every_task_whose_reset_settles():
+    assert {task for task in pg._suite() if _settles(task)} == set(pg.SETTLING_RESETS)
+    env = marl_envs.make("playground/CheetahRun", num_envs=1)
+    assert env._core.resets_when_needed
 
 
 def test_the_walker_resets_without_a_conditional(walker):
