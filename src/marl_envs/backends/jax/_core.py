@@ -61,7 +61,8 @@ def straight_threefry() -> Iterator[None]:
     On the CPU, JAX lowers the hash as a loop of five rounds; XLA runs each round of a batched draw as a handful of
     kernels handed between threads, a fifth of a small env's compiled step (1,024 CartPoles). The straight-line
     form, the one JAX lowers for GPUs, computes the same bits. Only this block's lowering is changed: JAX's CPU rule
-    is back when it ends, for the user's own programs. A JAX that moved its lowering tables gets its default.
+    is back when it ends, for the user's own programs (one another thread lowers meanwhile gets the straight form,
+    the same bits). A JAX that moved its lowering tables gets its default.
     """
     try:
         from jax._src.interpreters import mlir
