@@ -179,6 +179,24 @@ def test_steps_make_no_implicit_host_to_device_copy(device_env):
         env.step(td)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.int32, torch.int64])
+def test_the_device_paths_hand_offs_are_jax_and_torchs_own(dtype):
+    """``Transfer`` with DLPack gives what ``jax.dlpack.from_dlpack`` and ``torch.from_dlpack`` give, sharing the
+    memory both ways (int64 becomes JAX's int32, as JAX's own function makes it)."""
+    from marl_envs.backends.jax import Transfer
+
+    io = Transfer(torch.device("cpu"), dlpack=True)
+    tensor = (torch.arange(12) % 3).reshape(4, 3).to(dtype)
+    array, public = io.to_jax(tensor), jax.dlpack.from_dlpack(tensor)
+    assert array.dtype == public.dtype and array.sharding == public.sharding and array.committed == public.committed
+    np.testing.assert_array_equal(np.asarray(array), np.asarray(public))
+    if dtype != torch.int64:
+        assert array.unsafe_buffer_pointer() == tensor.data_ptr()
+    back = io.to_torch(array)
+    assert back.dtype == torch.from_dlpack(array).dtype and back.data_ptr() == array.unsafe_buffer_pointer()
+    assert torch.equal(back, torch.from_dlpack(public))
+
+
 # -- bad actions, in each mode ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cartpole():

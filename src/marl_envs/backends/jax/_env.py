@@ -126,7 +126,7 @@ class JaxEnvBase(EnvBase):
         self.jax_device = jax_device(torch.device(device))  # checked before the base class allocates on it
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=horizon)
         self.device_path = self.device.type != "cpu" or env_flag(DEVICE_PATH_VAR, "0")
-        self._io = Transfer(self.device, dlpack=self.device_path)
+        self._io = Transfer(self.device, dlpack=self.device_path, jax_device=self.jax_device)
 
     _after_step: Callable[[], None] | None = None  # called after each step (Brax: cache_clear_frequency)
 

@@ -437,6 +437,7 @@ class JaxOutputs(Outputs):
     def __init__(self, env: JaxEnvBase, *, device_path: bool):
         super().__init__(env)
         self.device_path = device_path
+        self._io = env._io  # the device path's hand-offs: DLPack both ways
         core = env._core
         self._sharding = core._sharding
         B = env.num_envs
@@ -514,7 +515,7 @@ class JaxOutputs(Outputs):
         cheaper hand-off on the CPU; cast and joined by NumPy)."""
         if self.device_path:
             parts = [a.detach().reshape(self._batch, -1) for a in actions]
-            return jax.dlpack.from_dlpack((parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).to(torch.float32))
+            return self._io.to_jax((parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).to(torch.float32))
         if len(actions) == 1:
             return _numpy(actions[0]).reshape(self._batch, -1).astype(np.float32, copy=False)
         return np.concatenate([_numpy(a).reshape(self._batch, -1) for a in actions], axis=1).astype(np.float32)
@@ -526,7 +527,8 @@ class JaxOutputs(Outputs):
         view made anyway: the last says whether the record holds a bad action (raised at the next call); with
         ``ended``, the one before it whether some env's episode ended (``_ended``)."""
         if self.device_path:
-            return [torch.from_dlpack(b) for b in buffers]
+            to_torch = self._io.to_torch
+            return [to_torch(b) for b in buffers]
         views = [np.asarray(b) for b in buffers]
         if flag is not None and views[flag][0, -1]:
             self._recorded = True
@@ -614,7 +616,7 @@ class JaxOutputs(Outputs):
         if self._recorded or self._watch is not None:
             self._poll()
         jmask = self._all if mask is None else (
-            jax.dlpack.from_dlpack(mask.contiguous()) if self.device_path else mask.numpy())
+            self._io.to_jax(mask) if self.device_path else mask.numpy())
         return self._reset(jmask)
 
     def _reset(self, mask) -> TensorDictBase:
@@ -630,7 +632,7 @@ class JaxOutputs(Outputs):
             parts.append(self._everything[m.start:m.start + m.width * m.n].expand(self._batch, -1) if mask is None
                          else mask.reshape(self._batch, -1))
         flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-        return jax.dlpack.from_dlpack(flat.contiguous()) if self.device_path else flat.numpy()
+        return self._io.to_jax(flat) if self.device_path else flat.numpy()
 
     def _run(self, name: str, actions: Sequence[torch.Tensor], flag: int | None,
              tensordict: TensorDictBase, ended: bool = False) -> list[torch.Tensor]:
