@@ -75,12 +75,12 @@ class Transfer:
             return jax.numpy.asarray(array, dtype=jax.dtypes.canonicalize_dtype(array.dtype))  # JAX's dtype rule
 
         self._to_jax = to_jax
-        cuda = self.device.type == "cuda"
+        cuda = torch.device("cuda", target.local_hardware_id) if self.device.type == "cuda" else None
 
         def capsule(array):
-            if not cuda:
+            if cuda is None:
                 return to_capsule(array, stream=None)
-            current = torch.cuda.current_stream(self.device).cuda_stream  # the stream torch reads it on
+            current = torch.cuda.current_stream(cuda).cuda_stream  # the stream torch reads it on
             return to_capsule(array, stream=1 if current == 0 else current)  # 1: CUDA's legacy default stream
 
         self._capsule = capsule
