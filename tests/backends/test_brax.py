@@ -30,6 +30,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from marl_envs.backends.brax import exports as brax_exports  # noqa: E402
+from marl_envs.backends.jax import compiled_rows  # noqa: E402
 from marl_envs.backends.brax import scenes  # noqa: E402
 from marl_envs.backends.brax import BraxEnv, BraxWrapper, enable_compilation_cache, env_names  # noqa: E402
 from marl_envs.bench import run as benchmark  # noqa: E402
@@ -218,13 +219,20 @@ def drift_step():
 
 
 def _raw_step(drift_step, obs: torch.Tensor, action: torch.Tensor):
-    """Raw Brax: the custom env's own step from the given observations."""
+    """Raw Brax: the custom env's own step from the given observations, of the batch our programs are compiled for
+    (``compiled_rows``; XLA rounds a batched step differently at another batch size, the raw library's too), its
+    first rows."""
     B = obs.shape[0]
-    state = State(pipeline_state=None, obs=jnp.asarray(obs.numpy()), reward=jnp.zeros(B), done=jnp.zeros(B),
-                  metrics={"episode_reward": jnp.zeros(B)}, info={})
-    nxt = drift_step(state, jnp.asarray(action.numpy()))
-    return (torch.from_numpy(np.array(nxt.obs)), torch.from_numpy(np.array(nxt.reward)),
-            torch.from_numpy(np.array(nxt.done)) > 0)
+    rows = compiled_rows(B)
+
+    def padded(x):
+        return jnp.asarray(np.concatenate([x.numpy(), np.zeros((rows - B, *x.shape[1:]), np.float32)]))
+
+    state = State(pipeline_state=None, obs=padded(obs), reward=jnp.zeros(rows), done=jnp.zeros(rows),
+                  metrics={"episode_reward": jnp.zeros(rows)}, info={})
+    nxt = drift_step(state, padded(action))
+    return (torch.from_numpy(np.array(nxt.obs)[:B]), torch.from_numpy(np.array(nxt.reward)[:B]),
+            torch.from_numpy(np.array(nxt.done)[:B]) > 0)
 
 
 def test_custom_env_single_agent_replays_raw_brax_exactly(drift_step):

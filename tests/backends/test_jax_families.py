@@ -18,7 +18,7 @@ pytest.importorskip("jaxmarl")
 pytest.importorskip("gymnax")
 
 from marl_envs.backends.jaxmarl import _env as jm  # noqa: E402
-from marl_envs.backends.jax import env_keys  # noqa: E402
+from marl_envs.backends.jax import compiled_rows, env_keys  # noqa: E402
 
 B = 4
 
@@ -228,6 +228,32 @@ def test_our_programs_hash_in_straight_line_on_the_cpu_and_yours_as_jax_lowers_i
         assert " while(" not in program.as_text(), name  # a fresh start's draw, hashed in straight line
     mine = jax.jit(lambda key: jax.random.uniform(key, (8,))).lower(jax.random.PRNGKey(0)).as_text()
     assert "stablehlo.while" in mine
+
+
+def test_batch_sizes_of_one_compiled_size_share_its_programs_and_the_padding_is_never_seen():
+    """2 to 8 envs run the programs of 8 (``compiled_rows``): one compilation, cached once, serves them all; the rows
+    past num_envs are stepped but neither returned nor reset by a mask, and env i's data do not depend on num_envs."""
+    assert [compiled_rows(n) for n in (1, 2, 5, 8, 9, 1000, 1024)] == [1, 8, 8, 8, 10, 1024, 1024]
+    envs = {n: marl_envs.make("gymnax/CartPole-v1", num_envs=n, seed=3, max_steps=6) for n in (2, 5, 8, 9)}
+    data = {}
+    for n, env in envs.items():
+        td = env.reset()
+        steps = []
+        for t in range(9):
+            td.set("action", torch.tensor([(t + i) % 2 for i in range(n)]))
+            td, root = env.step_and_maybe_reset(td)
+            steps.append(td["next"])
+            td = root
+        td["_reset"] = (torch.arange(n) % 2 == 0)[:, None]  # a partial reset: the envs its mask names, nothing more
+        steps.append(env.reset(td))
+        assert all(s.batch_size == (n,) for s in steps)
+        assert env._outputs.step_counts().shape == (n,)
+        data[n] = steps
+    for n in (5, 8, 9):  # the first two envs, from the same keys and actions, give the same data in every batch
+        assert all((mine[:2] == theirs).all() for mine, theirs in zip(data[n], data[2]))
+    texts = {n: {name: program.as_text() for name, program in env._core._compiled.items()} for n, env in envs.items()}
+    assert texts[2] == texts[5] == texts[8] and set(texts[2]) == {"reset", "step_reset+check"}
+    assert texts[9]["reset"] != texts[8]["reset"]  # 10 rows
 
 
 @pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1", "playground/WalkerWalk_2x3"])

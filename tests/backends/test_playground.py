@@ -20,7 +20,7 @@ jnp = jax.numpy
 
 from marl_envs.backends.playground import _env as pg  # noqa: E402
 from marl_envs.backends.brax import _scenes as scenes  # noqa: E402
-from marl_envs.backends.jax import env_keys  # noqa: E402
+from marl_envs.backends.jax import compiled_rows, env_keys  # noqa: E402
 
 B, SEED, LIMIT = 2, 1, 4
 
@@ -86,37 +86,39 @@ def _split(keys):
 @pytest.fixture(scope="module")
 def walker():
     """``playground/WalkerWalk_2x3`` stepped beside raw Playground's reset / step from the same keys and actions,
-    across an episode boundary (the config's ``episode_length=4``, Playground's own time limit: ``max_steps``)."""
+    across an episode boundary (the config's ``episode_length=4``, Playground's own time limit: ``max_steps``),
+    bit for bit. The raw side runs the batch our programs are compiled for (``compiled_rows``), its first ``B`` envs compared:
+    XLA rounds a batched physics step differently at another batch size, the raw library's too."""
     env = marl_envs.make("playground/WalkerWalk_2x3", num_envs=B, seed=SEED, config={"episode_length": LIMIT})
-    raw = env.playground_env
+    raw, rows = env.playground_env, compiled_rows(B)
     reset, step = jax.jit(jax.vmap(raw.reset)), jax.jit(jax.vmap(raw.step))
-    carried, now = _split(env_keys(SEED, B))
+    carried, now = _split(env_keys(SEED, rows))
     state = reset(now)
     torch.manual_seed(0)
     td = env.reset()
-    np.testing.assert_array_equal(td["state"].numpy(), np.asarray(state.obs))
+    np.testing.assert_array_equal(td["state"].numpy(), np.asarray(state.obs)[:B])
     ends = 0
     for t in range(2 * LIMIT + 1):
         td = env.rand_action(td)
-        action = np.zeros((B, raw.action_size), np.float32)
+        action = np.zeros((rows, raw.action_size), np.float32)
         for agent, idx in env.action_indices.items():
-            action[:, list(idx)] = td["agents", "action"][:, env.group_map["agents"].index(agent)].numpy()
+            action[:B, list(idx)] = td["agents", "action"][:, env.group_map["agents"].index(agent)].numpy()
         state = step(state, jnp.asarray(action))
         td, root = env.step_and_maybe_reset(td)
         nxt = td["next"]
-        np.testing.assert_allclose(nxt["state"].numpy(), np.asarray(state.obs), rtol=1e-6, atol=1e-6)
+        obs = np.asarray(state.obs)[:B]
+        np.testing.assert_array_equal(nxt["state"].numpy(), obs)
         for j, agent in enumerate(env.group_map["agents"]):
             own = list(env.observation_indices[agent])
-            np.testing.assert_allclose(nxt["agents", "observation"][:, j].numpy()[:, :len(own)],
-                                       np.asarray(state.obs)[:, own], rtol=1e-6, atol=1e-6)
-            np.testing.assert_allclose(nxt["agents", "reward"][:, j, 0].numpy(), np.asarray(state.reward), rtol=1e-6)
+            np.testing.assert_array_equal(nxt["agents", "observation"][:, j].numpy()[:, :len(own)], obs[:, own])
+            np.testing.assert_array_equal(nxt["agents", "reward"][:, j, 0].numpy(), np.asarray(state.reward)[:B])
         np.testing.assert_array_equal(nxt["truncated"][:, 0].numpy(), np.full(B, (t + 1) % LIMIT == 0))
         assert not nxt["terminated"].any()  # the walker never ends itself: its episodes end by the time limit
         if (t + 1) % LIMIT == 0:  # both sides start the next episode from the env's carried key
             ends += 1
             carried, now = _split(carried)
             state = reset(now)
-            np.testing.assert_array_equal(root["state"].numpy(), np.asarray(state.obs))
+            np.testing.assert_array_equal(root["state"].numpy(), np.asarray(state.obs)[:B])
         td = root
     return {"env": env, "ends": ends}
 

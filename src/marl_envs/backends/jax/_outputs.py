@@ -33,7 +33,7 @@ from tensordict import TensorDictBase
 
 from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree, merge_rows
 from ...specs import Binary, Categorical, MultiCategorical, OneHot
-from ._core import quiet_tracing
+from ._core import compiled_rows, env_keys, quiet_tracing
 
 if TYPE_CHECKING:
     from ._env import JaxEnvBase
@@ -325,17 +325,19 @@ class Programs:
             bits = jnp.where(inside, bits.at[:m.n].set(row), bits)
         return (bits.reshape(self.words, _BITS) << jnp.arange(_BITS, dtype=jnp.int32)).sum(axis=1)
 
-    def _stepped(self, carry, record, action, limit, check: bool, legal=None):
-        """The step of every env and its entries (with ``check``, the bad envs left as they were)."""
+    def _stepped(self, carry, record, action, bounds, check: bool, legal=None):
+        """The step of every env, its entries and which rows are envs (``bounds``: the time limit, then the number of
+        envs, the rows before the padding; with ``check``, the bad envs left as they were)."""
         buffers, keys, steps = self.carry.split(carry)
         new_buffers, new_keys, out = self._primitive("step")(buffers, keys, action)
         new_steps = steps + 1
-        entries = self.step_emission(out, new_steps >= limit)
+        entries = self.step_emission(out, new_steps >= bounds[0])
+        live = jnp.arange(action.shape[0]) < bounds[1]
         if check:
             bad_columns = ~jnp.isfinite(action) | (action < self.low) | (action > self.high)
             if self.masks:
                 bad_columns = bad_columns | self._forbidden(action, legal)
-            bad = bad_columns.any(axis=1)
+            bad = bad_columns.any(axis=1) & live
             keep = lambda good, bad_value: jnp.where(  # noqa: E731
                 bad.reshape(-1, *([1] * (good.ndim - 1))), bad_value, good)
             new_buffers = tuple(keep(n, o) for n, o in zip(new_buffers, buffers))
@@ -350,7 +352,7 @@ class Programs:
             if self.masks:
                 found = jnp.concatenate([found, self._legal_bits(legal, env, column)])
             record = jnp.where(bad.any() & (record[0] == 0), found, record)
-        return (new_buffers, new_keys, new_steps), record.at[5].add(1), entries
+        return (new_buffers, new_keys, new_steps), record.at[5].add(1), entries, live
 
     # -- the compiled programs ------------------------------------------------------------------------
     def reset(self, carry, record, mask):
@@ -361,18 +363,18 @@ class Programs:
         return self.carry.join(buffers, keys, steps), record, self.reset_layout.pack([
             values[k] for k in self.reset_emission.keys])
 
-    def step(self, carry, record, action, limit, check: bool = False, legal=None):
-        (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
+    def step(self, carry, record, action, bounds, check: bool = False, legal=None):
+        (buffers, keys, steps), record, entries, live = self._stepped(carry, record, action, bounds, check, legal)
         return self.carry.join(buffers, keys, steps), record, self.step_layout.pack(
-            [entries[k] for k in self.step_emission.keys], *self._flags(entries, record))
+            [entries[k] for k in self.step_emission.keys], *self._flags(entries, record, live))
 
-    def _flags(self, entries, record) -> tuple[jax.Array, ...]:
+    def _flags(self, entries, record, live) -> tuple[jax.Array, ...]:
         """A step's flag columns: whether some env's episode ended (a core that reads it), a bad action recorded."""
-        return (entries[("done",)].any(), record[0] != 0) if self.ended else (record[0] != 0,)
+        return ((entries[("done",)].reshape(-1) & live).any(), record[0] != 0) if self.ended else (record[0] != 0,)
 
-    def step_reset(self, carry, record, action, limit, check: bool = False, legal=None):
+    def step_reset(self, carry, record, action, bounds, check: bool = False, legal=None):
         """The step, then a fresh start for every env, kept where the step ended the episode."""
-        (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
+        (buffers, keys, steps), record, entries, live = self._stepped(carry, record, action, bounds, check, legal)
         done = entries[("done",)].reshape(-1)
         if self.core.resets_when_needed:  # one conditional: on a GPU, one wait for its predicate a step
             def skip(buffers, keys):
@@ -380,7 +382,7 @@ class Programs:
 
             shape = jax.eval_shape(self._primitive("reset"), buffers, keys, done)[2]
             buffers, keys, out = jax.lax.cond(
-                done.any(), lambda b, k: self._primitive("reset")(b, k, done), skip, buffers, keys)
+                (done & live).any(), lambda b, k: self._primitive("reset")(b, k, done), skip, buffers, keys)
         else:
             buffers, keys, out = self._primitive("reset")(buffers, keys, done)
         fresh = self.reset_emission(out)
@@ -393,7 +395,7 @@ class Programs:
         steps = jnp.where(done, 0, steps)
         values = [entries[k] for k in self.step_emission.keys] + root
         return self.carry.join(buffers, keys, steps), record, self.both_layout.pack(
-            values, *self._flags(entries, record))
+            values, *self._flags(entries, record, live))
 
 
 def export_program(env: JaxEnvBase, name: str = "step_reset", *, platform: str = "cuda") -> Any:
@@ -440,9 +442,12 @@ class JaxOutputs(Outputs):
         self._io = env._io  # the device path's hand-offs: DLPack both ways
         core = env._core
         self._sharding = core._sharding
-        B = env.num_envs
+        # the programs' batch (``compiled_rows``): the env's rows, then padding rows stepped with a valid action and
+        # never read (so a new num_envs of the same size compiles nothing)
+        self._rows = compiled_rows(env.num_envs)
+        self._padded = self._rows > env.num_envs
         self._put = lambda value: jax.device_put(value, self._sharding)
-        self._all = self._put(np.ones(B, dtype=bool))
+        self._all = self._put(np.ones(self._rows, dtype=bool))
         self._core = core
         self._carry: tuple | None = None  # the programs' carry (``Carry``: state buffers, counters), made at reset
         self._watch: jax.Array | None = None  # the device path: the latest record not read yet
@@ -450,6 +455,7 @@ class JaxOutputs(Outputs):
         self.programs = Programs(env, restarts=core.costly_reset and not device_path)
         self._split, self._join_carry = jax.jit(self.programs.carry.split), jax.jit(self.programs.carry.join)
         self._record = self._put(np.zeros(self.programs.record_size, dtype=np.int32))
+        self._keys = self._env_keys(core.seeded)
         self.refresh()
 
     def refresh(self) -> None:
@@ -467,7 +473,8 @@ class JaxOutputs(Outputs):
         step_keys = programs.step_emission.keys
         self._step_root_tree._reindex([step_keys.index(k) for k in programs.kept]
                                       + list(range(len(step_keys), len(step_keys) + len(actions))))
-        self._limit = self._put(np.int32(NO_LIMIT if env.max_steps is None else env.max_steps))
+        limit = NO_LIMIT if env.max_steps is None else env.max_steps
+        self._limit = self._put(np.array([limit, env.num_envs], np.int32))  # the programs' ``bounds``
         self._check = env._deferred
         self._action_keys = list(env._action_keys)
         checked = [(c.key,) if isinstance(c.key, str) else tuple(c.key) for c in env._action_checks]
@@ -478,7 +485,14 @@ class JaxOutputs(Outputs):
         self._masked = bool(programs.masks) and self._check  # the masks go in only where the step checks them
         self._everything = torch.ones(programs.legal_width, dtype=torch.bool, device=env.device)
         self._after_step = env._after_step
-        self._batch = env.num_envs
+        self._batch = B = env.num_envs
+        # the padding rows' inputs: an action every check accepts (0 within each column's bounds), every choice legal,
+        # never reset by a mask
+        padding = self._rows - B
+        pad = np.clip(np.zeros(len(programs.low), np.float32), programs.low, programs.high)[None].repeat(padding, 0)
+        self._pad_numpy, self._pad_action = pad, torch.from_numpy(pad).to(env.device)
+        self._pad_false = torch.zeros(padding, dtype=torch.bool, device=env.device)
+        self._pad_false_numpy = np.zeros(padding, dtype=bool)
         # A core whose reset costs a good part of a step (Brax), on the CPU path: the step, then the reset program
         # for the envs it ended, if any (the step's flag says so, read from its output in host memory: nothing
         # waits), so no fresh start is computed at the steps where no episode ended. While most recent steps end
@@ -495,30 +509,52 @@ class JaxOutputs(Outputs):
         return torch.from_numpy(steps.astype(np.int64)).to(self.env.device)
 
     def carried(self) -> tuple[tuple[jax.Array, ...], jax.Array, jax.Array]:
-        """``(state buffers, keys, step counts)`` the env carries now (split from the carry; for rendering and
-        tests, not the step)."""
+        """``(state buffers, keys, step counts)`` of the envs now (split from the carry, without the padding rows;
+        for rendering and tests, not the step)."""
         if self._carry is None:
             raise RuntimeError("the env has no state yet: reset it first")
-        return self._split(self._carry)
+        buffers, keys, steps = self._split(self._carry)
+        if self._padded:
+            B = self._batch
+            return tuple(b[:B] for b in buffers), keys[:B], steps[:B]
+        return buffers, keys, steps
 
     def seed(self, seed: int) -> None:
-        """Set the env keys of ``seed`` (``JaxCore.seed``), in the carry too once there is one."""
-        core = self._core
-        core.seed(seed)
+        """Set the env keys of ``seed`` (``JaxCore.seed``: env i's keys do not depend on the batch), in the carry too
+        once there is one."""
+        self._core.seed(seed)
+        self._keys = self._env_keys(seed)
         if self._carry is not None:
-            buffers, _, steps = self.carried()
-            self._carry = self._join_carry(buffers, core._keys, steps)
+            buffers, _, steps = self._split(self._carry)
+            self._carry = self._join_carry(buffers, self._keys, steps)
+
+    def _env_keys(self, seed: int) -> jax.Array:
+        """The keys of the programs' rows: the core's env keys, then the padding rows' (env i's keys do not depend
+        on the batch)."""
+        core = self._core
+        return jax.device_put(env_keys(seed, self._rows), self._sharding) if self._padded else core._keys
 
     # -- the hand-off ---------------------------------------------------------------------------------
     def _action(self, actions: Sequence[torch.Tensor]):
-        """The core's flat float32 action: by DLPack on the device path, else a NumPy view of each action (the
-        cheaper hand-off on the CPU; cast and joined by NumPy)."""
+        """The core's flat float32 action, with the padding rows' after the envs': by DLPack on the device path, else
+        a NumPy view of each action (the cheaper hand-off on the CPU; cast and joined by NumPy)."""
         if self.device_path:
-            parts = [a.detach().reshape(self._batch, -1) for a in actions]
-            return self._io.to_jax((parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).to(torch.float32))
+            parts = [a.detach().reshape(self._batch, -1).to(torch.float32) for a in actions]
+            if self._padded:
+                parts.append(self._pad_action)
+                return self._io.to_jax(torch.cat([torch.cat(parts[:-1], dim=1), parts[-1]]))
+            return self._io.to_jax(parts[0] if len(parts) == 1 else torch.cat(parts, dim=1))
         if len(actions) == 1:
-            return _numpy(actions[0]).reshape(self._batch, -1).astype(np.float32, copy=False)
-        return np.concatenate([_numpy(a).reshape(self._batch, -1) for a in actions], axis=1).astype(np.float32)
+            flat = _numpy(actions[0]).reshape(self._batch, -1).astype(np.float32, copy=False)
+        else:
+            flat = np.concatenate([_numpy(a).reshape(self._batch, -1) for a in actions], axis=1).astype(np.float32)
+        return np.concatenate([flat, self._pad_numpy]) if self._padded else flat
+
+    def _mask_rows(self, mask: torch.Tensor):
+        """A reset mask of the envs as the programs take it: the padding rows never reset by it."""
+        if self.device_path:
+            return self._io.to_jax(torch.cat([mask, self._pad_false]) if self._padded else mask)
+        return np.concatenate([mask.numpy(), self._pad_false_numpy]) if self._padded else mask.numpy()
 
     def _received(self, buffers: Sequence[jax.Array], flag: int | None = None, ended: bool = False
                   ) -> list[torch.Tensor]:
@@ -528,19 +564,23 @@ class JaxOutputs(Outputs):
         ``ended``, the one before it whether some env's episode ended (``_ended``)."""
         if self.device_path:
             to_torch = self._io.to_torch
+            if self._padded:
+                return [to_torch(b)[:self._batch] for b in buffers]
             return [to_torch(b) for b in buffers]
         views = [np.asarray(b) for b in buffers]
         if flag is not None and views[flag][0, -1]:
             self._recorded = True
         if ended:
             self._ended = views[flag][0, -2]
+        if self._padded:
+            return [torch.from_numpy(v[:self._batch]) for v in views]
         return [torch.from_numpy(v) for v in views]
 
     def _start(self) -> tuple:
         """The carry, made from zeros (state and step counts) and the env keys before the first reset."""
         if self._carry is None:
-            core = self._core
-            self._carry = self._join_carry(core.zero_state(), core._keys, self._put(np.zeros(self._batch, np.int32)))
+            rows = self._rows
+            self._carry = self._join_carry(self._core.zero_state(rows), self._keys, self._put(np.zeros(rows, np.int32)))
         return self._carry
 
     def signature(self, name: str, struct: Callable | None = None) -> tuple[Callable, tuple]:
@@ -548,14 +588,14 @@ class JaxOutputs(Outputs):
         default: on the env's device)."""
         core, programs = self._core, self.programs
         struct = struct or core._struct
-        B = core.num_envs
+        B = self._rows
         carry = (tuple(struct((B, w), np.dtype(d)) for w, d in zip(core.widths, core.dtypes)),
                  struct((B, 3), jnp.uint32))
         record = struct((programs.record_size,), jnp.int32)
         if name == "reset":
             return programs.reset, (carry, record, struct((B,), jnp.bool_))
         method, check = (programs.step if name == "step" else programs.step_reset), self._check
-        args = (carry, record, struct((B, core.action_size), jnp.float32), struct((), jnp.int32))
+        args = (carry, record, struct((B, core.action_size), jnp.float32), struct((2,), jnp.int32))
         if programs.masks and check:  # the masks are read only by the check
             return (lambda c, r, a, lim, legal: method(c, r, a, lim, check, legal)), (
                 *args, struct((B, programs.legal_width), jnp.bool_))
@@ -615,9 +655,7 @@ class JaxOutputs(Outputs):
     def reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         if self._recorded or self._watch is not None:
             self._poll()
-        jmask = self._all if mask is None else (
-            self._io.to_jax(mask) if self.device_path else mask.numpy())
-        return self._reset(jmask)
+        return self._reset(self._all if mask is None else self._mask_rows(mask))
 
     def _reset(self, mask) -> TensorDictBase:
         self._carry, self._record, buffers = self._compiled("reset")(self._start(), self._record, mask)
@@ -632,6 +670,8 @@ class JaxOutputs(Outputs):
             parts.append(self._everything[m.start:m.start + m.width * m.n].expand(self._batch, -1) if mask is None
                          else mask.reshape(self._batch, -1))
         flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        if self._padded:
+            flat = torch.cat([flat, self._everything.expand(self._rows - self._batch, -1)])
         return self._io.to_jax(flat) if self.device_path else flat.numpy()
 
     def _run(self, name: str, actions: Sequence[torch.Tensor], flag: int | None,
@@ -676,7 +716,7 @@ class JaxOutputs(Outputs):
                 if self._ended:
                     self._ending += 1.0
                     mask = leaves[self._done_leaf].reshape(-1)
-                    root = merge_rows(root, self._reset(mask.numpy()), mask)
+                    root = merge_rows(root, self._reset(self._mask_rows(mask)), mask)
                 return self._next_tree(leaves), root
         leaves = self._cut_both(self._run("step_reset", actions, self._flag_both, tensordict, ended=self._restarts))
         self._ending += self._ended  # stays 0 without restarts
