@@ -256,6 +256,20 @@ def test_batch_sizes_of_one_compiled_size_share_its_programs_and_the_padding_is_
     assert texts[9]["reset"] != texts[8]["reset"]  # 10 rows
 
 
+def test_exact_batch_compiles_for_num_envs_itself(monkeypatch):
+    """MARL_ENVS_EXACT_BATCH=1: the programs of 5 envs are 5 envs' (the bits of the raw library at 5 envs), read
+    when the env is built."""
+    monkeypatch.setenv("MARL_ENVS_EXACT_BATCH", "1")
+    env = marl_envs.make("gymnax/CartPole-v1", num_envs=5, seed=0)
+    monkeypatch.delenv("MARL_ENVS_EXACT_BATCH")
+    padded = marl_envs.make("gymnax/CartPole-v1", num_envs=5, seed=0)
+    for e in (env, padded):
+        e.rollout(3)
+    for e, rows in ((env, 5), (padded, 8)):
+        for program in e._core._compiled.values():
+            assert jax.tree.leaves(program.in_avals)[0].shape[0] == rows  # the first state buffer's batch
+
+
 @pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1", "playground/WalkerWalk_2x3"])
 def test_device_path_matches_cpu_path(name, monkeypatch):
     """The code path written for GPUs (DLPack both ways, actions checked inside the step, fresh starts computed for

@@ -54,7 +54,8 @@ opts out. An env built by name (``BraxEnv``, ``make("brax/...")``) also saves it
 ``jax.export`` modules in that directory's ``marl_envs-exported/`` folder; a later process building it with the
 same arguments loads them and finds their compiled code in JAX's cache, so it neither imports Brax nor traces
 (``benchmarks/compile_once.py`` measures it; ``_exports`` says what the saved files are keyed on). The modules take
-any ``num_envs``; XLA compiles them once for each batch size (static shapes), and the cache keeps each.
+any ``num_envs``; XLA compiles them once for each batch size the envs are compiled for (static shapes:
+``marl_envs.backends.jax.compiled_rows``), and the cache keeps each.
 
 **Rendering** uses MuJoCo's renderer; on a Linux machine without a display but with EGL's library, ``MUJOCO_GL=egl``
 is set before MuJoCo is first imported by this backend (unless MUJOCO_GL is set or MuJoCo was already imported). EGL

@@ -18,7 +18,7 @@ _SOURCES = {
     "._core": ("JaxCore", "StateMismatch", "StatePacking", "compiled_rows", "env_keys", "export_platform",
                "quiet_tracing", "split_key", "straight_threefry", "strong", "tree_paths"),
     "._env": ("FunctionalState", "JaxEnvBase", "JaxFunctions", "check_name"),
-    "._runtime": ("ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR",
+    "._runtime": ("ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "EXACT_BATCH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR",
                   "PREALLOCATE_VAR", "caching_enabled", "configure_jax", "enable_compilation_cache", "env_flag",
                   "inline_cpu_dispatch", "jax_started", "share_gpu_memory"),
     "._transfer": ("Transfer",),

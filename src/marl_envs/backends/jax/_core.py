@@ -15,7 +15,7 @@ one float32 ``(B, K)`` array; the masked reset drawing fresh starts with per-env
 i)``, split at every reset and, for families whose step is random, at every step) and keeping every other env's
 state bit for bit; and the same two functions traced as ``jax.export`` modules when asked (``export=True``), of a
 symbolic batch size (one module for every ``num_envs``). The env's executor (``_outputs.Programs``) compiles its
-reset and step programs over these, with donated buffers.
+reset and step programs over these, with donated buffers, for the batch size ``compiled_rows`` gives.
 
 The key chain is written once, per env (``keyed_reset``, ``keyed_step``): each env carries a key, a reset splits
 it and uses the second half (keeping the first), a step of a family whose step is random does the same. The

@@ -34,6 +34,7 @@ from tensordict import TensorDictBase
 from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree, merge_rows
 from ...specs import Binary, Categorical, MultiCategorical, OneHot
 from ._core import compiled_rows, env_keys, quiet_tracing
+from ._runtime import EXACT_BATCH_VAR, env_flag
 
 if TYPE_CHECKING:
     from ._env import JaxEnvBase
@@ -443,8 +444,8 @@ class JaxOutputs(Outputs):
         core = env._core
         self._sharding = core._sharding
         # the programs' batch (``compiled_rows``): the env's rows, then padding rows stepped with a valid action and
-        # never read (so a new num_envs of the same size compiles nothing)
-        self._rows = compiled_rows(env.num_envs)
+        # never read (so a new num_envs of the same size compiles nothing); MARL_ENVS_EXACT_BATCH=1: the env's own
+        self._rows = env.num_envs if env_flag(EXACT_BATCH_VAR, "0") else compiled_rows(env.num_envs)
         self._padded = self._rows > env.num_envs
         self._put = lambda value: jax.device_put(value, self._sharding)
         self._all = self._put(np.ones(self._rows, dtype=bool))
