@@ -10,7 +10,8 @@ becomes the env's entries, inside the compiled call, for every env at once:
 - ``Layout``: where each entry sits among the output's buffers, one ``(B, width)`` buffer per dtype; on the torch
   side every entry is a view of its buffer (no kernel), and the TensorDicts are built unchecked (``Tree``).
 - ``Programs``: the compiled reset, step and step-with-auto-reset. The step count of each env lives in JAX
-  beside the state; the time limit is a device scalar; the auto-reset draws a fresh start for every env and
+  beside the state; the time limit and the number of envs are a device array (the programs are compiled for the
+  batch size ``num_envs`` shares, ``compiled_rows``: the rows past it are padding); the auto-reset draws a fresh start for every env and
   selects it where the step ended the episode (no conditional: a conditional's predicate is read on the host
   on a GPU). Optionally (``validate_actions="deferred"``) the step checks the actions itself.
 
@@ -475,7 +476,7 @@ class JaxOutputs(Outputs):
         self._step_root_tree._reindex([step_keys.index(k) for k in programs.kept]
                                       + list(range(len(step_keys), len(step_keys) + len(actions))))
         limit = NO_LIMIT if env.max_steps is None else env.max_steps
-        self._limit = self._put(np.array([limit, env.num_envs], np.int32))  # the programs' ``bounds``
+        self._bounds = self._put(np.array([limit, env.num_envs], np.int32))  # the time limit, the envs
         self._check = env._deferred
         self._action_keys = list(env._action_keys)
         checked = [(c.key,) if isinstance(c.key, str) else tuple(c.key) for c in env._action_checks]
@@ -540,11 +541,9 @@ class JaxOutputs(Outputs):
         """The core's flat float32 action, with the padding rows' after the envs': by DLPack on the device path, else
         a NumPy view of each action (the cheaper hand-off on the CPU; cast and joined by NumPy)."""
         if self.device_path:
-            parts = [a.detach().reshape(self._batch, -1).to(torch.float32) for a in actions]
-            if self._padded:
-                parts.append(self._pad_action)
-                return self._io.to_jax(torch.cat([torch.cat(parts[:-1], dim=1), parts[-1]]))
-            return self._io.to_jax(parts[0] if len(parts) == 1 else torch.cat(parts, dim=1))
+            parts = [a.detach().reshape(self._batch, -1) for a in actions]
+            flat = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)).to(torch.float32)
+            return self._io.to_jax(torch.cat([flat, self._pad_action]) if self._padded else flat)
         if len(actions) == 1:
             flat = _numpy(actions[0]).reshape(self._batch, -1).astype(np.float32, copy=False)
         else:
@@ -687,10 +686,10 @@ class JaxOutputs(Outputs):
             raise RuntimeError("step() before reset(): reset the env first")
         fn = self._fns.get(name) or self._fns.setdefault(name, self._compiled(name))
         if self._masked:
-            carry, record, buffers = fn(carry, self._record, self._action(actions), self._limit,
+            carry, record, buffers = fn(carry, self._record, self._action(actions), self._bounds,
                                         self._legal(tensordict))
         else:
-            carry, record, buffers = fn(carry, self._record, self._action(actions), self._limit)
+            carry, record, buffers = fn(carry, self._record, self._action(actions), self._bounds)
         self._carry = carry
         self._record = record
         if self._check and self.device_path and self._watch is None:
