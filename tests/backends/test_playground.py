@@ -87,8 +87,8 @@ def _split(keys):
 def walker():
     """``playground/WalkerWalk_2x3`` stepped beside raw Playground's reset / step from the same keys and actions,
     across an episode boundary (the config's ``episode_length=4``, Playground's own time limit: ``max_steps``),
-    bit for bit. The raw side runs the batch our programs are compiled for (``compiled_rows``), its first ``B`` envs compared:
-    XLA rounds a batched physics step differently at another batch size, the raw library's too."""
+    bit for bit. The raw side runs the batch our programs are compiled for (``compiled_rows``), its first ``B`` envs
+    compared: XLA rounds a batched physics step differently at another batch size, the raw library's too."""
     env = marl_envs.make("playground/WalkerWalk_2x3", num_envs=B, seed=SEED, config={"episode_length": LIMIT})
     raw, rows = env.playground_env, compiled_rows(B)
     reset, step = jax.jit(jax.vmap(raw.reset)), jax.jit(jax.vmap(raw.step))

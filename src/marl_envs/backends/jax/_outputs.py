@@ -11,9 +11,9 @@ becomes the env's entries, inside the compiled call, for every env at once:
   side every entry is a view of its buffer (no kernel), and the TensorDicts are built unchecked (``Tree``).
 - ``Programs``: the compiled reset, step and step-with-auto-reset. The step count of each env lives in JAX
   beside the state; the time limit and the number of envs are a device array (the programs are compiled for the
-  batch size ``num_envs`` shares, ``compiled_rows``: the rows past it are padding); the auto-reset draws a fresh start for every env and
-  selects it where the step ended the episode (no conditional: a conditional's predicate is read on the host
-  on a GPU). Optionally (``validate_actions="deferred"``) the step checks the actions itself.
+  batch size ``num_envs`` shares, ``compiled_rows``: the rows past it are padding); the auto-reset draws a fresh
+  start for every env and selects it where the step ended the episode (no conditional: a conditional's predicate is
+  read on the host on a GPU). Optionally (``validate_actions="deferred"``) the step checks the actions itself.
 
 ``JaxOutputs`` is the executor ``JaxEnvBase`` sets when it is built: one compiled call and one hand-off per
 dtype a step, nothing read back on the host (the deferred check's flag is read only once the device has
