@@ -417,6 +417,9 @@ def test_serial_and_parallel_env_of_two_adapted_envs():
         try:
             assert batched.batch_size == (2, 3)
             batched.set_seed(0)
+            # the random actions drawn from torch's global generator (the workers fork it): fixed, so that no agent
+            # leaves [-3, 3] before the time limit (a few percent of unseeded runs did)
+            torch.manual_seed(0)
             data = batched.rollout(9, break_when_any_done=False)
             assert data.batch_size == (2, 3, 9)
             assert data["next", "truncated"].squeeze(-1)[..., [3, 7]].all()
