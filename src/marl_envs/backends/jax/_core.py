@@ -171,9 +171,10 @@ def compiled_rows(num_envs: int) -> int:
     """The batch size the programs of ``num_envs`` envs are compiled for: XLA compiles each batch size apart (static
     shapes), so batch sizes share a few sizes and the rows past ``num_envs`` are stepped and never read.
 
-    One env is compiled as it is (its step is all dispatch: a padded row would be a tenth more); 2 to 8 envs share 8
-    (a small batch costs what one costs, Brax's physics aside); past 8, four sizes in each doubling (8, 10, 12, 14, 16,
-    20, 24, 28, 32, 40, ...): at most a quarter more rows than envs, and every power of two is its own size.
+    One env is compiled as it is (a single env, for evaluation or debugging, keeps the raw library's bits at one env);
+    2 to 8 envs share 8 (a small batch steps in about the time of one, physics aside); past 8, four sizes in each
+    doubling (8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ...): at most a quarter more rows than envs, and every power of
+    two is its own size.
 
     >>> [compiled_rows(n) for n in (1, 2, 4, 8, 9, 100, 1000, 1024, 4097)]
     [1, 8, 8, 8, 10, 112, 1024, 1024, 5120]

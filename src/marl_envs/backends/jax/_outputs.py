@@ -580,7 +580,8 @@ class JaxOutputs(Outputs):
         """The carry, made from zeros (state and step counts) and the env keys before the first reset."""
         if self._carry is None:
             rows = self._rows
-            self._carry = self._join_carry(self._core.zero_state(rows), self._keys, self._put(np.zeros(rows, np.int32)))
+            steps = self._put(np.zeros(rows, np.int32))
+            self._carry = self._join_carry(self._core.zero_state(rows), self._keys, steps)
         return self._carry
 
     def signature(self, name: str, struct: Callable | None = None) -> tuple[Callable, tuple]:
