@@ -298,6 +298,30 @@ def test_cpu_restarts_after_the_step_or_inside_it_alike(max_steps, fused):
     assert any(name.startswith("step_reset") for name in env.compile_seconds) == fused, env.compile_seconds
 
 
+def test_padding_rows_that_end_restart_nothing():
+    """3 envs step 8 rows (``compiled_rows``): a padding row at its time limit is no env's end, so no reset program
+    runs for it; the envs' own end runs it once."""
+    env = BraxWrapper(Drift(), num_envs=3, max_steps=5, seed=0)
+
+    def still(td):  # Drift never ends itself without an action: only the time limit ends an episode
+        return td.set("action", torch.zeros(3, 2))
+
+    td = env.reset()
+    for _ in range(2):
+        td = env.step_and_maybe_reset(still(td))[1]
+    td["_reset"] = torch.ones(3, 1, dtype=torch.bool)
+    td = env.reset(td)  # the envs start again; the padding rows keep their two steps
+    resets, reset = [], env._outputs._reset
+    env._outputs._reset = lambda mask: resets.append(mask) or reset(mask)
+    for _ in range(4):  # the padding rows reach the limit at the third
+        td, root = env.step_and_maybe_reset(still(td))
+        assert not td["next", "done"].any()
+        td = root
+    assert resets == []
+    td, root = env.step_and_maybe_reset(still(td))
+    assert td["next", "truncated"].all() and len(resets) == 1
+
+
 def test_episode_wrapper_truncation_is_truncated_not_terminated():
     """An ``EpisodeWrapper``'s limit is the env's ``max_steps`` (its Brax steps over ``action_repeat * frame_skip``),
     a longer one refused; its truncation is ``truncated``, never ``terminated``."""
