@@ -492,9 +492,10 @@ class JaxOutputs(Outputs):
         # never reset by a mask
         padding = self._rows - B
         pad = np.clip(np.zeros(len(programs.low), np.float32), programs.low, programs.high)[None].repeat(padding, 0)
-        self._pad_numpy, self._pad_action = pad, torch.from_numpy(pad).to(env.device)
-        self._pad_false = torch.zeros(padding, dtype=torch.bool, device=env.device)
-        self._pad_false_numpy = np.zeros(padding, dtype=bool)
+        never = np.zeros(padding, dtype=bool)
+        if self.device_path:  # as each path joins them: torch tensors on the env's device, else NumPy arrays
+            pad, never = torch.from_numpy(pad).to(env.device), torch.from_numpy(never).to(env.device)
+        self._pad_action, self._pad_mask = pad, never
         # A core whose reset costs a good part of a step (Brax), on the CPU path: the step, then the reset program
         # for the envs it ended, if any (the step's flag says so, read from its output in host memory: nothing
         # waits), so no fresh start is computed at the steps where no episode ended. While most recent steps end
@@ -548,13 +549,13 @@ class JaxOutputs(Outputs):
             flat = _numpy(actions[0]).reshape(self._batch, -1).astype(np.float32, copy=False)
         else:
             flat = np.concatenate([_numpy(a).reshape(self._batch, -1) for a in actions], axis=1).astype(np.float32)
-        return np.concatenate([flat, self._pad_numpy]) if self._padded else flat
+        return np.concatenate([flat, self._pad_action]) if self._padded else flat
 
     def _mask_rows(self, mask: torch.Tensor):
         """A reset mask of the envs as the programs take it: the padding rows never reset by it."""
         if self.device_path:
-            return self._io.to_jax(torch.cat([mask, self._pad_false]) if self._padded else mask)
-        return np.concatenate([mask.numpy(), self._pad_false_numpy]) if self._padded else mask.numpy()
+            return self._io.to_jax(torch.cat([mask, self._pad_mask]) if self._padded else mask)
+        return np.concatenate([mask.numpy(), self._pad_mask]) if self._padded else mask.numpy()
 
     def _received(self, buffers: Sequence[jax.Array], flag: int | None = None, ended: bool = False
                   ) -> list[torch.Tensor]:
