@@ -5,6 +5,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the test envs in tests/envs.py
 
+# MuJoCo picks its OpenGL backend when it is first imported, and some tests import it through a library (``import
+# jaxmarl`` imports MABrax, Brax and MuJoCo) before any env of ours is built: headless rendering is set up first, as
+# the first MuJoCo env built would, so that the rendering tests do not depend on which test file ran before.
+from marl_envs.backends._mujoco import prepare_mujoco_gl  # noqa: E402
+
+prepare_mujoco_gl()
+
 # Where each test runs (`make test`). The whole suite runs once, in .venv: the newest tensordict the core supports,
 # every backend, no TorchRL (the TorchRL and BenchMARL tests skip there). The two other virtualenvs change only the
 # versions of TorchRL, BenchMARL and TensorDict, so they run only the tests marked `versions` (`pytest -m versions`):
