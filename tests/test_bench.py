@@ -148,3 +148,29 @@ def test_a_recorded_run_renders_in_the_results_table(tmp_path, capsys):
     assert len(rows) == len(run["references"])  # one row a raw loop; the two runs in it
     assert rows[0][0] == "`vmas/balance` `n_agents=2`" and rows[0][3] == run["date"] and "2 runs" in rows[0][-1]
 
+
+
+@pytest.mark.parametrize("name", ["gymnax/CartPole-v1", "brax/fast"])
+def test_bridge_loop_steps_the_raw_step_from_torch_and_hands_its_outputs_to_torch(name):
+    """The loop of a torch learner's own bridge to the raw library steps the raw loop's compiled step with the same
+    actions, taken from torch tensors, and its last tensors are that step's observation, reward and done."""
+    import numpy as np
+    import torch
+
+    backend = name.partition("/")[0]
+    pytest.importorskip(backend)
+    env = marl_envs.make(name, num_envs=2, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    plan = [env.full_action_spec.rand(generator=generator) for _ in range(6)]
+    loops, _ = bench.references(backend).loops(env, plan, [range(0, 6)])
+    raw = next(loop for label, loop in loops.items() if label.endswith("auto-reset"))
+    bridge = loops["pure JAX, the same step from torch: actions in, observation, reward, done out"]
+    outputs = (lambda c: (c[0], c[2], c[3])) if backend == "gymnax" else (lambda s: (s.obs, s.reward, s.done))
+    start = np.array(outputs(bridge.state)[0])
+    raw(range(0, 6))
+    bridge(range(0, 6))
+    assert len(bridge.read) == 3 and all(isinstance(tensor, torch.Tensor) for tensor in bridge.read)
+    for tensor, array in zip(bridge.read, outputs(raw.state), strict=True):
+        np.testing.assert_array_equal(tensor.numpy(), np.asarray(array))
+    assert not np.array_equal(bridge.read[0].numpy(), start)  # the steps moved the envs
+    env.close()

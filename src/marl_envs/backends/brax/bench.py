@@ -7,6 +7,8 @@ part of what ours pays for.
 
 - ``jit(vmap(step))`` of Brax's own ``VmapWrapper`` + ``EpisodeWrapper`` + ``AutoResetWrapper`` stack
   (``training.wrap``): what a Brax user's Python loop runs, with auto-reset;
+- the same compiled step driven from torch (``BridgeLoop``): each action from a torch tensor, the observation,
+  reward and done handed to torch, as a torch learner's own bridge to Brax does;
 - ``jit(vmap(env.step))`` of the bare env: no episode counting, no resets (less work than ours: the floor of a
   Python loop);
 - ``lax.scan`` over each chunk of the auto-reset stack: the limit, no Python per step.
@@ -25,7 +27,7 @@ from ._env import BraxEnv, import_brax
 from ..jax import quiet_tracing
 from ...distributed import jax_device
 from ...bench import Loop, References
-from ...bench.jax import JaxLoop, ScanLoop, core_timings
+from ...bench.jax import BridgeLoop, JaxLoop, ScanLoop, core_timings
 
 
 def _brax_training_wrap(env, episode_length: int):
@@ -34,12 +36,18 @@ def _brax_training_wrap(env, episode_length: int):
     return training.wrap(env, episode_length=episode_length)
 
 
+def _learner_outputs(state) -> list:
+    """The arrays of a Brax or Playground state a learner reads: the observation (each of its arrays), reward, done."""
+    return jax.tree.leaves((state.obs, state.reward, state.done))
+
+
 def reference_loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range], *, wrap=_brax_training_wrap,
            library: str = "Brax") -> tuple[dict[str, Loop], dict[str, float]]:
     """The loops over ``wrap(env.brax_env, episode_length)``: the library's own batched auto-reset stack."""
     import_brax()  # quietly, first (an env loaded from its export has not imported Brax)
     device = jax_device(env.device)
-    flat = torch.stack([env.robot_action(td) for td in plan]).cpu().numpy()
+    robot = [env.robot_action(td) for td in plan]
+    flat = torch.stack(robot).cpu().numpy()
     actions = [jax.device_put(a, device) for a in flat]  # one array per step: one dispatch per step
     stacked = {(r.start, r.stop): jax.device_put(flat[r.start:r.stop], device) for r in chunks}
     raw = wrap(env.brax_env, episode_length=env.max_steps or 1000)
@@ -65,8 +73,11 @@ def reference_loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequen
                 scans[chunk.shape[0]] = jax.jit(rollout).trace(wrapped_state, chunk).lower().compile()
         compile_seconds["lax.scan: compile rollout"] = time.perf_counter() - start
         scan_state = jax.jit(raw.reset)(keys)
+        bridged_state = jax.jit(raw.reset)(keys)  # each loop donates its own
     return {
         f"pure JAX: jit(vmap(step)) Python loop, {library} auto-reset": JaxLoop(wrapped, wrapped_state, actions),
+        "pure JAX, the same step from torch: actions in, observation, reward, done out": BridgeLoop(
+            wrapped, bridged_state, robot, _learner_outputs, env.device),
         "pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets": JaxLoop(bare, bare_state, actions),
         "pure JAX: lax.scan rollout (the limit)": ScanLoop(lambda s, c: scans[c.shape[0]](s, c), scan_state, stacked),
     }, compile_seconds
