@@ -149,7 +149,6 @@ def test_a_recorded_run_renders_in_the_results_table(tmp_path, capsys):
     assert rows[0][0] == "`vmas/balance` `n_agents=2`" and rows[0][3] == run["date"] and "2 runs" in rows[0][-1]
 
 
-
 @pytest.mark.parametrize("name", ["gymnax/CartPole-v1", "brax/fast"])
 def test_bridge_loop_steps_the_raw_step_from_torch_and_hands_its_outputs_to_torch(name):
     """The loop of a torch learner's own bridge to the raw library steps the raw loop's compiled step with the same

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,9 +32,10 @@ def torch_bridge(device: torch.device) -> tuple[Callable[[torch.Tensor], Any], C
     cheaper way there), JAX's and torch's public DLPack functions on a GPU."""
     if device.type != "cpu":
         return jax.dlpack.from_dlpack, torch.from_dlpack
-    with warnings.catch_warnings():  # torch's once-a-process warning about a read-only NumPy array (JAX's are)
-        warnings.simplefilter("ignore")
-        torch.from_numpy(np.lib.stride_tricks.as_strided(np.zeros(1), writeable=False))
+    # torch's once-a-process warning about a read-only NumPy array (JAX's are) is given where our own hand-off is
+    # defined, unshown: importing it is enough
+    from ..backends.jax import _transfer  # noqa: F401
+
     return (lambda tensor: tensor.numpy()), (lambda array: torch.from_numpy(np.asarray(array)))
 
 
