@@ -32,9 +32,9 @@ def torch_bridge(device: torch.device) -> tuple[Callable[[torch.Tensor], Any], C
     cheaper way there), JAX's and torch's public DLPack functions on a GPU."""
     if device.type != "cpu":
         return jax.dlpack.from_dlpack, torch.from_dlpack
-    # torch's once-a-process warning about a read-only NumPy array (JAX's are) is given where our own hand-off is
-    # defined, unshown: importing it is enough
-    from ..backends.jax import _transfer  # noqa: F401
+    # torch's once-a-process warning about a read-only NumPy array (JAX's are) is given, unshown, where our own
+    # hand-off is defined: reading ``Transfer`` imports it
+    from ..backends.jax import Transfer  # noqa: F401
 
     return (lambda tensor: tensor.numpy()), (lambda array: torch.from_numpy(np.asarray(array)))
 
