@@ -321,9 +321,9 @@ class Step(torch.autograd.Function):
         new_flat, out, flags, saved = diff.step(io.to_jax(flat), io.to_jax(action))
         ctx.diff, ctx.io, ctx.saved = diff, io, saved
         ctx.save_for_backward(flat, action)  # autograd's version counters catch in-place edits before backward
-        flags = io.to_torch(flags)
+        new_flat, out, flags = io.to_torch_all((new_flat, out, flags))
         ctx.mark_non_differentiable(flags)
-        return io.to_torch(new_flat), io.to_torch(out), flags
+        return new_flat, out, flags
 
     @staticmethod
     def backward(ctx, grad_flat, grad_out, _grad_flags):
@@ -335,4 +335,4 @@ class Step(torch.autograd.Function):
             grad_out = torch.zeros((flat.shape[0], ctx.diff.out_width), device=flat.device)
         g_flat, g_action = ctx.diff.vjp(io.to_jax(flat), saved, io.to_jax(action), io.to_jax(grad_flat.contiguous()),
                                         io.to_jax(grad_out.contiguous()))
-        return None, None, io.to_torch(g_flat), io.to_torch(g_action)
+        return None, None, *io.to_torch_all((g_flat, g_action))

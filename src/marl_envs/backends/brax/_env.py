@@ -228,7 +228,7 @@ class BraxWrapper(JaxEnvBase):
         jmask = io.to_jax(torch.ones(self.num_envs, dtype=torch.bool) if mask is None else mask)
         previous = None if self._flat is None or mask is None else io.to_jax(self._flat)
         flat, out = self._diff.reset(previous, jmask)
-        flat, out = io.to_torch(flat), io.to_torch(out)
+        flat, out = io.to_torch_all((flat, out))
         if previous is not None:  # envs not reset keep their state, and its gradient history
             flat = torch.where(mask.view(-1, 1), flat, self._flat)
         self._flat = flat

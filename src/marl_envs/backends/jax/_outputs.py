@@ -564,10 +564,8 @@ class JaxOutputs(Outputs):
         view made anyway: the last says whether the record holds a bad action (raised at the next call); with
         ``ended``, the one before it whether some env's episode ended (``_ended``)."""
         if self.device_path:
-            to_torch = self._io.to_torch
-            if self._padded:
-                return [to_torch(b)[:self._batch] for b in buffers]
-            return [to_torch(b) for b in buffers]
+            tensors = self._io.to_torch_all(buffers)
+            return [t[:self._batch] for t in tensors] if self._padded else tensors
         views = [np.asarray(b) for b in buffers]
         if flag is not None and views[flag][0, -1]:
             self._recorded = True
@@ -696,6 +694,7 @@ class JaxOutputs(Outputs):
         self._record = record
         if self._check and self.device_path and self._watch is None:
             self._watch = record
+            record.copy_to_host_async()  # its read, once computed (``_poll``), is then of host memory: no transfer
         if self._after_step is not None:
             self._after_step()
         return self._received(buffers, flag if self._check or ended else None, ended)

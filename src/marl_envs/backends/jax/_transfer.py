@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -45,7 +45,7 @@ class Transfer:
         self.device = device
         self.cpu = device.type == "cpu" if dlpack is None else not dlpack
         self._to_jax: Callable[[torch.Tensor], Any] = jax.dlpack.from_dlpack
-        self._capsule: Callable[[Any], Any] | None = None
+        self._capsules: Callable[[Sequence[Any]], list[Any]] | None = None
         if not self.cpu:
             self._fast(jax_device)
 
@@ -77,13 +77,14 @@ class Transfer:
         self._to_jax = to_jax
         cuda = torch.device("cuda", target.local_hardware_id) if self.device.type == "cuda" else None
 
-        def capsule(array):
+        def capsules(arrays):
             if cuda is None:
-                return to_capsule(array, stream=None)
-            current = torch.cuda.current_stream(cuda).cuda_stream  # the stream torch reads it on
-            return to_capsule(array, stream=1 if current == 0 else current)  # 1: CUDA's legacy default stream
+                return [to_capsule(array, stream=None) for array in arrays]
+            current = torch.cuda.current_stream(cuda).cuda_stream  # the stream torch reads them on, looked up once
+            stream = 1 if current == 0 else current  # 1: CUDA's legacy default stream
+            return [to_capsule(array, stream=stream) for array in arrays]
 
-        self._capsule = capsule
+        self._capsules = capsules
 
     def to_jax(self, tensor: torch.Tensor):
         tensor = tensor.detach()
@@ -92,8 +93,12 @@ class Transfer:
         return self._to_jax(tensor.contiguous())
 
     def to_torch(self, array) -> torch.Tensor:
+        return self.to_torch_all((array,))[0]
+
+    def to_torch_all(self, arrays: Sequence[Any]) -> list[torch.Tensor]:
+        """``to_torch`` of each of ``arrays`` (one step's outputs), torch's current stream looked up once for all."""
         if self.cpu:
-            return torch.from_numpy(np.asarray(array))
-        if self._capsule is not None:
-            return torch.from_dlpack(self._capsule(array))
-        return torch.from_dlpack(array)
+            return [torch.from_numpy(np.asarray(array)) for array in arrays]
+        if self._capsules is not None:
+            return [torch.from_dlpack(capsule) for capsule in self._capsules(arrays)]
+        return [torch.from_dlpack(array) for array in arrays]
