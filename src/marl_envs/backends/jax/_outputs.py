@@ -559,9 +559,9 @@ class JaxOutputs(Outputs):
 
     def _received(self, buffers: Sequence[jax.Array], flag: int | None = None, ended: bool = False
                   ) -> list[torch.Tensor]:
-        """The output ``buffers`` as torch tensors, without a copy: ``Transfer.to_torch_all`` (DLPack on the device path,
-        else NumPy views), written out on the CPU path, where the flag columns of buffer ``flag`` are read from the
-        view made anyway: the last says whether the record holds a bad action (raised at the next call); with
+        """The output ``buffers`` as torch tensors, without a copy: ``Transfer.to_torch_all`` (DLPack on the device
+        path, else NumPy views), written out on the CPU path, where the flag columns of buffer ``flag`` are read from
+        the view made anyway: the last says whether the record holds a bad action (raised at the next call); with
         ``ended``, the one before it whether some env's episode ended (``_ended``)."""
         if self.device_path:
             tensors = self._io.to_torch_all(buffers)
