@@ -17,6 +17,7 @@ from tensordict import TensorDictBase
 
 from .messages import accepted_keywords, check_kwargs, did_you_mean, keyword_error, unknown_name
 from .leaf_specs import ordinal_device
+from .outputs import read_entry
 from ..specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
 __all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devices", "check_actions", "check_carried",
@@ -241,7 +242,7 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
     """
     actions = []
     for check in checks:
-        action = tensordict.get(check.key, None)
+        action = read_entry(tensordict, check.key)
         if action is None:
             raise KeyError(f"action {check.key!r} is missing from the TensorDict; env.action_keys = "
                            f"{[c.key for c in checks]}")

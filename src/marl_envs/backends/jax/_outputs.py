@@ -23,6 +23,7 @@ only at steps where an episode ended (its outputs are in host memory there: noth
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -78,18 +79,21 @@ class Layout:
             index, size = self.dtypes.index(dtype), int(np.prod(shape[1:]))
             self.slots.append((index, slice(self.widths[index], self.widths[index] + size), tuple(shape)))
             self.widths[index] += size
-        # how ``cut`` reads them: each buffer split at its entries' widths in one call, then the split parts in
-        # entry order, reshaped where the entry has more than one dim past the batch
+        # how ``cut`` reads them: each buffer split at its entries' widths in one call, the split parts of all
+        # buffers read in entry order in one C call, then reshaped where the entry has more than one dim past the batch
         self._sizes = [[cols.stop - cols.start for i, cols, _ in self.slots if i == index]
                        for index in range(len(self.dtypes))]
         if flags:
             self._sizes[self.flag].append(flags)
             self.widths[self.flag] += flags
+        firsts = np.cumsum([0] + [len(sizes) for sizes in self._sizes]).tolist()  # each buffer's first part
         counts = [0] * len(self.dtypes)
-        self._order = []
-        for index, _, shape in self.slots:
-            self._order.append((index, counts[index], None if len(shape) == 2 else shape))
+        order = []
+        for index, _, _ in self.slots:
+            order.append(firsts[index] + counts[index])
             counts[index] += 1
+        self._pick = operator.itemgetter(*order) if len(order) > 1 else (lambda parts, i=order[0]: (parts[i],))
+        self._shaped = [(i, shape) for i, (_, _, shape) in enumerate(self.slots) if len(shape) != 2]
 
     def pack(self, values: Sequence[jax.Array], *flags: jax.Array) -> tuple[jax.Array, ...]:
         """The ``(B, width)`` buffers (one per dtype) of ``values`` (one ``(B, ...)`` array per entry, in order)
@@ -104,8 +108,13 @@ class Layout:
 
     def cut(self, buffers: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The entries of the batched ``buffers``, as views."""
-        parts = [buffer.split_with_sizes(sizes, 1) for buffer, sizes in zip(buffers, self._sizes)]
-        return [parts[index][i] if shape is None else parts[index][i].view(shape) for index, i, shape in self._order]
+        parts: list[torch.Tensor] = []
+        for buffer, sizes in zip(buffers, self._sizes):
+            parts += buffer.split_with_sizes(sizes, 1)
+        entries = list(self._pick(parts))
+        for i, shape in self._shaped:
+            entries[i] = entries[i].view(shape)
+        return entries
 
 
 class Emission:
