@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import operator
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DonePlan", "Outputs", "RowView", "TensorDictOutputs", "TimeLimit", "Tree", "block_device", "cut_rows",
-    "done_of", "merge_rows", "new_block", "next_root", "read_entry", "row_view", "set_fitted", "unchecked_nested",
-    "unchecked_tensordict",
+    "done_of", "merge_rows", "new_block", "next_root", "picker", "read_entry", "row_view", "set_fitted",
+    "unchecked_nested", "unchecked_tensordict",
 ]
 
 Key = tuple[str, ...]
@@ -100,6 +100,14 @@ def set_fitted(tensordict: TensorDict, key: str, value: TensorDict, device: torc
     tensordict.set(key, value)
 
 
+def picker(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """The reader of the items ``indices`` of a list, in that order, as one C call (an ``operator.itemgetter``)."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    # an itemgetter of one index gives the item itself: a slice gives it in a list (and none, an empty one)
+    return operator.itemgetter(slice(indices[0], indices[0] + 1) if indices else slice(0, 0))
+
+
 class Tree:
     """Builds the nested TensorDict of ``keys`` from a list of leaves (``keys[i]`` at ``leaves[first + i]``),
     unchecked.
@@ -135,11 +143,7 @@ class Tree:
     def _readers(self) -> None:
         """This level's names, and the reader of their leaves from the list (one C call)."""
         self._names = tuple(name for name, _ in self.leaves)
-        indices = [i for _, i in self.leaves]
-        if len(indices) > 1:
-            self._pick = operator.itemgetter(*indices)
-        else:  # itemgetter of one index gives the item, not a tuple
-            self._pick = (lambda leaves, i=indices[0]: (leaves[i],)) if indices else (lambda leaves: ())
+        self._pick = picker([i for _, i in self.leaves])
 
     def __call__(self, leaves: Sequence[Any]) -> TensorDict:
         source = dict(zip(self._names, self._pick(leaves)))

@@ -23,7 +23,6 @@ only at steps where an episode ended (its outputs are in host memory there: noth
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -33,7 +32,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree, merge_rows
+from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree, merge_rows, picker
 from ...specs import Binary, Categorical, MultiCategorical, OneHot
 from ._core import compiled_rows, env_keys, quiet_tracing
 from ._runtime import EXACT_BATCH_VAR, env_flag
@@ -92,7 +91,7 @@ class Layout:
         for index, _, _ in self.slots:
             order.append(firsts[index] + counts[index])
             counts[index] += 1
-        self._pick = operator.itemgetter(*order) if len(order) > 1 else (lambda parts, i=order[0]: (parts[i],))
+        self._pick = picker(order)
         self._shaped = [(i, shape) for i, (_, _, shape) in enumerate(self.slots) if len(shape) != 2]
 
     def pack(self, values: Sequence[jax.Array], *flags: jax.Array) -> tuple[jax.Array, ...]:
