@@ -12,7 +12,7 @@ The loops take turns ``--rounds`` times (the median counts). Each runs ``T`` ste
 - ``rollout(T)`` (the default, ``break_when_any_done``): ``step`` then ``step_mdp``, stopping early if an env is
   done (it reports the steps it ran).
 
-Issue 14's target: ``rollout`` <= 1.2x the time of the ``step_and_maybe_reset`` loop.
+The target: ``rollout`` <= 1.2x the time of the ``step_and_maybe_reset`` loop.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ and cache growth); the table gives the RSS growth from the end of warm-up to the
 taken after a garbage collection and glibc's ``malloc_trim(0)`` (memory in use, not the allocator's free
 space), and the latency percentiles over the calls after warm-up.
 
-Acceptance (issue 14): RSS growth < 50 MB after warm-up over 1M env-steps, p99 latency <= 2x the median.
+The targets: RSS growth < 50 MB after warm-up over 1M env-steps, p99 latency <= 2x the median.
 
 ``--floor`` also times, right after each soak, the backend's own raw loop (the reference loop of
 ``marl-envs bench`` that the soak names: the raw backend stepping the same env, no marl_envs or torch on its path)

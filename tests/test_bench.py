@@ -89,6 +89,30 @@ def test_rollout_benchmark_prints_its_table(capsys):
     assert len(rows) == 3 and rows[0][-1] == "1.00" and rows[1][-3] == "3"
 
 
+def test_step_floor_benchmark_prints_its_table(capsys):
+    """benchmarks/step_floor.py: the raw loops, the floor and ours take turns; ratios against the raw loop and the
+    floor."""
+    pytest.importorskip("gymnax")
+    floor = script("step_floor")
+
+    floor.main(["gymnax/CartPole-v1", "--steps", "5", "--rounds", "2"])
+    out = capsys.readouterr().out
+    assert "gymnax/CartPole-v1: 1 envs, 5 steps a turn, median of 2 turns" in out
+    lines = [line for line in out.splitlines() if line.startswith(("pure JAX", "the ", "ours"))]
+    rows = {line.split(":")[0]: line.split() for line in lines}
+    assert list(rows) == ["pure JAX", "pure JAX, the same step from torch", "the floor", "ours"]
+    assert rows["pure JAX"][-2] == "1.00" and rows["the floor"][-1] == "1.00"
+
+
+def test_step_floor_refuses_an_env_it_does_not_model():
+    pytest.importorskip("brax")
+    floor = script("step_floor")
+    env = marl_envs.make("brax/fast", num_envs=2, seed=0)  # Brax restarts ended envs on the host
+    with pytest.raises(SystemExit, match="the floor takes an env on the CPU path"):
+        floor.floor_loop(env, [])
+    env.close()
+
+
 def test_raw_pettingzoo_loop_steps_continuous_actions_as_arrays():
     """The raw reference loop holds continuous actions as float32 arrays, as a user's loop would: a list would
     make gymnasium cast (and warn) on every agent step, slowing the reference."""
