@@ -255,7 +255,7 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
     flags = [_any_bad(check, action) for check, action in zip(checks, actions)]  # every row, the fast way
     masked = []  # (check, action, legal, forbidden) of the actions whose mask the data hold
     for check, action in zip(checks, actions):
-        legal = None if check.legal is None else tensordict.get(check.legal, None)
+        legal = None if check.legal is None else read_entry(tensordict, check.legal)
         if legal is not None:
             forbidden = _forbidden(check, action, legal)
             rows = _rows(tensordict, check)
@@ -283,7 +283,7 @@ def check_actions(tensordict: TensorDictBase, checks: Sequence[ActionCheck], *, 
 
 def _rows(tensordict: TensorDictBase, check: ActionCheck) -> torch.Tensor | None:
     """The ``(B, n_agents)`` bool of the agents whose actions count (``check.rows``), None to count every row."""
-    row = None if check.rows is None else tensordict.get(check.rows, None)
+    row = None if check.rows is None else read_entry(tensordict, check.rows)
     if row is None:
         return None
     if row.dtype != torch.bool or row.numel() != check.shape[:2].numel() or row.device != check.device:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree, merge_rows, picker
+from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree, merge_rows, picker, read_entry
 from ...specs import Binary, Categorical, MultiCategorical, OneHot
 from ._core import compiled_rows, env_keys, quiet_tracing
 from ._runtime import EXACT_BATCH_VAR, env_flag
@@ -674,7 +674,7 @@ class JaxOutputs(Outputs):
         not hold its mask)."""
         parts = []
         for m in self.programs.masks:
-            mask = tensordict.get(m.key, None)
+            mask = read_entry(tensordict, m.key)
             parts.append(self._everything[m.start:m.start + m.width * m.n].expand(self._batch, -1) if mask is None
                          else mask.reshape(self._batch, -1))
         flat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
