@@ -41,7 +41,7 @@ def floor_loop(env, plan):
                          "no action masks and a compiled batch size")
     step = out._fns.get("step_reset") or out._compiled("step_reset")
     layout, B, device = out.programs.both_layout, env.batch_size, env.device
-    keys = list(env.action_keys)
+    keys = [(key,) if isinstance(key, str) else tuple(key) for key in out._action_keys]  # the step's action order
     groups = {g: torch.Size((env.num_envs, len(agents))) for g, agents in env.group_map.items()}
     new = TensorDict._new_unsafe
     n_next = len(out.programs.step_emission.keys)
@@ -50,6 +50,8 @@ def floor_loop(env, plan):
         """``(flat: [(name, index)], nested: [(group, batch, [(name, index)])])`` of entries ``first, ...``."""
         flat, nested = [], {}
         for i, key in enumerate(entry_keys, first):
+            if len(key) > 2:
+                raise SystemExit(f"the floor builds TensorDicts two levels deep; {key!r} is deeper")
             if len(key) == 1:
                 flat.append((key[0], i))
             else:
@@ -63,11 +65,9 @@ def floor_loop(env, plan):
             source[group] = new({name: leaves[i] for name, i in entries}, batch_size=batch, device=device)
         return new(source, batch_size=B, device=device)
 
-    action_keys = [key if isinstance(key, tuple) else (key,) for key in keys]
     next_tree = shape(out.programs.step_emission.keys, 0)
-    root_tree = shape(list(out.programs.kept) + action_keys, n_next)
+    root_tree = shape(list(out.programs.kept) + keys, n_next)
     state = {"td": env.reset()}
-    width = [-1] * len(keys)
 
     def loop(steps: range) -> None:
         td = state["td"]
@@ -75,7 +75,7 @@ def floor_loop(env, plan):
             actions = [plan[t].get(key) for key in keys]
             for key, action in zip(keys, actions):
                 td.set(key, action)
-            parts = [a.numpy().reshape(env.num_envs, w) for a, w in zip(actions, width)]
+            parts = [a.numpy().reshape(env.num_envs, -1) for a in actions]
             flat = (parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)).astype(np.float32)
             out._carry, out._record, buffers = step(out._carry, out._record, flat, out._bounds)
             views = [torch.from_numpy(np.asarray(b)) for b in buffers]
