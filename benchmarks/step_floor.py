@@ -29,7 +29,7 @@ import torch
 from tensordict import TensorDict
 
 import marl_envs
-from marl_envs.bench import references
+from marl_envs.bench import OursLoop, references
 from marl_envs.cli.format import table
 
 
@@ -87,21 +87,6 @@ def floor_loop(env, plan):
     return loop
 
 
-def ours_loop(env, plan):
-    keys = list(env.action_keys)
-    state = {"td": env.reset()}
-
-    def loop(steps: range) -> None:
-        td = state["td"]
-        for t in steps:
-            for key in keys:
-                td.set(key, plan[t].get(key))
-            td = env.step_and_maybe_reset(td)[1]
-        state["td"] = td
-
-    return loop
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("name", nargs="?", default="gymnax/CartPole-v1")
@@ -116,7 +101,7 @@ def main(argv=None) -> None:
     raw = list(references(args.name.partition("/")[0]).loops(env, plan, [chunk])[0].items())[:2]
     loops = {**{label: loop for label, loop in raw},
              "the floor: our compiled step, TensorDicts built by hand": floor_loop(env, plan),
-             "ours: step_and_maybe_reset": ours_loop(env, plan)}
+             "ours: step_and_maybe_reset": OursLoop(env, plan)}
     sync = {label: getattr(loop, "sync", lambda: None) for label, loop in loops.items()}
     for label, loop in loops.items():  # warm-up
         loop(chunk)
