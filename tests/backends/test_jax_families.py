@@ -148,6 +148,10 @@ def test_jaxmarl_exact(name, kwargs):
             for j, agent in enumerate(members):
                 np.testing.assert_array_equal(td[group, "observation"][:, j].numpy(),
                                               np.asarray(obs[agent], np.float32).reshape(B, *td[group, "observation"].shape[2:]))
+        # JaxMARL's world state, where its observations carry one (SMAX's), is the root "state"
+        assert ("state" in td.keys()) == ("world_state" in obs)
+        if "world_state" in obs:
+            np.testing.assert_array_equal(td["state"].numpy(), np.asarray(obs["world_state"], np.float32))
         carried, now = _split(carried)
         obs, state, reward, dones, _ = jax.vmap(raw.step_env)(now, state, {a: actions[a] for a in agents})
         td = env.step(td)

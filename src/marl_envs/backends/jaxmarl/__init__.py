@@ -20,6 +20,9 @@ key                        shape           spec
 ``(g, "info", "won")``     ``(B, n, 1)``   float32, SMAX and HeuristicEnemySMAX: 1.0 on the step the agent's team
                                            wins (the other team wiped out, one of its own alive), else 0.0; its
                                            mean over the steps that end episodes is the win rate
+``"state"`` (root)         ``(B, s)``      ``Unbounded`` float32, JaxMARL's ``world_state`` where the env's
+                                           observations carry one (SMAX, HeuristicEnemySMAX, JaxNav, the facmac
+                                           MPE envs): the global state a centralised critic reads
 ========================== =============== ===============================================================
 
 The root ``terminated`` is ``dones["__all__"]``. JaxMARL has no truncation flag; ``truncated`` is derived: an

@@ -45,6 +45,7 @@ _TIME_LIMITED = ("coin_game", "storm", "storm_2p", "storm_np")  # episodes end b
 _SEPARATE_ENDS = ("SMAX", "HeuristicEnemySMAX", "jaxnav")  # agents end on their own (units die, robots arrive)
 _BATTLES = ("SMAX", "HeuristicEnemySMAX")  # a team wins when the other is wiped out: the "won" info
 _MABRAX = "jaxmarl.environments.mabrax"  # its envs build Brax envs
+WORLD_STATE = "world_state"  # the observation entry of JaxMARL envs that give a global state (SMAX's)
 
 
 # JaxMARL prints about its optional submodules when imported and when some envs are built: nothing to act on
@@ -141,8 +142,9 @@ class _JaxMarlCore(JaxCore):
 
 
     def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
-                 discrete: list[bool], masks: str | None, separate: bool, num_envs: int, device):
+                 discrete: list[bool], masks: str | None, separate: bool, world_state: bool, num_envs: int, device):
         self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
+        self._world_state = world_state
         # which of the agents (in group order) are allies; a team's win is read off the state (``unit_alive``,
         # the allies' units first, as JaxMARL numbers them)
         self._allies = [str(a).startswith("ally") for a in agents] if name in _BATTLES else None
@@ -168,7 +170,8 @@ class _JaxMarlCore(JaxCore):
         return out
 
     def _observations(self, obs: Any, state: Any) -> list[jax.Array]:
-        parts = []
+        # the root "state" first (the root's entries lead the core's vector): JaxMARL's own world state
+        parts = [obs[WORLD_STATE].reshape(-1).astype(jnp.float32)] if self._world_state else []
         for members in self.groups:
             parts += [_agent_entry(obs, self.agents, i).reshape(-1).astype(jnp.float32) for i in members]
         if self._masks:
@@ -265,6 +268,8 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         one_obs = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
         masks, avail = _mask_source(env, one_obs[1])
         separate = library in _SEPARATE_ENDS
+        # a global state for a centralised critic, at the root "state", where JaxMARL's observations carry one
+        world_state = isinstance(one_obs[0], dict) and WORLD_STATE in one_obs[0]
         specs, widths, discrete = {}, [], []
         for i, agent in enumerate(agents):
             space, where = env.action_space(agent), f"JaxMARL {env_name} agent {names_[i]!r}'s action"
@@ -299,8 +304,10 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
                                   groups=[list(range(s, s + len(m))) for s, m in zip(
                                       np.cumsum([0] + [len(m) for m in members[:-1]]), members)],
                                   widths=[widths[i] for i in order], discrete=[discrete[i] for i in order],
-                                  masks=masks, separate=separate, num_envs=num_envs, device=self.jax_device)
-        self._declare_specs(groups)
+                                  masks=masks, separate=separate, world_state=world_state, num_envs=num_envs,
+                                  device=self.jax_device)
+        root = {"state": Unbounded((num_envs, *one_obs[0][WORLD_STATE].shape), device=dev)} if world_state else {}
+        self._declare_specs(groups, **root)
         self._set_columns()
         self.set_seed(seed)
 
