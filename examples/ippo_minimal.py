@@ -23,9 +23,8 @@ def prefix(key) -> tuple:
     return key[:-1] if isinstance(key, tuple) else ()
 
 
-def mlp(n_in: int, n_out: int, hidden: int = 64) -> nn.Sequential:
-    layers = [nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, n_out)]
-    return nn.Sequential(*layers)
+def mlp(n_in: int, n_out: int, width: int = 64) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(n_in, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, n_out))
 
 
 class Group(nn.Module):
@@ -114,15 +113,13 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small networks: one thread is as fast, and a seed repeats on any machine
-    kwargs = parse_kwargs(args.env_kwargs) if args.env_kwargs is not None else ENV_KWARGS.get(args.env, {})
+    kwargs = ENV_KWARGS.get(args.env, {}) if args.env_kwargs is None else parse_kwargs(args.env_kwargs)
     env = marl_envs.make(args.env, num_envs=args.num_envs, seed=args.seed, **kwargs)
     groups = nn.ModuleList(Group(env, key) for key in env.action_keys)
     optim = torch.optim.Adam(groups.parameters(), lr=args.lr)
 
     def policy(td):
-        for group in groups:
-            group.act(td)
-        return td
+        return [group.act(td) for group in groups][-1]  # each group writes its entries into td
 
     steps = args.steps or env.max_steps or 100  # whole episodes where they have a length limit
     iterations = max(1, args.frames // (args.num_envs * steps))

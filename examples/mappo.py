@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from ppo_loss import GroupKeys, NestedKey, PPOLoss, as_tuple, gae
+from recurrent import GRUNet, RecurrentAgents, RecurrentGroup
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import distributed as dist
@@ -88,7 +89,38 @@ PRESETS: dict[str, dict] = {
                                   "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True},
 }
 GENERIC = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
-           "minibatch": 400, "lr": 3e-4, "entropy": 1e-4, "normalize_advantage": False, "team_return": False}
+           "minibatch": 400, "lr": 3e-4, "entropy": 1e-4, "normalize_advantage": False, "team_return": False,
+           "hidden": 256, "gamma": 0.99, "lmbda": 0.9, "clip": 0.2, "max_grad_norm": 1.0, "anneal_lr": False,
+           "agent_ids": False, "bptt": None}
+
+# With --recurrent, for any env: the settings of JaxMARL's recurrent MAPPO baselines (GRU and layers of 128,
+# 4 epochs, GAE lambda 0.95, the learning rate annealed to 0, advantages standardised per minibatch), over the
+# generic and the env's feed-forward preset; then the env's recurrent preset, below.
+RECURRENT = {"hidden": 128, "epochs": 4, "lmbda": 0.95, "max_grad_norm": 0.5, "anneal_lr": True,
+             "normalize_advantage": True, "lr": 5e-4, "entropy": 0.01}
+RECURRENT_PRESETS: dict[str, dict] = {
+    # JaxMARL's baselines/MAPPO/config/mappo_homogenous_rnn_smax.yaml (every SMAX map: --env-kwargs scenario=NAME):
+    # 128 envs x 128 steps, 4 epochs of 4 minibatches, Adam at 2e-3 annealed, clip 0.2, no entropy bonus, gradient
+    # norms clipped at 0.25, the world state (the root "state") and the agent's index into the critic
+    # (its sequences of 128 steps cut into 16 for backpropagation, as the MAPPO paper's code cuts its into 10)
+    "jaxmarl/HeuristicEnemySMAX": {"num_envs": 128, "steps_per_batch": 128, "minibatch": 4096, "epochs": 4,
+                                   "lr": 2e-3, "clip": 0.2, "entropy": 0.0, "max_grad_norm": 0.25, "bptt": 16},
+    # JaxMARL's baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml (Adam at 2e-3 annealed, entropy 0.01, gradient
+    # norms at 0.5, 128-step sequences, 1M steps as measured beside ours), with 64 envs a batch where it takes 16, and
+    # 2 minibatches where it takes 4: fewer, larger updates suit a loop that steps its GRU from Python
+    "jaxmarl/MPE_simple_spread_v3": {"num_envs": 64, "steps_per_batch": 128, "minibatch": 4096, "epochs": 4,
+                                     "frames": 1_000_000, "lr": 2e-3, "entropy": 0.01, "max_grad_norm": 0.5},
+    # EPyMARL's src/config/algs/mappo.yaml (recurrent actor and critic of 64 units, the agent's index in its input,
+    # Adam at 5e-4, entropy 0.01, 4 epochs, clip 0.2) on its LBF and RWARE tasks; GAE where it takes 5-step returns
+    "lbforaging/Foraging-8x8-2p-2f-coop-v3": {"hidden": 64, "agent_ids": True, "lr": 5e-4, "entropy": 0.01,
+                                              "epochs": 4, "anneal_lr": False},
+    "rware/rware-tiny-2ag-v2": {"hidden": 64, "agent_ids": True, "lr": 5e-4, "entropy": 0.01, "epochs": 4,
+                                "anneal_lr": False},
+}
+# The settings a preset gives where the command line does not
+PRESET_SETTINGS = ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch", "lr", "entropy",
+                   "normalize_advantage", "team_return", "hidden", "gamma", "lmbda", "clip", "max_grad_norm",
+                   "anneal_lr", "agent_ids", "bptt")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -106,18 +138,20 @@ class GroupPolicy(nn.Module):
     action mask.
     """
 
-    def __init__(self, obs_dim: int, spec, hidden: int):
+    def __init__(self, obs_dim: int, spec, hidden: int, net=None):
+        """``net(n_out)``, if given, builds the network instead of an MLP (a recurrent one: ``recurrent.py``)."""
         super().__init__()
         self.discrete = isinstance(spec, (Categorical, OneHot))
         self.one_hot = isinstance(spec, OneHot)
+        net = net or (lambda n_out: mlp(obs_dim, n_out, hidden))
         if self.discrete:
-            self.net = mlp(obs_dim, spec.n, hidden)
+            self.net = net(spec.n)
             self.n = spec.n
         else:
             if not isinstance(spec, Bounded):
                 raise TypeError(f"mappo.py supports Bounded, Categorical and OneHot actions, got {type(spec).__name__}")
             dim = spec.shape[-1]
-            self.net = mlp(obs_dim, dim, hidden)
+            self.net = net(dim)
             self.log_std = nn.Parameter(torch.full((dim,), 0.0))
             low, high = spec.low[0], spec.high[0]  # (n_agents, dim): agents of a group may differ in range
             self.register_buffer("centre", (high + low) / 2)
@@ -125,7 +159,10 @@ class GroupPolicy(nn.Module):
         self.deterministic = False
 
     def _dist(self, obs: torch.Tensor, mask: torch.Tensor | None):
-        out = self.net(obs)
+        return self.distribution(self.net(obs), mask)
+
+    def distribution(self, out: torch.Tensor, mask: torch.Tensor | None):
+        """The action distribution of the network's output ``out`` (logits, or the Gaussian's mean)."""
         if self.discrete:
             if mask is not None:
                 out = out.masked_fill(~mask, -1e9)
@@ -133,7 +170,10 @@ class GroupPolicy(nn.Module):
         return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
 
     def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None):
-        dist = self._dist(obs, mask)
+        return self.sample(self._dist(obs, mask))
+
+    def sample(self, dist):
+        """``(action, pre-squash sample, log-probability)`` drawn from ``dist`` (its mode when deterministic)."""
         if self.discrete:
             raw = dist.probs.argmax(-1) if self.deterministic else dist.sample()
             action = nn.functional.one_hot(raw, self.n) if self.one_hot else raw
@@ -153,7 +193,10 @@ class GroupPolicy(nn.Module):
 
     def evaluate(self, obs: torch.Tensor, raw: torch.Tensor, mask: torch.Tensor | None = None):
         """Log-probability of stored samples and the entropy (of the pre-squash distribution)."""
-        dist = self._dist(obs, mask)
+        return self.score(self._dist(obs, mask), raw)
+
+    def score(self, dist, raw: torch.Tensor):
+        """``evaluate`` on a distribution already built."""
         entropy = dist.entropy()
         return self.log_prob(dist, raw), entropy.unsqueeze(-1) if self.discrete else entropy.sum(-1, keepdim=True)
 
@@ -256,9 +299,32 @@ def build_agents(env: marl_envs.EnvBase, hidden: int, centralised: bool):
     return actors, critics, keys
 
 
-def set_deterministic(actors, flag: bool) -> None:
-    for actor in actors:
-        actor.module.policy.deterministic = flag
+def build_recurrent(env: marl_envs.EnvBase, args: argparse.Namespace) -> RecurrentAgents:
+    """Per group, a GRU actor and a GRU critic (``recurrent.py``); the centralised critic reads the root ``state``
+    where the env declares one, else every agent's observations, with each agent's one-hot index."""
+    hidden, agent_ids, centralised = args.hidden, bool(args.agent_ids), not args.ippo
+    probe = env.reset()
+    groups = []
+    for group in list(env.group_map) or [None]:
+        k, observations, mask = group_keys(env, group)
+        single = group is None
+        lead, n = (1, 1) if single else (2, len(env.group_map[group]))
+        obs_dim = sum(probe.get(o).shape[lead:].numel() for o in observations)
+        actor_in = obs_dim + (n if agent_ids else 0)
+        policy = GroupPolicy(actor_in, env.full_action_spec[k.action], hidden,
+                             net=lambda n_out: GRUNet(actor_in, n_out, hidden, hidden, out_gain=0.01))
+        central = centralised and not single
+        critic_input = ("state" if "state" in env.observation_keys else "joint") if central else "own"
+        n_in = {"state": probe.get("state")[0].numel() + n, "joint": obs_dim * n + n, "own": actor_in}[critic_input]
+        critic = GRUNet(n_in, 1, hidden, hidden, out_gain=1.0)
+        groups.append(RecurrentGroup(policy, critic, k, observations, mask, n, single, agent_ids, critic_input))
+    return RecurrentAgents(groups, env.num_envs, clip=args.clip, entropy_coef=args.entropy, value_coef=0.5,
+                           normalize_advantage=bool(args.normalize_advantage))
+
+
+def set_deterministic(policies: list[GroupPolicy], flag: bool) -> None:
+    for policy in policies:
+        policy.deterministic = flag
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -342,14 +408,20 @@ def mean_of(per_group: dict[str, float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def collect(env, td, act, steps: int) -> tuple[TensorDictBase, TensorDictBase]:
-    """``steps`` steps of ``step_and_maybe_reset``; returns the (B, T) batch and the root to continue from."""
+def collect(env, td, step, steps: int) -> tuple[TensorDictBase, TensorDictBase]:
+    """``steps`` calls of ``step(env, td)`` (a policy's actions through ``step_and_maybe_reset``); returns the (B, T)
+    batch and the root to continue from."""
     out = []
     for _ in range(steps):
-        td, td_next = env.step_and_maybe_reset(act(td))
+        td, td_next = step(env, td)
         out.append(td)
         td = td_next
     return torch.stack(out, dim=1), td
+
+
+def stepper(act):
+    """``collect``'s ``step`` for a feed-forward ``act(td)``."""
+    return lambda env, td: env.step_and_maybe_reset(act(td))
 
 
 def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int, info: distributed.RankInfo,
@@ -360,7 +432,7 @@ def random_policy_reward(env, keys: list[GroupKeys], frames: int, steps: int, in
     tracker = EpisodeTracker(env, keys, team)
     td, rewards, totals = env.reset(), [], None
     for _ in range(max(1, frames // (info.world_size * env.num_envs * steps))):
-        data, td = collect(env, td, env.rand_action, steps)
+        data, td = collect(env, td, stepper(env.rand_action), steps)
         sums = tracker.update(data)
         rewards.append(mean_of(split_means(episode_means(tracker.names, sums.clone(), info))[0]))
         totals = sums if totals is None else totals + sums
@@ -391,6 +463,9 @@ def resumed_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
     for name, value in read_checkpoint(Path(args.resume))["args"].items():
         if name not in own:
             setattr(args, name, value)
+    for name in PRESET_SETTINGS:  # a setting that checkpoints of an earlier version did not hold
+        if getattr(args, name, 0) is None:
+            setattr(args, name, GENERIC[name])
     args.out = Path(args.resume)
     return True
 
@@ -413,12 +488,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, help="passes over each batch")
     p.add_argument("--minibatch", type=int, help="(env, step) samples per gradient step, all ranks together")
     p.add_argument("--lr", type=float)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--gamma", type=float, default=0.99)
-    p.add_argument("--lmbda", type=float, default=0.9)
-    p.add_argument("--clip", type=float, default=0.2)
+    p.add_argument("--recurrent", action="store_true",
+                   help="GRU actors and critics trained on whole sequences (recurrent.py), with the settings of "
+                        "JaxMARL's recurrent baselines and the env's recurrent preset")
+    p.add_argument("--bptt", type=int, metavar="STEPS",
+                   help="with --recurrent: gradients flow back through sequences of STEPS steps, each started from "
+                        "the state collection gave it (default: the preset's, else the batch's steps)")
+    p.add_argument("--agent-ids", action=argparse.BooleanOptionalAction, default=None,
+                   help="each agent's one-hot index in its group added to its policy's input (default: the preset)")
+    p.add_argument("--hidden", type=int, help="hidden units (default: 256; 128 with --recurrent)")
+    p.add_argument("--gamma", type=float, help="discount (default 0.99)")
+    p.add_argument("--lmbda", type=float, help="GAE lambda (default: 0.9; 0.95 with --recurrent)")
+    p.add_argument("--clip", type=float, help="PPO's ratio clip (default 0.2)")
     p.add_argument("--entropy", type=float, help="entropy bonus coefficient (default: the env's preset, else 1e-4)")
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--max-grad-norm", type=float, help="gradient norm clip (default: 1.0; the preset's with "
+                                                       "--recurrent, for the actors and the critics apart)")
+    p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=None,
+                   help="the learning rate decays linearly to 0 over the run (default: on with --recurrent)")
     p.add_argument("--normalize-advantage", action=argparse.BooleanOptionalAction, default=None,
                    help="standardise the advantages of each minibatch (for sparse, small rewards; default: the "
                         "env's preset, else off)")
@@ -434,9 +520,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if resumed_args(p, args):
         return args
     preset = {**GENERIC, **PRESETS.get(args.env, {})}
+    if args.recurrent:
+        preset.update({**RECURRENT, **RECURRENT_PRESETS.get(args.env, {})})
     args.env_kwargs = parse_kwargs(args.env_kwargs) if args.env_kwargs is not None else dict(preset["env_kwargs"])
-    for name in ("num_envs", "frames", "steps_per_batch", "epochs", "minibatch", "lr", "entropy", "normalize_advantage",
-                 "team_return"):
+    for name in PRESET_SETTINGS:
         if getattr(args, name) is None:
             setattr(args, name, preset[name])
     args.out = Path(args.out or Path("runs") / args.env.replace("/", "_"))
@@ -563,9 +650,27 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
     env = marl_envs.make(args.env, num_envs=args.num_envs, device=device, **args.env_kwargs)
     env.set_seed(seed)
     steps = args.steps_per_batch or env.max_steps or 100
-    actors, critics, keys = build_agents(env, args.hidden, centralised=not args.ippo)
-    loss_fn = PPOLoss(actors, critics, keys, clip=args.clip, entropy_coef=args.entropy,
-                      normalize_advantage=bool(args.normalize_advantage)).to(device)
+    bptt = args.bptt or steps
+    if args.recurrent and steps % bptt:
+        raise ValueError(f"--bptt {bptt} must divide the steps of a batch ({steps}): a batch is cut into sequences "
+                         f"of --bptt steps; pass a divisor of {steps}")
+    if args.recurrent:
+        loss_fn = build_recurrent(env, args).to(device)
+        keys, policies, step = [g.keys for g in loss_fn.groups], [g.policy for g in loss_fn.groups], loss_fn.step
+        # each set clipped on its own, as two optimisers would (the recurrent baselines')
+        clipped = [loss_fn.actor_params(), loss_fn.critic_params()]
+    else:
+        actors, critics, keys = build_agents(env, args.hidden, centralised=not args.ippo)
+        loss_fn = PPOLoss(actors, critics, keys, clip=args.clip, entropy_coef=args.entropy,
+                          normalize_advantage=bool(args.normalize_advantage)).to(device)
+        policies, clipped = [actor.module.policy for actor in actors], [list(loss_fn.parameters())]
+
+        def act(td):
+            for actor in actors:
+                actor(td)
+            return td
+
+        step = stepper(act)
     objective = loss_fn
     if info.world_size > 1:  # rank 0's initial parameters are copied to every rank; backward averages gradients
         ddp = nn.parallel.DistributedDataParallel
@@ -573,16 +678,11 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
         no_sync = "forward_sync_buffers" if "forward_sync_buffers" in inspect.signature(ddp).parameters else None
         objective = ddp(loss_fn, device_ids=[device] if device.type == "cuda" else None,
                         **{no_sync or "broadcast_buffers": False})
-    optim = torch.optim.Adam(loss_fn.parameters(), lr=args.lr)
+    # Adam's epsilon of the recurrent baselines (JaxMARL's, CleanRL's): 1e-5
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=args.lr, **({"eps": 1e-5} if args.recurrent else {}))
     tracker = EpisodeTracker(env, keys, bool(args.team_return))
     iterations = max(1, args.frames // (info.world_size * args.num_envs * steps))
     minibatch = args.minibatch // info.world_size  # per rank
-
-    def act(td):
-        for actor in actors:
-            actor(td)
-        return td
-
     bar = None
     if not args.quiet and info.is_main:
         from tqdm import tqdm
@@ -599,20 +699,30 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
     td = env.reset()
     for iteration in range(done_iterations, iterations):
         with torch.no_grad():
-            data, td = collect(env, td, act, steps)
-            for critic, k in zip(critics, keys):
-                gae(data, k, critic, gamma=args.gamma, lmbda=args.lmbda)
+            data, td = collect(env, td, step, steps)
+            if args.recurrent:
+                loss_fn.values(data, gamma=args.gamma, lmbda=args.lmbda)
+            else:
+                for critic, k in zip(critics, keys):
+                    gae(data, k, critic, gamma=args.gamma, lmbda=args.lmbda)
         frames += data.numel() * info.world_size
         per_group, infos = split_means(episode_means(tracker.names, tracker.update(data), info, tracker.infos))
-        flat = data.reshape(-1)
-        n_minibatches = max(1, flat.shape[0] // minibatch)
+        if args.anneal_lr:  # linearly to 0 over the run's iterations
+            for group in optim.param_groups:
+                group["lr"] = args.lr * (1 - iteration / iterations)
+        # minibatches of (env, step) samples; recurrent: of sequences, each env's batch cut into pieces of --bptt
+        # steps (the whole batch by default), each replayed from the state collection started it from
+        flat = data.reshape(-1, bptt) if args.recurrent else data.reshape(-1)
+        size = max(1, minibatch // bptt) if args.recurrent else minibatch
+        n_minibatches = max(1, flat.shape[0] // size)
         for _ in range(args.epochs):
-            order = torch.randperm(flat.shape[0], device=flat.device)[: n_minibatches * minibatch]
-            for idx in order.split(minibatch):
+            order = torch.randperm(flat.shape[0], device=flat.device)[: n_minibatches * size]
+            for idx in order.split(size):
                 loss = objective(flat[idx])
                 optim.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(loss_fn.parameters(), args.max_grad_norm)
+                for params in clipped:
+                    nn.utils.clip_grad_norm_(params, args.max_grad_norm)
                 optim.step()
         wall = time.perf_counter() - start
         row = {"frames": frames, "mean_episode_reward": mean_of(per_group), "wall_s": round(wall, 2)}
@@ -650,7 +760,7 @@ def _train(args: argparse.Namespace, callback=None) -> dict:
     if info.is_main:
         args.out.mkdir(parents=True, exist_ok=True)
         write_outputs(args, rows, summary)  # before the GIF: a failed rendering keeps the curve
-        gif = None if args.no_gif else write_gif(args, act, actors, steps, device)
+        gif = None if args.no_gif else write_gif(args, loss_fn if args.recurrent else step, policies, steps, device)
         if gif is not None:
             summary["gif"] = str(gif)
             write_summary(args, summary)  # summary.json holds every field main() prints
@@ -726,8 +836,9 @@ def write_outputs(args, rows: list[dict], summary: dict, title: str = "") -> Non
     plt.close(fig)
 
 
-def write_gif(args, act, actors, steps: int, device: torch.device) -> Path | None:
-    """A GIF of env 0 under the trained policy, taking its most likely actions (None if the env cannot render)."""
+def write_gif(args, policy, policies: list[GroupPolicy], steps: int, device: torch.device) -> Path | None:
+    """A GIF of env 0 under the trained policy, taking its most likely actions (None if the env cannot render).
+    ``policy``: ``collect``'s ``step``, or the recurrent agents (given fresh states for this env)."""
     import imageio.v2 as imageio
 
     env = marl_envs.make(args.env, num_envs=1, device=device, **args.env_kwargs)
@@ -738,12 +849,15 @@ def write_gif(args, act, actors, steps: int, device: torch.device) -> Path | Non
     except NotImplementedError:
         env.close()
         return None
-    set_deterministic(actors, True)
+    if isinstance(policy, RecurrentAgents):
+        policy.restart(1, device)
+        policy = policy.step
+    set_deterministic(policies, True)
     with torch.no_grad():
         for _ in range(steps):
             images.append(env.render(env_index=0)[::2, ::2])  # half size keeps the GIF small
-            _, td = env.step_and_maybe_reset(act(td))
-    set_deterministic(actors, False)
+            _, td = policy(env, td)
+    set_deterministic(policies, False)
     env.close()
     path = args.out / "policy.gif"
     imageio.mimsave(path, images, duration=50, loop=0)

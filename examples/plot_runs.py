@@ -10,6 +10,9 @@ counts where it has data. A column that a SMAX run writes, ``won``, gets a panel
 ``--reference LABEL=VALUE`` draws a horizontal line (a published final figure, a random policy), e.g.
 ``--reference "random policy=0.18"``; ``--reference-panel won`` puts those lines on the win-rate panel, and a
 prefix puts one line on a panel (``--reference "won:JaxMARL MAPPO=1.0"``).
+``--reference-curve LABEL=CSV`` draws another trainer's curve, dashed: a CSV with a ``frames`` column and the
+panels' columns (``won``, ``mean_episode_reward``), and ``wall_s`` for ``--per-second``, which adds a row of
+panels against training time (each run's ``timings.csv``; one line a run).
 ``--note TEXT`` writes a line under the panels: where a published figure comes from (exact, or read off a plot),
 the budget it was reached at against the frames these runs had. An ``.svg`` figure keeps its text as text.
 Prints, per label, the final value of each plotted column: mean, lowest and highest over the runs.
@@ -34,10 +37,19 @@ def read_run(folder: Path) -> tuple[dict, list[dict[str, float]]]:
         raise FileNotFoundError(f"{folder}: no metrics.csv; pass the --out folder of an examples/mappo.py run")
     summary_file = folder / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-    with open(metrics, newline="") as f:
-        rows = [{k: float(v) if v not in ("", "nan") else math.nan for k, v in row.items()}
-                for row in csv.DictReader(f)]
+    rows = read_csv(metrics)
+    timings = folder / "timings.csv"
+    if timings.is_file():  # wall time, row by row (the same frames)
+        for row, timing in zip(rows, read_csv(timings)):
+            row["wall_s"] = timing["wall_s"]
     return summary, rows
+
+
+def read_csv(path: Path) -> list[dict[str, float]]:
+    """A CSV's rows as floats (an empty or ``nan`` cell: nan)."""
+    with open(path, newline="") as f:
+        return [{k: float(v) if v not in ("", "nan") else math.nan for k, v in row.items()}
+                for row in csv.DictReader(f)]
 
 
 def band(runs: list[list[dict[str, float]]], column: str) -> tuple[list[float], list[float], list[float], list[float]]:
@@ -64,6 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="horizontal lines; a 'won:' or 'reward:' prefix picks the panel")
     p.add_argument("--reference-panel", default="reward", choices=["reward", "won"],
                    help="the panel the --reference lines go on")
+    p.add_argument("--reference-curve", nargs="*", default=[], metavar="LABEL=CSV",
+                   help="another trainer's curve (frames, wall_s and the panels' columns), drawn dashed")
+    p.add_argument("--per-second", action="store_true", help="a second row of panels against training time")
     p.add_argument("--note", nargs="*", default=[], metavar="TEXT",
                    help="lines under the panels (a reference's source and budget)")
     p.add_argument("--title", default="")
@@ -108,34 +123,51 @@ def main(argv=None) -> dict[str, dict[str, tuple[float, float, float]]]:
 
     plt.rcParams["svg.fonttype"] = "none"  # an .svg figure's text stays text
 
+    references = [(ref.rpartition("=")[0], read_csv(Path(ref.rpartition("=")[2]))) for ref in args.reference_curve]
     panels = ["reward", "won"] if has_won else ["reward"]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.6), squeeze=False)
+    fig, axes = plt.subplots(2 if args.per_second else 1, len(panels), figsize=(5.5 * len(panels), 3.6 * (
+        2 if args.per_second else 1)), squeeze=False)
     finals: dict[str, dict[str, tuple[float, float, float]]] = {}
-    for label, runs in groups.items():
+    for n, (label, runs) in enumerate(groups.items()):
         finals[label] = {}
-        for ax, panel in zip(axes[0], panels):
+        for col, panel in enumerate(panels):
+            ax = axes[0][col]
             frames, mean, low, high = band(runs, columns[panel])
             if not frames:
                 continue
             seeds = f" ({len(runs)} runs)" if len(runs) > 1 else ""
-            (line,) = ax.plot(frames, mean, label=label + seeds)
+            (line,) = ax.plot(frames, mean, label=label + seeds, color=f"C{n}")
             if len(runs) > 1:
                 ax.fill_between(frames, low, high, color=line.get_color(), alpha=0.2, lw=0)
+            if args.per_second:
+                for i, rows in enumerate(runs):
+                    timed = [r for r in rows if not math.isnan(r.get(columns[panel], math.nan)) and "wall_s" in r]
+                    name = label + (" (one line a run)" if len(runs) > 1 else "") if not i else None
+                    axes[1][col].plot([r["wall_s"] for r in timed], [r[columns[panel]] for r in timed],
+                                      color=f"C{n}", lw=1, label=name)
             values = [final(rows, columns[panel]) for rows in runs]
             values = [v for v in values if not math.isnan(v)]
             if values:
                 finals[label][columns[panel]] = (sum(values) / len(values), min(values), max(values))
+    for n, (label, rows) in enumerate(references, start=len(groups)):
+        for col, panel in enumerate(panels):
+            for row_axes, x in zip(axes, ["frames", "wall_s"]):
+                points = [r for r in rows if not math.isnan(r.get(columns[panel], math.nan)) and x in r]
+                if points:
+                    row_axes[col].plot([r[x] for r in points], [r[columns[panel]] for r in points], ls="--",
+                                       marker=".", color=f"C{n}", label=label)
     for i, ref in enumerate(args.reference):
         panel, name, value = split_reference(ref, args.reference_panel)
         ax = axes[0][panels.index(panel) if panel in panels else 0]
         ax.axhline(float(value), ls="--", color="grey" if "random" in name else f"C{3 + i}", label=name)
-    for ax, panel in zip(axes[0], panels):
-        ax.set_xlabel("frames")
-        ax.set_ylabel("mean episode reward" if panel == "reward" else "win rate (episodes won)")
-        if panel == "won":
-            ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    for row_axes, xlabel in zip(axes, ["frames (env steps)", "training time, s"]):
+        for ax, panel in zip(row_axes, panels):
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("mean episode reward" if panel == "reward" else "win rate (episodes won)")
+            if panel == "won":
+                ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()

@@ -56,6 +56,14 @@ def gae(data: TensorDictBase, keys: GroupKeys, critic: TensorDictModule, gamma: 
     """
     value = critic(data.clone(False)).get(keys.value)
     next_value = critic(data.get("next").clone(False)).get(keys.value)
+    advantages(data, keys, value, next_value, gamma, lmbda)
+
+
+@torch.no_grad()
+def advantages(data: TensorDictBase, keys: GroupKeys, value: torch.Tensor, next_value: torch.Tensor, gamma: float,
+               lmbda: float) -> None:
+    """``gae`` from given values: ``value`` of each step's observation and ``next_value`` of its ``("next", ...)``
+    one, both shaped like the group's reward (a recurrent critic computes them along the batch's sequences)."""
     reward = data.get(("next", *as_tuple(keys.reward)))
     done = _ended(data, keys.done, reward)
     terminated = _ended(data, keys.terminated, reward)

@@ -191,3 +191,56 @@ def play_to_max_steps(env):
         ended |= before["done"].reshape(B)
         td = root
     return env.step(env.rand_action(td))["next"], ~ended, before
+
+
+class Outlive(marl_envs.EnvBase):
+    """One group ``agents`` of 2 with ends of their own: ``agent_0`` terminates alone at the env's 2nd step (and stays
+    done), the env at a per-env random step from 4 to 7, or at ``max_steps``. Observations: the step count, whether
+    each agent is still in its episode, and the agent's index; reward 1 for action 1, else 0."""
+
+    def __init__(self, *, num_envs: int, device="cpu", max_steps=None):
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps)
+        B = num_envs
+        self.group_map = {"agents": ["agent_0", "agent_1"]}
+        group = lambda **specs: Composite(specs, shape=(B, 2), device=device)  # noqa: E731
+        self.full_observation_spec = Composite(agents=group(observation=Unbounded((B, 2, 3), device=device)),
+                                               shape=(B,), device=device)
+        self.full_action_spec = Composite(agents=group(action=Categorical(3, (B, 2), device=device)), shape=(B,),
+                                          device=device)
+        self.full_reward_spec = Composite(agents=group(reward=Unbounded((B, 2, 1), device=device)), shape=(B,),
+                                          device=device)
+        self.full_done_spec = Composite(agents=group(terminated=marl_envs.specs.Binary((B, 2, 1), device=device)),
+                                        shape=(B,), device=device)
+        self.count = torch.zeros(B, device=device)
+        self.threshold = torch.zeros(B, device=device)
+        self.rng = torch.Generator(device=device)
+
+    def _set_seed(self, seed):
+        self.rng.manual_seed(seed)
+
+    def _ended(self):
+        return torch.stack([self.count >= 2, self.count >= self.threshold], -1)
+
+    def _observe(self):
+        B = self.num_envs
+        alive = (~self._ended()).float()
+        index = torch.arange(2, device=self.device).float().expand(B, 2)
+        return TensorDict({"agents": {"observation": torch.stack([self.count.unsqueeze(-1).expand(B, 2), alive,
+                                                                  index], -1)}}, batch_size=self.batch_size)
+
+    def _reset(self, mask):
+        fresh = torch.randint(4, 8, (self.num_envs,), generator=self.rng, device=self.device).float()
+        mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device) if mask is None else mask
+        self.count.masked_fill_(mask, 0)
+        self.threshold.copy_(torch.where(mask, fresh, self.threshold))
+        return self._observe()
+
+    def _step(self, td):
+        self.count += 1
+        out = self._observe()
+        ended = self._ended()
+        ended[:, 0] |= ended[:, 1]
+        out["agents", "reward"] = (td["agents", "action"] == 1).float().unsqueeze(-1)
+        out["agents", "terminated"] = ended.unsqueeze(-1)
+        out["terminated"] = ended[:, 1:]
+        return out

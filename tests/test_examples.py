@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from envs import Drift, PredatorPreyCount
+from envs import Drift, Outlive, PredatorPreyCount
 
 import marl_envs
 from marl_envs import registry
@@ -34,6 +34,7 @@ def test_envs(monkeypatch):
     monkeypatch.setattr(registry, "_USER_ENVS", {})
     marl_envs.register("test/drift", Drift)
     marl_envs.register("test/predator_prey", PredatorPreyCount)
+    marl_envs.register("test/outlive", Outlive)
 
 
 def _check_outputs(out: Path, env: str, groups: list[str] | None = None) -> dict:
@@ -305,9 +306,11 @@ RESUMABLE = ["--env", "test/drift", "--env-kwargs", "max_steps=10", "--steps-per
              "--checkpoint-every", "3"]
 
 
-def test_a_run_killed_mid_way_resumes_from_its_checkpoint(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--recurrent"]], ids=["feed_forward", "recurrent"])
+def test_a_run_killed_mid_way_resumes_from_its_checkpoint(tmp_path, extra):
     """SIGKILL in the 8th of 20 iterations (the last checkpoint after the 6th); ``--resume`` continues the file:
-    the rows written before the kill stay, the frame count goes on exactly, and the run ends at its budget."""
+    the rows written before the kill stay, the frame count goes on exactly, and the run ends at its budget. A
+    recurrent run's checkpoint holds the states its collection carries."""
     script = textwrap.dedent(f"""
         import os, signal, sys
         sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(mappo.__file__).parent)!r}]
@@ -317,11 +320,14 @@ def test_a_run_killed_mid_way_resumes_from_its_checkpoint(tmp_path):
         kill = lambda iteration, data, loss: iteration == 7 and os.kill(os.getpid(), signal.SIGKILL)
         mappo.train(mappo.parse_args(sys.argv[1:]), callback=kill)
     """)
-    killed = subprocess.run([sys.executable, "-c", script, *RESUMABLE, "--out", str(tmp_path)], capture_output=True,
-                            text=True)
+    killed = subprocess.run([sys.executable, "-c", script, *RESUMABLE, *extra, "--out", str(tmp_path)],
+                            capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     before = (tmp_path / "metrics.csv").read_text().splitlines()
     assert [int(row.split(",")[0]) for row in before[1:]] == [60, 120, 180, 240, 300, 360]
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert checkpoint["args"]["recurrent"] == bool(extra)
+    assert ("actor_state_0" in checkpoint["model"]) == bool(extra)
     summary = mappo.main(["--resume", str(tmp_path), "--quiet", "--no-gif"])
     after = (tmp_path / "metrics.csv").read_text().splitlines()
     assert after[:7] == before
@@ -406,3 +412,49 @@ def test_plot_runs_writes_the_reference_and_its_source_on_the_figure(tmp_path):
                     "--out", str(tmp_path / "fig.svg")])
     svg = (tmp_path / "fig.svg").read_text()
     assert note in svg and "JaxMARL MAPPO" in svg
+
+
+# --recurrent
+
+
+def test_recurrent_states_start_afresh_exactly_where_episodes_end(tmp_path):
+    """The state each GRU starts a step from is zero exactly at the steps whose previous step ended the agent's
+    episode: the env's end (both agents) or ``agent_0``'s own, earlier one (it ends alone at the env's 2nd step);
+    the first step of the run too; nowhere else. Across batches: a batch's first step follows the previous batch's
+    last."""
+    batches = []
+    mappo.train(mappo.parse_args(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--recurrent",
+                                  "--steps-per-batch", "10", "--num-envs", "4", "--frames", "120", "--epochs", "1",
+                                  "--minibatch", "20", "--bptt", "5", "--hidden", "8", "--quiet", "--no-gif",
+                                  "--out", str(tmp_path)]),
+                callback=lambda iteration, data, loss: batches.append(data.clone()))
+    data = torch.cat(batches, dim=1)  # (envs, steps, agents, ...)
+    ended = data["next", "agents", "done"][..., 0]
+    assert ended[:, :, 0].any() and (ended[:, :, 0] & ~ended[:, :, 1]).any()  # agent_0 ends alone
+    expected = torch.cat([torch.ones_like(ended[:, :1]), ended[:, :-1]], dim=1)
+    assert torch.equal(data["agents", "rnn_start"][..., 0], expected)
+    for name in ("actor_hidden", "critic_hidden"):
+        zero = (data["agents", name] == 0).all(-1)
+        assert torch.equal(zero, expected), name
+
+
+def test_a_short_recurrent_run_beats_the_random_policy(tmp_path):
+    """MAPPO with GRUs learns to take the rewarded action."""
+    summary = mappo.main(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--recurrent", "--num-envs", "16",
+                          "--steps-per-batch", "12", "--frames", "5760", "--minibatch", "96", "--hidden", "16",
+                          "--lr", "0.01", "--out", str(tmp_path), "--quiet", "--no-gif"])
+    assert summary["final_mean_episode_reward"] > summary["random_policy_reward"] + 1
+
+
+@pytest.mark.parametrize("extra", [[], ["--ippo"]], ids=["mappo", "ippo"])
+def test_recurrent_runs_on_two_groups_with_a_state_and_on_a_single_agent(tmp_path, extra):
+    _check_outputs(_run(tmp_path / "groups", "test/predator_prey", ["--env-kwargs", "max_steps=10", "--recurrent",
+                                                                    "--agent-ids", *extra]),
+                   "test/predator_prey", ["predator", "prey"])
+    _check_outputs(_run(tmp_path / "single", "test/drift", ["--env-kwargs", "single_agent=True", "max_steps=10",
+                                                            "--recurrent", *extra]), "test/drift")
+
+
+def test_bptt_must_divide_the_batch(tmp_path):
+    with pytest.raises(ValueError, match=r"--bptt 3 must divide the steps of a batch \(10\): .* pass a divisor of 10"):
+        _run(tmp_path, "test/drift", ["--env-kwargs", "max_steps=10", "--recurrent", "--bptt", "3"])

@@ -46,3 +46,8 @@ def test_any_env_by_name_honours_the_action_mask(env, monkeypatch):
     monkeypatch.setattr(ippo_minimal.Group, "__init__", without_mask)
     with pytest.raises(ValueError, match=r"which its action mask \('agents', 'action_mask'\) forbids"):
         ippo_minimal.main(["--env", env, *TINY])
+
+
+def test_the_minimal_example_stays_short():
+    lines = (Path(__file__).parents[1] / "examples" / "ippo_minimal.py").read_text().splitlines()
+    assert len(lines) <= 150, f"examples/ippo_minimal.py has {len(lines)} lines; it stays at most 150"
