@@ -48,13 +48,16 @@ class GRUNet(nn.Module):
     def __init__(self, n_in: int, n_out: int, fc: int, hidden: int, out_gain: float):
         super().__init__()
         self.hidden = hidden
+        # the initialisation of the baselines' networks (Flax's GRU cell: LeCun-normal input weights, orthogonal
+        # recurrent ones, zero biases)
         self.embed = _init(nn.Linear(n_in, fc), math.sqrt(2))
         self.cell = nn.GRUCell(fc, hidden)
+        nn.init.normal_(self.cell.weight_ih, std=1 / math.sqrt(fc))
         for block in self.cell.weight_hh.data.chunk(3, 0):
             nn.init.orthogonal_(block)
         nn.init.zeros_(self.cell.bias_ih)
         nn.init.zeros_(self.cell.bias_hh)
-        self.head = nn.Sequential(_init(nn.Linear(hidden, hidden), math.sqrt(2)), nn.ReLU(),
+        self.head = nn.Sequential(_init(nn.Linear(hidden, hidden), 2.0), nn.ReLU(),
                                   _init(nn.Linear(hidden, n_out), out_gain))
 
     def step(self, x: torch.Tensor, h: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
