@@ -84,8 +84,9 @@ class GRUNet(nn.Module):
 
 
 def _flat(inputs: list[torch.Tensor], lead: int) -> torch.Tensor:
-    """Entries side by side, each flattened past its first ``lead`` dims."""
-    return torch.cat([x.flatten(lead) if x.ndim > lead + 1 else x.reshape(*x.shape[:lead], -1) for x in inputs], -1)
+    """Entries side by side, each flattened past its first ``lead`` dims, as float32 (a grid of ints too)."""
+    return torch.cat([x.flatten(lead) if x.ndim > lead + 1 else x.reshape(*x.shape[:lead], -1) for x in inputs],
+                     -1).float()
 
 
 class RecurrentGroup(nn.Module):
@@ -125,7 +126,7 @@ class RecurrentGroup(nn.Module):
         if self.critic_input == "own":
             return self.actor_input(td, lead)
         if self.critic_input == "state":
-            shared = td.get("state").flatten(lead)
+            shared = td.get("state").flatten(lead).float()
         else:  # every agent's observations side by side
             shared = self._obs(td, lead).flatten(lead)
         return self._with_ids(shared.unsqueeze(-2).expand(*shared.shape[:-1], self.n, shared.shape[-1]))
@@ -232,7 +233,8 @@ class RecurrentAgents(nn.Module):
             before = torch.cat([h0.flatten(0, 1).unsqueeze(0), states[:-1]])  # the state each step started from
             start = data.get(g.key("rnn_start")).transpose(0, 1).flatten(1, 2)
             data.set(g.key("critic_hidden"), self._batch(before.masked_fill(start, 0.0), B, g))
-            setattr(self, f"critic_state_{i}", states[-1].view(B, g.n, -1))
+            # a copy: a view would keep (and a checkpoint would save) every step's states
+            setattr(self, f"critic_state_{i}", states[-1].view(B, g.n, -1).clone())
             value, next_value = self._batch(value, B, g), self._batch(next_value, B, g)
             value, next_value = g.out(value, 2), g.out(next_value, 2)
             data.set(g.keys.value, value)
