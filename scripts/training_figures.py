@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "docs" / "runs"
 IMG = ROOT / "docs" / "img"
 MACHINE = "the 2-core CPU reference machine, 1 torch thread a run"
+RECURRENT = "MAPPO, GRU (mappo.py --recurrent)"
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,14 @@ class Figure:
 
     runs: dict[str, str]  # run folder -> label (runs with one label are drawn as their mean and range)
     published: tuple[str, ...] = ()  # "[panel:]label=value" lines (plot_runs's --reference)
+    # "label=file" of docs/runs/reference: another trainer's curve measured on the same machine (its figures only)
+    curves: tuple[str, ...] = ()
+    per_second: bool = False  # a second row against training time
     notes: tuple[str, ...] = ()
     random_panels: tuple[str, ...] = ("reward",)  # where the random policy's level is drawn
     ceiling: str = ""  # "label=value": the best return the task allows
     date: str = "2026-11-27"
+    machine: str = MACHINE
 
 
 FIGURES: dict[str, Figure] = {
@@ -69,6 +74,29 @@ FIGURES: dict[str, Figure] = {
                "steps, read off Mava's docs/images/rware_results/ff_mappo/main_readme/tiny-2ag-1.png (@ bc9632e).",
                "These runs: 3M frames (15% of that budget), team return, 64 envs."),
     ),
+    "smax_3m_recurrent": Figure(
+        runs=dict.fromkeys(["smax3m_rnn_s0", "smax3m_rnn_s1", "smax3m_rnn_s2"], RECURRENT),
+        curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_smax3m.csv",),
+        per_second=True, random_panels=("reward", "won"),
+        notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3m and "
+               "1.5M steps, run on this machine alone (its time from the process start, 22 s of compilation "
+               "included); ours: the --recurrent preset, 3 seeds, one run at a time, time from the first step.",),
+        date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
+    "mpe_spread_recurrent": Figure(
+        runs=dict.fromkeys(["mpe_rnn_s0", "mpe_rnn_s1", "mpe_rnn_s2"], RECURRENT),
+        curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_mpe_spread.csv",),
+        per_second=True,
+        notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_mpe.py at c793d09 with its config but 1M steps, run on "
+               "this machine alone; its logged return (each agent's reward summed over agents, then over the episode) "
+               "divided by the 3 agents into ours (each agent's episode return, averaged over agents), and averaged "
+               "over blocks of 8 updates (16,384 steps: it logs the last return of each of its 16 envs, ours the "
+               "mean of every episode of an update).",),
+        date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
+    "mappo_navigation": Figure(
+        runs={"navigation_s0": "MAPPO"},
+        notes=("No published result is drawn: VMAS's navigation has none at this budget; the run is make demo's "
+               "(examples/mappo.py --env vmas/navigation, seed 0, 1 torch thread).",),
+        date="2026-11-28"),
 }
 
 
@@ -92,8 +120,10 @@ def arguments(name: str, figure: Figure) -> list[str]:
             references.append(f"{panel}:random policy={sum(levels) / len(levels):.3g}")
     if figure.ceiling:
         references.append(figure.ceiling)
-    notes = [*figure.notes, f"{figure.date}, {MACHINE}; drawn by scripts/training_figures.py from docs/runs."]
+    notes = [*figure.notes, f"{figure.date}, {figure.machine}; drawn by scripts/training_figures.py from docs/runs."]
+    curves = [f"{label}={RUNS / 'reference' / file}" for label, _, file in (c.rpartition("=") for c in figure.curves)]
     return [*map(str, folders), "--label", *figure.runs.values(), "--reference", *references, "--note", *notes,
+            *(["--reference-curve", *curves] if curves else []), *(["--per-second"] if figure.per_second else []),
             "--out", str(IMG / f"{name}.png")]
 
 

@@ -247,8 +247,26 @@ def test_training_figures_are_drawn_from_kept_runs_with_their_published_referenc
         assert f"img/{name}.png" in pages, f"{name}.png is drawn but no page shows it"
         for run in figure.runs:
             assert {"metrics.csv", "summary.json"} <= {p.name for p in (figures.RUNS / run).iterdir()}, run
-        assert figure.published or any(note.startswith("No published") for note in figure.notes), name
+        for curve in figure.curves:  # another trainer's curve, measured on the same machine
+            assert (figures.RUNS / "reference" / curve.rpartition("=")[2]).is_file(), curve
+        assert figure.published or figure.curves or any(note.startswith("No published") for note in figure.notes), name
     monkeypatch.setattr(figures, "IMG", tmp_path)
     assert figures.main(["smax_2s3z"]) == 0
     assert (tmp_path / "smax_2s3z.png").read_bytes()[:4] == b"\x89PNG"
     assert figures.main(["smax_2s3m"]) == 2
+
+
+#: How the README and the MAPPO guide state the demo's training run (make demo's last command)
+DEMO_FIGURE = re.compile(r"mean\s+episode\s+reward\s+of\s+(-?\d+\.\d+)\s+\(a\s+random\s+policy:\s+(-?\d+\.\d+)\)\s+after\s+"
+                         r"(\d+)\s+s\s+of\s+training")
+
+
+def test_the_demo_figures_are_the_kept_demo_run():
+    """The README's and the guide's figures for make demo's MAPPO run are those of the run kept in
+    docs/runs/navigation_s0 (the same command and seed, on this code)."""
+    summary = json.loads((ROOT / "docs" / "runs" / "navigation_s0" / "summary.json").read_text())
+    kept = (f"{summary['final_mean_episode_reward']:.2f}", f"{summary['random_policy_reward']:.2f}",
+            f"{summary['wall_s']:.0f}")
+    for page in (ROOT / "README.md", DOCS_DIR / "mappo.md"):
+        stated = DEMO_FIGURE.findall(page.read_text())
+        assert stated == [kept], f"{page.name} states {stated}; the kept demo run: {kept}"

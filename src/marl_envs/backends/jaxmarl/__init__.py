@@ -21,8 +21,8 @@ key                        shape           spec
                                            wins (the other team wiped out, one of its own alive), else 0.0; its
                                            mean over the steps that end episodes is the win rate
 ``"state"`` (root)         ``(B, s)``      ``Unbounded`` float32, JaxMARL's ``world_state`` where the env's
-                                           observations carry one (SMAX, HeuristicEnemySMAX, JaxNav, the facmac
-                                           MPE envs): the global state a centralised critic reads
+                                           observations carry one (SMAX, HeuristicEnemySMAX): the global state a
+                                           centralised critic reads
 ========================== =============== ===============================================================
 
 The root ``terminated`` is ``dones["__all__"]``. JaxMARL has no truncation flag; ``truncated`` is derived: an
