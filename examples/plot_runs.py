@@ -86,6 +86,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.label is not None and len(args.label) != len(args.runs):
         p.error(f"--label takes one label per run: {len(args.runs)} runs, {len(args.label)} labels")
+    for curve in args.reference_curve:
+        label, _, file = curve.rpartition("=")
+        if not label or not Path(file).is_file():
+            p.error(f"--reference-curve takes LABEL=CSV with an existing CSV file, got {curve!r}")
     for ref in args.reference:
         _, name, value = split_reference(ref, args.reference_panel)
         try:

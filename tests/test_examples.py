@@ -414,6 +414,22 @@ def test_plot_runs_writes_the_reference_and_its_source_on_the_figure(tmp_path):
     assert note in svg and "JaxMARL MAPPO" in svg
 
 
+def test_plot_runs_draws_another_trainers_curve_per_step_and_per_second(tmp_path):
+    import plot_runs
+
+    run = tmp_path / "s0"
+    run.mkdir()
+    (run / "metrics.csv").write_text("frames,mean_episode_reward,won\n100,0.0,0.1\n200,1.0,0.6\n")
+    (run / "timings.csv").write_text("frames,wall_s\n100,1.5\n200,3.0\n")
+    (tmp_path / "ref.csv").write_text("frames,won,wall_s\n100,0.2,9.0\n200,0.7,18.0\n")
+    plot_runs.main([str(run), "--reference-curve", f"Their MAPPO={tmp_path / 'ref.csv'}", "--per-second",
+                    "--out", str(tmp_path / "fig.svg")])
+    svg = (tmp_path / "fig.svg").read_text()
+    assert svg.count("Their MAPPO") == 2 and "training time, s" in svg  # its legend on the win-rate panels
+    with pytest.raises(SystemExit):
+        plot_runs.main([str(run), "--reference-curve", "no-label.csv", "--out", str(tmp_path / "fig.png")])
+
+
 # --recurrent
 
 
