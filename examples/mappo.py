@@ -843,16 +843,22 @@ def write_outputs(args, rows: list[dict], summary: dict, title: str = "") -> Non
 
 
 def write_gif(args, policy, policies: list[GroupPolicy], steps: int, device: torch.device) -> Path | None:
-    """A GIF of env 0 under the trained policy, taking its most likely actions (None if the env cannot render).
+    """A GIF of env 0 under the trained policy, taking its most likely actions; None, saying why on stderr, where
+    the env does not render here (the run's other files are written by then).
     ``policy``: ``collect``'s ``step``, or the recurrent agents (given fresh states for this env)."""
     import imageio.v2 as imageio
 
     env = marl_envs.make(args.env, num_envs=1, device=device, **args.env_kwargs)
     env.set_seed(args.seed + 1)
     images, td = [], env.reset()
-    try:
-        env.render(env_index=0)
-    except NotImplementedError:
+    why = None if env.renders else "the env does not draw images (env.renders is False)"
+    if why is None:
+        try:
+            env.render(env_index=0)
+        except Exception as err:  # a finished run keeps its results whatever the renderer lacks here
+            why = f"env.render() raised {type(err).__name__}: {err}"
+    if why is not None:
+        print(f"no policy.gif for {args.env}: {why}", file=sys.stderr)
         env.close()
         return None
     if isinstance(policy, RecurrentAgents):

@@ -301,6 +301,25 @@ def test_infos_are_logged_at_episode_ends(tmp_path, monkeypatch):
     assert summary["final_won_prey"] == summary["random_policy_won_prey"] == 1.0
 
 
+class DriftThatCannotDraw(Drift):
+    """Says it renders, then fails to, as a renderer without its display or mode does."""
+
+    def _render(self, env_index, **kwargs):
+        raise ValueError("no display here")
+
+
+@pytest.mark.parametrize("env_class", [Drift, DriftThatCannotDraw], ids=["no_render_hook", "render_fails"])
+def test_a_finished_run_without_a_gif_says_why_and_keeps_its_results(tmp_path, capsys, env_class):
+    marl_envs.register("test/undrawn", env_class)
+    summary = mappo.main(["--env", "test/undrawn", "--out", str(tmp_path), "--steps-per-batch", "10", *TINY,
+                          "--env-kwargs", "max_steps=10"])
+    assert "gif" not in summary and not (tmp_path / "policy.gif").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["frames"] == 240
+    why = ("env.render() raised ValueError: no display here" if env_class is DriftThatCannotDraw
+           else "the env does not draw images (env.renders is False)")
+    assert f"no policy.gif for test/undrawn: {why}" in capsys.readouterr().err
+
+
 RESUMABLE = ["--env", "test/drift", "--env-kwargs", "max_steps=10", "--steps-per-batch", "10", "--num-envs", "6",
              "--frames", "1200", "--epochs", "1", "--minibatch", "20", "--hidden", "16", "--quiet", "--no-gif",
              "--checkpoint-every", "3"]
