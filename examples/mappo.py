@@ -525,6 +525,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--threads must be at least 1, got {args.threads}")
     if resumed_args(p, args):
         return args
+    given = [flag for flag, value in (("--bptt", args.bptt), ("--agent-ids", args.agent_ids)) if value is not None]
+    if given and not args.recurrent:
+        p.error(f"{given[0]} sets up the recurrent policies; add --recurrent (the feed-forward ones take no such "
+                f"setting)")
     preset = {**GENERIC, **PRESETS.get(args.env, {})}
     if args.recurrent:
         preset.update({**RECURRENT, **RECURRENT_PRESETS.get(args.env, {})})

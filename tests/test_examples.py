@@ -490,6 +490,14 @@ def test_recurrent_runs_on_two_groups_with_a_state_and_on_a_single_agent(tmp_pat
                                                             "--recurrent", *extra]), "test/drift")
 
 
+@pytest.mark.parametrize("flag, name", [(["--bptt", "5"], "--bptt"), (["--agent-ids"], "--agent-ids"),
+                                        (["--no-agent-ids"], "--agent-ids")])
+def test_recurrent_settings_without_recurrent_are_refused(capsys, flag, name):
+    with pytest.raises(SystemExit):
+        mappo.parse_args(["--env", "test/drift", *flag])
+    assert f"{name} sets up the recurrent policies; add --recurrent" in capsys.readouterr().err
+
+
 def test_bptt_must_divide_the_batch(tmp_path):
     with pytest.raises(ValueError, match=r"--bptt 3 must divide the steps of a batch \(10\): .* pass a divisor of 10"):
         _run(tmp_path, "test/drift", ["--env-kwargs", "max_steps=10", "--recurrent", "--bptt", "3"])
