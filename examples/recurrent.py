@@ -29,9 +29,6 @@ from torch import nn
 
 from ppo_loss import GroupKeys, NestedKey, advantages, as_tuple
 
-FC, HIDDEN = 128, 128  # JaxMARL's MAPPO and IPPO baselines' FC_DIM_SIZE and GRU_HIDDEN_DIM
-
-
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
@@ -85,8 +82,7 @@ class GRUNet(nn.Module):
 
 def _flat(inputs: list[torch.Tensor], lead: int) -> torch.Tensor:
     """Entries side by side, each flattened past its first ``lead`` dims, as float32 (a grid of ints too)."""
-    return torch.cat([x.flatten(lead) if x.ndim > lead + 1 else x.reshape(*x.shape[:lead], -1) for x in inputs],
-                     -1).float()
+    return torch.cat([x.reshape(*x.shape[:lead], -1) for x in inputs], -1).float()
 
 
 class RecurrentGroup(nn.Module):
@@ -218,8 +214,12 @@ class RecurrentAgents(nn.Module):
         """Values of a ``(B, T)`` batch along its sequences from states ``h0 (B, n, H)``: ``(values (T, B*n, 1),
         states after each step (T, B*n, H))``."""
         x = g.critic_in(data, 2).transpose(0, 1).flatten(1, 2)  # (T, B*n, F)
-        start = data.get(g.key("rnn_start"))[..., 0].transpose(0, 1).flatten(1, 2)
-        return g.critic.sequence(x, h0.flatten(0, 1), start)
+        return g.critic.sequence(x, h0.flatten(0, 1), self._starts(g, data)[..., 0])
+
+    @staticmethod
+    def _starts(g: RecurrentGroup, data: TensorDictBase) -> torch.Tensor:
+        """Where each step's states restarted, ``(T, B*n, 1)``."""
+        return data.get(g.key("rnn_start")).transpose(0, 1).flatten(1, 2)
 
     @torch.no_grad()
     def values(self, data: TensorDictBase, gamma: float, lmbda: float) -> None:
@@ -231,8 +231,7 @@ class RecurrentAgents(nn.Module):
             # each step's next observation, one step past the state after it (a time limit's bootstrap)
             next_value = g.critic.after(g.critic_in(data.get("next"), 2).transpose(0, 1).flatten(1, 2), states)
             before = torch.cat([h0.flatten(0, 1).unsqueeze(0), states[:-1]])  # the state each step started from
-            start = data.get(g.key("rnn_start")).transpose(0, 1).flatten(1, 2)
-            data.set(g.key("critic_hidden"), self._batch(before.masked_fill(start, 0.0), B, g))
+            data.set(g.key("critic_hidden"), self._batch(before.masked_fill(self._starts(g, data), 0.0), B, g))
             # a copy: a view would keep (and a checkpoint would save) every step's states
             setattr(self, f"critic_state_{i}", states[-1].view(B, g.n, -1).clone())
             value, next_value = self._batch(value, B, g), self._batch(next_value, B, g)
@@ -252,10 +251,9 @@ class RecurrentAgents(nn.Module):
         B = batch.shape[0]
         total = 0.0
         for g in self.groups:
-            start = batch.get(g.key("rnn_start"))[..., 0].transpose(0, 1).flatten(1, 2)  # (T, B*n)
             x = g.actor_input(batch, 2).transpose(0, 1).flatten(1, 2)
             h0 = batch.get(g.key("actor_hidden"))[:, 0].flatten(0, 1)
-            out, _ = g.policy.net.sequence(x, h0, start)
+            out, _ = g.policy.net.sequence(x, h0, self._starts(g, batch)[..., 0])
             out = self._batch(out, B, g)
             log_prob, entropy = g.policy.score(g.policy.distribution(out, g.action_mask(batch, 2)),
                                                _per_agent(batch.get(g.keys.sample), g))
