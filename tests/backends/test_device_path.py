@@ -24,6 +24,7 @@ from marl_envs.backends.jax import _outputs  # noqa: E402
 FAMILIES = {  # one env of each JAX family, small and quick to compile
     "gymnax": ("gymnax/CartPole-v1", {}),
     "jaxmarl": ("jaxmarl/MPE_simple_spread_v3", {}),
+    "jaxmarl_smax": ("jaxmarl/HeuristicEnemySMAX", {"scenario": "3m"}),  # masks, own ends, the root "state"
     "brax": ("brax/fast", {}),
     "jumanji": ("jumanji/LevelBasedForaging-v0", {}),
     "playground": ("playground/WalkerWalk_2x3", {}),
@@ -33,9 +34,10 @@ B = 3
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def device_env(request):
-    if not marl_envs.registry.backend_installed(request.param):  # not importorskip: the backend prepares MuJoCo
-        pytest.skip(f"{request.param} is not installed")
     name, kwargs = FAMILIES[request.param]
+    backend = name.split("/")[0]
+    if not marl_envs.registry.backend_installed(backend):  # not importorskip: the backend prepares MuJoCo
+        pytest.skip(f"{backend} is not installed")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MARL_ENVS_DEVICE_PATH", "1")
         env = marl_envs.make(name, num_envs=B, seed=0, max_steps=4, **kwargs)
