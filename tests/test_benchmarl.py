@@ -193,7 +193,7 @@ def test_refusals_name_the_fix():
         task("vmas/balance", continuous_actions=False, max_steps=10)
     with pytest.raises(TypeError, match="unexpected keyword argument 'n_agent'; did you mean 'n_agents'"):
         task("vmas/balance", n_agent=3, max_steps=10)
-    with pytest.raises(ValueError, match="unknown env 'vmas/balanse'"):
+    with pytest.raises(ValueError, match="unknown VMAS scenario 'vmas/balanse'; did you mean 'vmas/balance'"):
         task("vmas/balanse", max_steps=10)
 
 

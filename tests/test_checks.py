@@ -1,5 +1,7 @@
 """check_env_specs must fail, naming the key, for each broken promise."""
 
+import re
+
 import pytest
 import torch
 from envs import Drift, PredatorPreyCount
@@ -47,7 +49,9 @@ class OutOfSpec(PredatorPreyCount):
         (WrongDtype, None, r"\('agents', 'observation'\): dtype in the step next data: expected torch.float32, observed torch.float64"),
         (DoneAfterReset, None, r"'done': flag after a full reset: expected all False"),
         (Undeclared, None, r"\('agents', 'secret'\): entry in the step next data that no spec declares"),
-        (Unseeded, 3, r"value in two rollouts after set_seed\(3\) with the same actions"),
+        (Unseeded, 3, r"\('agents', 'observation'\): value of the data at step 0 in two rollouts after set_seed\(3\) with "
+                      r"the same actions: the env is not deterministic: expected -?[\d.]+ at index \(0, 0, 0\), "
+                      r"observed -?[\d.]+; 4 of 4 envs differ \(\[0, 1, 2, 3\]\)$"),
         (OutOfSpec, None, r"\('prey', 'observation'\): shape in the step next data: expected \(4, 1, 3\), observed \(4, 1, 2\)"),
     ],
 )
@@ -118,16 +122,15 @@ def test_fused_step_reset_passes():
     "env_cls, match",
     [
         # max_steps=5 with steps=3: the comparison runs 6 steps by default, the truncation reset is at step 4
-        (FusedResetDiffers, r"\('agents', 'observation'\): value of the step_and_maybe_reset next root at step 4, "
-                            r"envs \[0, 1, 2, 3\], against step\(\) then reset\(\) of the done envs after "
-                            r"set_seed\(0\): expected tensor"),
+        (FusedResetDiffers, r"\('agents', 'observation'\): value of the step_and_maybe_reset next root at step 4 "
+                            r"against step\(\) then reset\(\) of the done envs after set_seed\(0\): expected "
+                            r"-?[\d.]+ at index \(0, 0, 0\), observed -?[\d.]+; 4 of 4 envs differ"),
         (FusedIgnoresEnds, r"\('agents', 'observation'\): value of the step_and_maybe_reset next root at step 4"),
-        (ResetsInPlace, r"\('agents', 'observation'\): value of the step's next data at step 4, envs \[0, 1, 2, 3\], "
-                        r"after reset\(step_mdp\(td\)\) of the done envs, which must leave it as it was"),
+        (ResetsInPlace, r"\('agents', 'observation'\): value of the step's next data at step 4 after reset\(step_mdp\(td\)\) of the done envs, which must leave it as it was"),
         # not a fused-path fault: two replays of step then reset differ, and the message says so
         (UnseededEpisodes, r"\('agents', 'observation'\): value of the step\(\) then reset\(\) of the done envs, next "
-                           r"root at step 4, envs \[0, 1, 2, 3\], in two replays of the same actions after "
-                           r"set_seed\(0\): the env is not deterministic"),
+                           r"root at step 4 in two replays of the same actions after set_seed\(0\): the env is not "
+                           r"deterministic: expected .*; 4 of 4 envs differ"),
     ],
 )
 def test_wrong_fused_step_reset_fails(env_cls, match):
@@ -138,3 +141,39 @@ def test_wrong_fused_step_reset_fails(env_cls, match):
 def test_reset_steps_must_be_positive():
     with pytest.raises(ValueError, match=r"reset_steps must be a positive int or None, got 0"):
         check_env_specs(FusedDrift(num_envs=2), seed=0, reset_steps=0)
+
+
+class UnseededMasked(PredatorPreyCount):
+    """Masks that follow an unseeded draw: a second rollout's masks differ, so the first one's actions may be
+    forbidden there."""
+
+    def _set_seed(self, seed):
+        pass
+
+    def _observe(self):
+        data = super()._observe()
+        data["prey", "action_mask"][..., :4] = (self.threshold.view(-1, 1, 1) % 2 == 0)
+        return data
+
+
+class NeverTerminates(Drift):
+    def _step(self, td):
+        return super()._step(td).exclude("terminated")  # forgets the root "terminated"
+
+
+def test_a_masked_env_that_is_not_deterministic_is_told_from_an_illegal_action():
+    env = UnseededMasked(num_envs=64)
+    with pytest.raises(AssertionError) as failed:
+        check_env_specs(env, seed=0)
+    message = failed.value.args[0]
+    assert "the env is not deterministic" in message and "forbids" not in message
+    assert len(message.splitlines()) == 1 and len(message) < 400, message  # the first difference, not every tensor
+    assert re.match(r"\('\w+', '\w+'\): value of the data at step 0 in two rollouts after set_seed\(0\) with the same "
+                    r"actions: the env is not deterministic: expected [\d.]+ at index \([\d, ]+\), observed [\d.]+; "
+                    r"\d+ of 64 envs differ \(\[[\d, ]+\](, \.\.\.)?\)$", message), message
+
+
+def test_a_step_that_omits_the_root_terminated_is_refused():
+    with pytest.raises(AssertionError, match=r"^'terminated': entry of what NeverTerminates._step returns: expected "
+                                             r"present \(all False for an env that never ends on its own"):
+        check_env_specs(NeverTerminates(num_envs=4))

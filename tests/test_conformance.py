@@ -69,6 +69,17 @@ def _conforms(name: str, **kwargs) -> None:
         assert not td_next["done"].any()  # a done env starts its next episode
         length[nxt["done"].reshape(2)] = 0
         td = td_next
+    masked = any(key[-1] == "action_mask" for key in env.observation_keys if isinstance(key, tuple))
+    env.close()
+    if masked:
+        _plays_masked(name, **kwargs)
+
+
+def _plays_masked(name: str, **kwargs) -> None:
+    """An env with action masks plays 200 random steps (``rand_action`` honouring the masks) with no refusal: also
+    through rows that allow no choice (an agent with no legal move takes any action; ``legal_choices``)."""
+    env = marl_envs.make(name, num_envs=4, seed=0, **kwargs)
+    assert env.rollout(200, break_when_any_done=False).batch_size == (4, 200)
     env.close()
 
 

@@ -501,3 +501,31 @@ def test_recurrent_settings_without_recurrent_are_refused(capsys, flag, name):
 def test_bptt_must_divide_the_batch(tmp_path):
     with pytest.raises(ValueError, match=r"--bptt 3 must divide the steps of a batch \(10\): .* pass a divisor of 10"):
         _run(tmp_path, "test/drift", ["--env-kwargs", "max_steps=10", "--recurrent", "--bptt", "3"])
+
+
+# backends whose envs compile their step with JAX (or MJX) first: their runs go with --all
+_COMPILED = {"brax", "gymnax", "jaxmarl", "jumanji", "playground"}
+
+
+def _every_backend():
+    from test_render import ONE_PER_BACKEND
+
+    for backend, (name, kwargs) in sorted(ONE_PER_BACKEND.items()):
+        marks = [pytest.mark.slow] if backend in _COMPILED else []
+        yield pytest.param(name, kwargs, marks=marks, id=backend)
+
+
+@pytest.mark.parametrize("name, kwargs", list(_every_backend()))
+def test_a_short_run_ends_normally_on_every_backend(tmp_path, name, kwargs):
+    """``mappo.py --env NAME --frames 3000`` in a fresh interpreter exits 0 in every backend (the env built to draw
+    where its family can): a GIF where the env renders, else the reason on stderr."""
+    pairs = [f"{key}={value}" for key, value in kwargs.items()]
+    run = subprocess.run([sys.executable, str(Path(mappo.__file__)), "--env", name, "--frames", "3000", "--out",
+                          str(tmp_path), "--quiet", *(["--env-kwargs", *pairs] if pairs else [])],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["frames"] >= 3000
+    if (tmp_path / "policy.gif").exists():
+        assert (tmp_path / "policy.gif").read_bytes()[:6] == b"GIF89a"
+    else:
+        assert f"no policy.gif for {name}: " in run.stderr, run.stderr[-2000:]

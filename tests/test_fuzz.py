@@ -53,11 +53,17 @@ FUZZ = settings(max_examples=4, deadline=None, derandomize=True, database=None, 
                 suppress_health_check=[HealthCheck.too_slow])
 
 
+#: case -> what each of ``step`` and ``step_and_maybe_reset`` raised on the first twin before its first reset
+BEFORE_RESET: dict[str, dict[str, Exception | None]] = {}
+
+
 @pytest.fixture(scope="module", params=list(CASES))
 def twins(request):
     a, b = CASES[request.param](), CASES[request.param]()
     for env in (a, b):  # the contract fuzzed here: a bad value raises at once, nothing applied (the JAX families'
         env.validate_actions = "immediate"  # default check, inside the step, is tests/backends/test_device_path.py's)
+    BEFORE_RESET[request.param] = {method: _raised(getattr(a, method), a.rand_action())
+                                   for method in ("step", "step_and_maybe_reset")}
     yield a, b
     a.close()
     b.close()
@@ -66,6 +72,14 @@ def twins(request):
 # ---------------------------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------------------------
+def _raised(call, *args) -> Exception | None:
+    try:
+        call(*args)
+    except Exception as error:  # noqa: BLE001 (what was raised is the result)
+        return error
+    return None
+
+
 def assert_identical(x: TensorDictBase, y: TensorDictBase) -> None:
     keys = set(x.keys(True, True))
     assert keys == set(y.keys(True, True)), keys ^ set(y.keys(True, True))
@@ -302,6 +316,19 @@ def kinds_of(env) -> list[str]:
     if all(is_discrete(s) for s in specs):
         skip.add("non-finite")
     return [k for k in KINDS if k not in skip]
+
+
+def test_a_step_before_reset_gets_one_answer_then_200_random_steps_run(twins, request):
+    """A step before the first reset is refused with the same error in every backend; then the library's own
+    ``rand_action`` plays 200 steps across episode ends with no refusal, the same in both twins."""
+    a, b = twins
+    case = request.node.callspec.params["twins"]
+    for method, error in BEFORE_RESET[case].items():
+        assert type(error) is RuntimeError and str(error) == (
+            f"{type(a).__name__}.{method}() before reset(): call env.reset() first (env.rollout() resets for you)")
+    for env in (a, b):
+        env.set_seed(7)
+    assert_identical(a.rollout(200, break_when_any_done=False), b.rollout(200, break_when_any_done=False))
 
 
 @FUZZ

@@ -145,7 +145,7 @@ def test_a_misspelled_name_or_value_is_refused_before_torch_and_jax_are_imported
         "for name, kwargs, match in [\n"
         "        ('jaxmarl/SMAX', {'scenario': '3mm'}, \"unknown SMAX map '3mm'; did you mean '3m'\"),\n"
         "        ('jaxmarl/SMAX', {'env_kwargs': {'scenario': '2s4z'}}, \"unknown SMAX map '2s4z'\"),\n"
-        "        ('jaxmarl/MPE_simple_spred_v3', {}, \"did you mean 'MPE_simple_spread_v3'\"),\n"
+        "        ('jaxmarl/MPE_simple_spred_v3', {}, \"did you mean 'jaxmarl/MPE_simple_spread_v3'\"),\n"
         "        ('jaxmarl/storm', {}, \"'storm' cannot be built here\"),\n"
         "        ('brax/ant', {'backend': 'sprng'}, \"unknown Brax physics backend 'sprng'; did you mean 'spring'\"),\n"
         "        ]:\n"

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import marl_envs
+from envs import PredatorPreyCount
 
 MASKED = {
     "openspiel/tic_tac_toe": "openspiel",
@@ -96,3 +97,27 @@ def test_with_no_check_a_library_error_names_the_env_once():
     with pytest.raises(InstanceError, match=r"^the PettingZoo instance of env 0 raised in step: SpielError: .*"
                                             r"board_\[move\] == CellState::kEmpty"):
         env.step(td)
+
+
+class NoMoveOnOddCounts(PredatorPreyCount):
+    """The prey has no legal choice (an all-False mask row) on odd counts."""
+
+    def _observe(self):
+        data = super()._observe()
+        data["prey", "action_mask"] &= (self.count % 2 == 0).view(-1, 1, 1)
+        return data
+
+
+def test_a_row_with_no_legal_choice_takes_any_action():
+    """One rule decides what is legal (``marl_envs.specs.legal_choices``): a row that allows nothing allows every
+    choice, for the check before the step and for ``rand_action`` alike."""
+    env = NoMoveOnOddCounts(num_envs=2)
+    td = env.step_mdp(env.rand_step(env.reset()))
+    assert not td["prey", "action_mask"].any()  # count 1: no legal choice
+    for choice in range(5):
+        td["prey", "action"] = torch.full((2, 1), choice)
+        env.step(td.clone())
+        env.reset()
+        td = env.step_mdp(env.rand_step(env.reset()))
+    rows = torch.tensor([[True, False, False], [False, False, False]])
+    assert marl_envs.specs.legal_choices(rows).tolist() == [[True, False, False], [True, True, True]]

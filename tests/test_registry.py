@@ -1,8 +1,10 @@
+import re
+
 import pytest
 from envs import Drift, PredatorPreyCount
 
 import marl_envs
-from marl_envs import registry
+from marl_envs import cli, registry
 
 
 @pytest.fixture(autouse=True)
@@ -87,3 +89,25 @@ def test_an_old_split_name_still_builds_and_names_the_new_one():
     assert env.env_name == "humanoid_9-8"
     with pytest.warns(DeprecationWarning, match=r"the Brax env name 'humanoid_9\|8' is now 'humanoid_9-8'"):
         assert BraxEnv("humanoid_9|8", num_envs=1).group_map == env.group_map
+
+
+def _misspelled(name: str) -> str:
+    """``name`` with a letter of its env part doubled (``vmas/balance`` -> ``vmas/balaance``)."""
+    backend, _, env = name.partition("/")
+    i = next(i for i in range(len(env) // 2, len(env)) if env[i].isalpha())
+    return f"{backend}/{env[:i]}{env[i]}{env[i:]}"
+
+
+@pytest.mark.parametrize("backend", marl_envs.available_backends())
+def test_a_misspelled_name_is_answered_with_the_name_make_takes(backend):
+    """Every backend's refusal of a name offers the full name ``make`` takes, from ``make`` and from ``marl-envs
+    info`` alike; no keyword is needed for the name to be checked first."""
+    name = registry.backend_record(backend).check_env[0]
+    # (a short name, magent2/battle, is offered as its listed one, magent2/battle_v4)
+    with pytest.raises(ValueError, match=rf"'{_misspelled(name)}'; did you mean '{re.escape(name)}(_v\d+)?'"):
+        marl_envs.make(_misspelled(name))
+
+
+def test_the_command_line_offers_the_full_name(capsys):
+    assert cli.main(["info", "vmas/navigatoin"]) == 1
+    assert "did you mean 'vmas/navigation'?" in capsys.readouterr().err

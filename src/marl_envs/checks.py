@@ -111,7 +111,7 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, re
             if bool(reset_td.get(key).any()):
                 raise _fail(key, "flag after a full reset", "all False", reset_td.get(key))
 
-    stepped = env.rand_step(reset_td).get("next")
+    stepped = _checked_step(env, env.rand_action(reset_td)).get("next")
     for spec in (obs_spec, done_spec, env.full_reward_spec):
         _check_entries(stepped, spec, "step next", False)
     _check_no_extra(stepped, root_keys | set(env.reward_keys), "step next")
@@ -138,6 +138,30 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, re
     if seed is not None:
         _check_determinism(env, seed, steps)
         _check_step_and_maybe_reset(env, seed, reset_steps)
+
+
+def _checked_step(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
+    """``env.step``, refusing a ``_step`` hook (a user's env) that omits the root ``"terminated"``: the library would
+    read it as False in every step, and the env would never end on its own."""
+    if type(env)._step is EnvBase._step:  # a backend with an executor of its own
+        return env.step(tensordict)
+    given = []
+
+    def recorded(td: TensorDictBase):
+        out = type(env)._step(env, td)
+        given.append(set(out.keys(True, True)) if isinstance(out, TensorDictBase) else set(out))
+        return out
+
+    env._step = recorded  # the executor calls the hook through the env: this instance's, for one step
+    try:
+        out = env.step(tensordict)
+    finally:
+        del env._step
+    if given and "terminated" not in given[0]:
+        raise _fail("terminated", f"entry of what {type(env).__name__}._step returns", "present (all False for an "
+                    "env that never ends on its own: the library cannot tell an omission from 'never')",
+                    f"absent; it returned {sorted(map(str, given[0]))}")
+    return out
 
 
 def _check_partial_reset(env: EnvBase) -> None:
@@ -190,14 +214,17 @@ def _check_determinism(env: EnvBase, seed: int, steps: int) -> None:
     recorded = first.select(*env.action_keys)
 
     def replay(td: TensorDictBase, _t=iter(range(steps))) -> TensorDictBase:
-        return td.update(recorded[:, next(_t)])
+        t = next(_t)
+        # the data the recorded actions were drawn on: if they differ, replaying them could break an action mask
+        _check_same(first[:, t].exclude("next", *env.action_keys), td.exclude(*env.action_keys),
+                    f"data at step {t} in two rollouts", f"after set_seed({seed}) with the same actions: the env "
+                    f"is not deterministic")
+        return td.update(recorded[:, t])
 
     env.set_seed(seed)
     second = env.rollout(steps, replay, break_when_any_done=False)
-    for key in first.keys(True, True):
-        if not torch.equal(first.get(key), second.get(key)):
-            raise _fail(key, f"value in two rollouts after set_seed({seed}) with the same actions",
-                        first.get(key), second.get(key))
+    _check_same(first, second, "two rollouts", f"after set_seed({seed}) with the same actions: the env is not "
+                                               f"deterministic")
 
 
 def _check_step_and_maybe_reset(env: EnvBase, seed: int, steps: int) -> None:
@@ -211,7 +238,7 @@ def _check_step_and_maybe_reset(env: EnvBase, seed: int, steps: int) -> None:
     td, actions, fused = env.reset(), [], []
     for _ in range(steps):
         td = env.rand_action(td)
-        actions.append(td.select(*env.action_keys).clone())
+        actions.append(td.clone())  # the actions, and the data they were drawn on
         td, root = env.step_and_maybe_reset(td)
         fused.append((td.get("next").clone(), root.clone()))  # clones: an executor may reuse its buffers
         td = root
@@ -227,15 +254,21 @@ def _check_step_and_maybe_reset(env: EnvBase, seed: int, steps: int) -> None:
 
 
 def _replay(env: EnvBase, seed: int, actions: list[TensorDictBase]) -> list[tuple[TensorDictBase, TensorDictBase]]:
-    """``(td["next"], next root)`` of each step of ``step`` then ``reset`` of the done envs on ``actions``.
+    """``(td["next"], next root)`` of each step of ``step`` then ``reset`` of the done envs on ``actions``, the roots
+    they were drawn on with them. A replay whose data differ from those stops there: its last next root already
+    differs from the one compared with, and replaying actions on other data could break an action mask.
 
     Nothing is reset when no env is done, as ``step_and_maybe_reset`` does not reset then either. ``td["next"]`` is
     read before the reset, and the reset must leave it as it was (the terminal data of the done envs).
     """
     env.set_seed(seed)
     td, out = env.reset(), []
-    for t, action in enumerate(actions):
-        td = env.step(td.update(action))
+    _check_same(actions[0].exclude(*env.action_keys), td, "reset data",
+                f"in two resets after set_seed({seed}): the env is not deterministic")
+    for t, drawn in enumerate(actions):
+        if t and _difference(drawn.exclude(*env.action_keys), td.exclude(*env.action_keys)) is not None:
+            break
+        td = env.step(td.update(drawn.select(*env.action_keys)))
         stepped = td.get("next").clone()
         root = env.step_mdp(td)
         done = root.get("done")
@@ -258,15 +291,34 @@ def _check_same_steps(expected: list, observed: list, what: str, against: str) -
 
 def _check_same(expected: TensorDictBase, observed: TensorDictBase, where: str, against: str) -> None:
     """``observed`` has ``expected``'s keys and, per entry, equal values (``torch.equal``: the same computation)."""
+    difference = _difference(expected, observed)
+    if difference is not None:
+        key, what, old, new = difference
+        raise _fail(key, f"{what} of the {where} {against}", old, new)
+
+
+def _difference(expected: TensorDictBase, observed: TensorDictBase) -> tuple[NestedKey, str, object, object] | None:
+    """The first entry where ``observed`` differs from ``expected``: ``(key, what differs, expected, observed)``."""
     old_keys, new_keys = set(expected.keys(True, True)), set(observed.keys(True, True))
     for key in sorted(old_keys ^ new_keys, key=str):
-        raise _fail(key, f"entry of the {where} {against}",
-                    "present" if key in old_keys else "absent", "present" if key in new_keys else "absent")
+        return key, "entry", "present" if key in old_keys else "absent", "present" if key in new_keys else "absent"
     for key in sorted(old_keys, key=str):
         old, new = expected.get(key), observed.get(key)
         if old.shape != new.shape or old.dtype != new.dtype:
-            raise _fail(key, f"shape and dtype of the {where} {against}", (tuple(old.shape), old.dtype),
-                        (tuple(new.shape), new.dtype))
-        if not torch.equal(old, new):
-            rows = (old != new).reshape(old.shape[0], -1).any(-1).nonzero().flatten().tolist()
-            raise _fail(key, f"value of the {where}, envs {rows}, {against}", old[rows], new[rows])
+            return key, "shape and dtype", (tuple(old.shape), old.dtype), (tuple(new.shape), new.dtype)
+        difference = None if torch.equal(old, new) else _first_difference(old, new)
+        if difference is not None:
+            return key, "value", *difference
+    return None
+
+
+def _first_difference(old: torch.Tensor, new: torch.Tensor) -> tuple[str, str] | None:
+    """``(expected, observed)`` in words: the envs (rows) that differ, and the first differing element's index and
+    values, not every tensor; None if they differ nowhere (NaN in the same places)."""
+    differs = (old != new) & ~(old.isnan() & new.isnan()) if old.is_floating_point() else old != new
+    if not bool(differs.any()):
+        return None
+    rows = differs.reshape(old.shape[0], -1).any(-1).nonzero().flatten().tolist()
+    at = tuple(differs.nonzero()[0].tolist())
+    envs = f"{len(rows)} of {old.shape[0]} envs differ ({rows[:8]}{', ...' if len(rows) > 8 else ''})"
+    return f"{old[at].item()} at index {at}", f"{new[at].item()}; {envs}"

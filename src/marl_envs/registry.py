@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._core import names as _names
-from ._core.messages import UnknownEnvName, shell_safe, unknown_env
+from ._core.messages import UnknownEnvName, shell_safe, unknown_env, unknown_full_name
 
 if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names (marl-envs list)
     from ._core.env import EnvBase
@@ -290,8 +290,8 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         record = _installed(backend)  # the error naming the pip extra, if a library is missing
         try:
             return record.make_env(env_name, **kwargs)  # its env class, or its declared check, refuses a name
-        except UnknownEnvName as error:  # said in the backend's terms: give the name as it was asked for too
-            raise UnknownEnvName(f"unknown env {name!r} ({error})") from None
+        except UnknownEnvName as error:  # said in the backend's terms: say it again in the names make takes
+            raise unknown_full_name(backend, name, error, f"marl_envs.available_envs({backend!r})") from None
     raise _unknown(name, available_envs())
 
 

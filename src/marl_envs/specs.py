@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from ._core.leaf_specs import (
     Binary, Bounded, Categorical, MultiCategorical, NestedKey, OneHot, ShapeLike, TensorSpec, Unbounded, as_tuple,
-    expanded_shape, key_str, as_size, ordinal_device,
+    expanded_shape, key_str, as_size, legal_choices, ordinal_device,
 )
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "OneHot",
     "TensorSpec",
     "Unbounded",
+    "legal_choices",
     "complete_done_spec",
 ]
 

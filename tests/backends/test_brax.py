@@ -467,7 +467,7 @@ def test_bad_wrapper_arguments():
                     group_map={"g": ["a", "b"]})
     with pytest.raises(ValueError, match="unknown Brax env 'antt'; did you mean 'ant'"):
         BraxEnv("antt")
-    with pytest.raises(ValueError, match="unknown Brax env 'antt'; did you mean 'ant'"):
+    with pytest.raises(ValueError, match="unknown Brax env 'brax/antt'; did you mean 'brax/ant'"):
         marl_envs.make("brax/antt")
     with pytest.raises(TypeError, match=r"the Brax env 'ant' got an unexpected keyword argument 'legs'; it accepts "
                                         r"the env keywords \['num_envs', .* and the Brax env's keywords "

@@ -142,8 +142,8 @@ def test_registry_ids_beyond_the_listed_tasks_build_by_name():
     assert "lbforaging/Foraging-5x5-3p-1f-v3" not in marl_envs.available_envs("lbforaging")
     env = marl_envs.make("lbforaging/Foraging-5x5-3p-1f-v3", num_envs=2)
     assert env.group_map == {"agents": ["agent_0", "agent_1", "agent_2"]}
-    with pytest.raises(ValueError, match=r"unknown lbforaging task 'Foraging-8x8-2p-2f-cop-v3'; did you mean "
-                                         r"'Foraging-8x8-2p-2f-coop-v3'"):
+    with pytest.raises(ValueError, match=r"unknown lbforaging task 'lbforaging/Foraging-8x8-2p-2f-cop-v3'; did you "
+                                         r"mean 'lbforaging/Foraging-8x8-2p-2f-coop-v3'"):
         marl_envs.make("lbforaging/Foraging-8x8-2p-2f-cop-v3")
     with pytest.raises(TypeError, match=r"lbforaging task 'Foraging-8x8-2p-2f-coop-v3' got an unexpected keyword "
                                         r"argument 'max_episode_step'; did you mean 'max_episode_steps'\?"):
@@ -534,7 +534,8 @@ def test_openspiel_game_parameters_are_keywords():
 
 def test_openspiel_refusals_are_raised_once_with_the_fix(capfd):
     _installed("openspiel")
-    with pytest.raises(ValueError, match=r"unknown openspiel task 'kuhn'; did you mean 'kuhn_poker'\? available: "):
+    with pytest.raises(ValueError, match=r"unknown openspiel task 'openspiel/kuhn'; did you mean 'openspiel/kuhn_poker'\? "
+                                         r"available: "):
         marl_envs.make("openspiel/kuhn")
     with pytest.raises(ValueError, match=r"openspiel/kuhn_poker with \{'players': 30\}: OpenSpiel refused it: .*"
                                          r"num_players_ = 30, kGameType.max_num_players = 10\. Its parameters and "

@@ -258,3 +258,17 @@ def test_each_env_is_built_from_its_own_module_as_jumanji_make_builds_it():
         assert load(_REGISTRY[name].entry_point) is getattr(importlib.import_module(module), attribute), name
         assert _REGISTRY[name].kwargs == {}, name
     assert jumanji.make  # the package, complete
+
+
+@pytest.mark.parametrize("mode", ["deferred", "immediate"])
+def test_an_agent_with_no_legal_choice_takes_any_action(mode):
+    """MMST leaves agents with no legal choice (an all-False mask row) within a few steps; Jumanji's step takes any
+    action for them, and so does ours, in both check modes: the library's random play (a uniform draw over every
+    choice in such a row) runs 200 steps with no refusal."""
+    env = marl_envs.make("jumanji/MMST-v0", num_envs=4, seed=0)
+    env.validate_actions = mode
+    data = env.rollout(200, break_when_any_done=False)
+    assert data.batch_size == (4, 200)
+    empty = ~data["agents", "action_mask"].any(-1)
+    assert empty.sum() > 50  # rows with no legal choice came up, and took what the draw gave
+    assert len(data["agents", "action"][empty].unique()) > 1

@@ -75,6 +75,7 @@ class EnvBase:
         self._outputs = TensorDictOutputs(self)
         self._validate: bool | str = True
         self._immediate = True  # the action values are checked before the step (see validate_actions)
+        self._ready = False  # a reset has run: a step before it is refused (``_check_ready``)
         self._horizon = horizon
         self.max_steps = horizon[0] if max_steps is None and horizon is not None else max_steps
         self._group_map: GroupMap = {}
@@ -399,7 +400,9 @@ class EnvBase:
             check_carried(tensordict, self._reset_leaves)
         if seed is not None:
             self.set_seed(seed)
-        return self._reset_masked(tensordict, mask)
+        result = self._reset_masked(tensordict, mask)
+        self._ready = True
+        return result
 
     def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
         if tensordict is None:
@@ -442,6 +445,7 @@ class EnvBase:
                 out-of-range discrete action. Nothing is applied when this is raised.
         """
         self._check_batch(tensordict, "step")
+        self._check_ready("step")
         actions = check_actions(tensordict, self._action_checks, values=self._immediate)
         data = self._outputs.step(tensordict, actions)
         set_fitted(tensordict, "next", data, self.device)  # only now: a failed step leaves the input as it was
@@ -455,6 +459,7 @@ class EnvBase:
             data to act on next, in which done envs already hold the first observation of a new episode.
         """
         self._check_batch(tensordict, "step")
+        self._check_ready("step_and_maybe_reset")
         actions = check_actions(tensordict, self._action_checks, values=self._immediate)
         data, next_root = self._outputs.step_and_reset(tensordict, actions)
         set_fitted(tensordict, "next", data, self.device)
@@ -468,6 +473,12 @@ class EnvBase:
     # ------------------------------------------------------------------------------------------------
     # Validation (construction-time facts are trusted; only the data is checked)
     # ------------------------------------------------------------------------------------------------
+    def _check_ready(self, method: str) -> None:
+        """The one refusal of a step before the first ``reset()``, whatever the backend."""
+        if not self._ready:
+            raise RuntimeError(f"{type(self).__name__}.{method}() before reset(): call env.reset() first "
+                               f"(env.rollout() resets for you)")
+
     def _check_batch(self, tensordict: TensorDictBase, method: str) -> None:
         # the exact type first: an ABC's isinstance costs more than the rest of the check
         if type(tensordict) is not TensorDict and not isinstance(tensordict, TensorDictBase):

@@ -8,11 +8,19 @@ import torch
 
 __all__ = [
     "Binary", "Bounded", "Categorical", "MultiCategorical", "NestedKey", "OneHot", "ShapeLike", "TensorSpec",
-    "Unbounded",
+    "Unbounded", "legal_choices",
 ]
 
 NestedKey = str | tuple[str, ...]
 ShapeLike = int | Sequence[int] | torch.Size
+
+
+def legal_choices(mask):
+    """The choices an action mask (``(..., n)`` bools, ``True`` = allowed) lets an agent take: its own row, or every
+    choice where the row allows none (an agent with no legal move, whose action the library ignores). The one rule of
+    what is legal: sampling, the check before a step and the check inside a compiled step all read it. Any array with
+    ``any``, ``~`` and ``|`` (torch, NumPy, JAX)."""
+    return mask | ~mask.any(-1)[..., None]
 
 
 def as_size(shape: ShapeLike) -> torch.Size:
@@ -229,9 +237,7 @@ class _Discrete(TensorSpec):
         if mask is None:
             return torch.randint(0, self.n, (*lead, *self._mask_shape()[:-1]), generator=generator, device=self.device)
         mask = mask.expand(*lead, *self._mask_shape())
-        weights = mask.reshape(-1, self.n).float()
-        # An all-False mask row would make multinomial fail; such rows sample uniformly.
-        weights = torch.where(weights.sum(-1, keepdim=True) > 0, weights, torch.ones_like(weights))
+        weights = legal_choices(mask.reshape(-1, self.n)).float()
         return torch.multinomial(weights, 1, generator=generator).reshape(mask.shape[:-1])
 
 
@@ -249,7 +255,7 @@ class Categorical(_Discrete):
     def in_domain(self, value):
         inside = (value >= 0) & (value < self.n)
         if self.mask is not None:
-            allowed = self.mask.expand(*value.shape, self.n).gather(-1, value.long().clamp(0, self.n - 1)[..., None])
+            allowed = legal_choices(self.mask).expand(*value.shape, self.n).gather(-1, value.long().clamp(0, self.n - 1)[..., None])
             inside = inside & allowed[..., 0]
         return inside
 
@@ -278,7 +284,7 @@ class OneHot(_Discrete):
         ones = value == 1
         valid = ((value == 0) | ones).all(-1) & (ones.sum(-1) == 1)
         if self.mask is not None:
-            valid = valid & (ones & self.mask).any(-1)
+            valid = valid & (ones & legal_choices(self.mask)).any(-1)
         return valid
 
     def project(self, value):

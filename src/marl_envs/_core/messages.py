@@ -9,8 +9,8 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["UnknownEnvName", "accepted_keywords", "check_kwargs", "check_name", "did_you_mean", "keyword_error",
-           "shell_safe", "unknown_env", "unknown_name"]
+__all__ = ["UnknownEnvName", "accepted_keywords", "check_kwargs", "check_name", "close_matches", "did_you_mean",
+           "keyword_error", "shell_safe", "unknown_env", "unknown_full_name", "unknown_name"]
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:
@@ -18,12 +18,17 @@ def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float
     characters or more) and
     the close matches of ``name`` among ``candidates`` (``difflib``'s similarity of at least ``cutoff``), at most
     ``n``, else ``""``."""
+    shown = close_matches(name, candidates, n, cutoff)
+    return f"; did you mean {' or '.join(map(repr, shown))}?" if shown else ""
+
+
+def close_matches(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """The candidates ``did_you_mean`` offers for ``name``, best first."""
     candidates = list(candidates)
     name = str(name)
     started = [c for c in candidates if len(name) >= 3 and c.startswith(name) and c != name]
     close = difflib.get_close_matches(name, candidates, n=n, cutoff=cutoff)
-    shown = list(dict.fromkeys(started + close))[:n]
-    return f"; did you mean {' or '.join(map(repr, shown))}?" if shown else ""
+    return list(dict.fromkeys(started + close))[:n]
 
 
 def unknown_name(what: str, name: str, candidates: Sequence[str], listing: str | None = None) -> ValueError:
@@ -36,13 +41,31 @@ def unknown_name(what: str, name: str, candidates: Sequence[str], listing: str |
 
 
 class UnknownEnvName(ValueError):
-    """An env name its backend does not build (``unknown_env``): ``marl_envs.make`` says which name was asked for."""
+    """An env name its backend does not build (``unknown_env``). ``what``, ``name`` and ``candidates`` are the
+    backend's terms (``"VMAS scenario"``, ``"navigatoin"``, its scenario names): ``marl_envs.make`` says it again with
+    the names it takes (``'vmas/navigation'``)."""
+
+    def __init__(self, message: str, what: str = "env", name: str = "", candidates: Sequence[str] = ()):
+        super().__init__(message)
+        self.what, self.name, self.candidates = what, name, list(candidates)
 
 
 def unknown_env(what: str, name: str, candidates: Sequence[str], listing: str | None = None) -> UnknownEnvName:
     """``unknown_name`` for the name of an env, as a backend refuses it (``"VMAS scenario"``, ``"Brax env"``): the one
     refusal of an unknown env name, whether the env class was reached through ``make`` or built directly."""
-    return UnknownEnvName(*unknown_name(what, name, candidates, listing).args)
+    return UnknownEnvName(unknown_name(what, name, candidates, listing).args[0], what, name, candidates)
+
+
+def unknown_full_name(backend: str, name: str, error: UnknownEnvName, everything: str) -> UnknownEnvName:
+    """``error`` (a backend's refusal of its own name) said with the names ``make`` takes: ``name`` as asked for,
+    the close matches (found among the backend's own names) and a short listing, prefixed with ``backend/``, then
+    where ``everything`` is listed."""
+    full = [f"{backend}/{candidate}" for candidate in error.candidates]
+    close = [f"{backend}/{candidate}" for candidate in close_matches(error.name, error.candidates)]
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ";"
+    shown = ", ".join(full[:12]) + (", ..." if len(full) > 12 else "")
+    return UnknownEnvName(f"unknown {error.what} {name!r}{hint} available: {shown} ({everything} lists them all)",
+                          error.what, name, full)
 
 
 def check_name(family: str, name: str, names: list[str], unavailable: dict[str, str]) -> None:

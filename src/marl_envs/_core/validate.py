@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDictBase
 
 from .messages import accepted_keywords, check_kwargs, did_you_mean, keyword_error, unknown_name
-from .leaf_specs import ordinal_device
+from .leaf_specs import legal_choices, ordinal_device
 from .outputs import read_entry
 from ..specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
@@ -163,12 +163,13 @@ def action_checks(leaves: Sequence[tuple[NestedKey, TensorSpec]],
 
 
 def _forbidden(check: ActionCheck, action: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
-    """Bool of the action's leading dims: the choices ``legal`` (its action mask) forbids. An out-of-range choice
-    reads as its nearest in range here (the range check names it)."""
+    """Bool of the action's leading dims: the choices ``legal`` (its action mask) forbids (none in a row that allows
+    no choice: ``legal_choices``). An out-of-range choice reads as its nearest in range here (the range check names
+    it)."""
     spec = check.spec
     choice = action.argmax(-1) if isinstance(spec, OneHot) else action
     choice = choice.long().clamp(0, spec.n - 1)
-    return ~legal.reshape(*choice.shape, spec.n).gather(-1, choice.unsqueeze(-1)).squeeze(-1)
+    return ~legal_choices(legal.reshape(*choice.shape, spec.n)).gather(-1, choice.unsqueeze(-1)).squeeze(-1)
 
 
 def forbidden_message(key: NestedKey, env: int, agent: int | None, agents: Sequence[str], choice: int,

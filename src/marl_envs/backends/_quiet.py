@@ -84,6 +84,18 @@ def quiet_import(module: str, *ignore: Filter, drop: re.Pattern[str] | None = No
         return import_alone(module) if alone else importlib.import_module(module)
 
 
+def _completing(name: str, bare: ModuleType):
+    """The ``__getattr__`` of the bare package ``name``: an attribute it lacks is read from the real package, imported
+    now (its ``__init__`` run once, by the first such read after ``import_alone`` has returned)."""
+
+    def getattr_(attribute: str):
+        if sys.modules.get(name) is bare:  # still being imported alone: the real package is not there yet
+            raise AttributeError(f"module {name!r} has no attribute {attribute!r}")
+        return getattr(importlib.import_module(name), attribute)
+
+    return getattr_
+
+
 def import_alone(module: str) -> ModuleType:
     """``importlib.import_module(module)`` without running the ``__init__`` of the packages above it that are not
     imported yet.
@@ -95,7 +107,8 @@ def import_alone(module: str) -> ModuleType:
     or ours of the whole library) runs its real ``__init__`` and gets the complete package, which reuses the
     submodules already imported (``sys.modules``), so their classes stay the same objects. Only a submodule imported
     here is then missing as an attribute of its package until something imports it by name again (``from package
-    import submodule`` finds it).
+    import submodule`` finds it). A module imported here that keeps a bare package (``import jumanji``, then
+    ``jumanji.environments.is_colab()`` when it draws) gets the real package's attributes from it, imported then.
 
     Raises:
         ModuleNotFoundError: a package above ``module``, or ``module`` itself, is not installed.
@@ -114,6 +127,7 @@ def import_alone(module: str) -> ModuleType:
                 if spec is None or spec.submodule_search_locations is None:
                     raise ModuleNotFoundError(f"No module named {name!r}", name=name)
                 package = importlib.util.module_from_spec(spec)  # its __init__ is not run
+                package.__getattr__ = _completing(name, package)
                 sys.modules[name] = package
                 placed.append((name, package))
             path = package.__path__

@@ -33,6 +33,7 @@ import torch
 from tensordict import TensorDictBase
 
 from ..._core.outputs import DonePlan, Outputs, TimeLimit, Tree, merge_rows, picker, read_entry
+from ..._core.leaf_specs import legal_choices
 from ...specs import Binary, Categorical, MultiCategorical, OneHot
 from ._core import compiled_rows, env_keys, quiet_tracing
 from ._runtime import EXACT_BATCH_VAR, env_flag
@@ -318,7 +319,7 @@ class Programs:
             if m.column > column:
                 parts.append(jnp.zeros((B, m.column - column), bool))
             choice = jnp.clip(action[:, m.column:m.column + m.width].astype(jnp.int32), 0, m.n - 1)
-            rows = legal[:, m.start:m.start + m.width * m.n].reshape(B, m.width, m.n)
+            rows = legal_choices(legal[:, m.start:m.start + m.width * m.n].reshape(B, m.width, m.n))
             parts.append(~jnp.take_along_axis(rows, choice[..., None], axis=2)[..., 0])
             column = m.column + m.width
         if column < action.shape[1]:

@@ -83,6 +83,12 @@ class MaMuJoCoEnv(PettingZooEnv):
     def known_tasks(cls) -> dict[str, Task]:
         return tasks()
 
+    @property
+    def renders(self) -> bool:
+        """Whether ``render()`` gives images: MaMuJoCo's envs declare no ``render_mode`` of their own; the robot's
+        Gymnasium env inside draws when built with ``render_mode="rgb_array"``."""
+        return self.task_kwargs.get("render_mode") == "rgb_array"
+
     @staticmethod
     def _library_horizon(env: Any) -> tuple[int, str] | None:
         """Gymnasium's time limit of the robot's env (``max_episode_steps``), in steps of the robot."""

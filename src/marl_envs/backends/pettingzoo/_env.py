@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -23,9 +24,9 @@ from ...specs import Binary, Composite, Unbounded
 from ._shard import BatchPlan, Buffers, Frame, Group, Shard, dead_message, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
 from ._tasks import EPISODE_BOUNDS, SWIG_WARNINGS, Task, resolve_task, tasks
-from ._workers import InstanceError, WorkerPool, shared_zeros
+from ._workers import DEFAULT_TIMEOUT_S, InstanceError, WorkerError, WorkerPool, shared_zeros
 
-__all__ = ["InstanceError", "PettingZooEnv", "PettingZooWrapper", "Task", "cycle_steps", "env_names"]
+__all__ = ["InstanceError", "PettingZooEnv", "PettingZooWrapper", "Task", "WorkerError", "cycle_steps", "env_names"]
 
 Factory = Callable[[], Any]
 
@@ -93,12 +94,17 @@ class PettingZooWrapper(EnvBase):
         num_workers: run the instances in that many worker processes (each a contiguous slice of the batch,
             results in shared memory; Linux), for CPU-heavy envs; 0 steps them in this process. Results are
             identical either way. A failing instance is reported with its env index and original traceback.
+        worker_timeout: with ``num_workers > 0``, the seconds a step, reset or render waits for a worker before it
+            counts as hung (None: forever). A worker that dies or hangs raises a :class:`WorkerError` naming it,
+            its rows and the cause (a hung one is killed); ``reset()`` then builds it anew and restarts every env
+            from the env's seed, as a fresh env built with that seed starts.
 
     Raises:
         TypeError: ``env`` is neither a PettingZoo env nor a factory of one; an unsupported space.
         ValueError: a built env with ``num_envs > 1`` or ``num_workers > 0``; an AEC env without ``use_mask``; a
             ``group_map`` grouping agents whose specs differ; ``return_state`` for an env without a state;
-            ``num_workers`` not in ``[0, num_envs]``.
+            ``num_workers`` not in ``[0, num_envs]``; ``worker_timeout`` not a positive number or None.
+        WorkerError: a worker died while it built its instances.
     """
 
     _masked_actions = True  # the actions of the agents a group's "mask" leaves out are not applied
@@ -112,7 +118,8 @@ class PettingZooWrapper(EnvBase):
     def __init__(self, env: Any | Factory, *, num_envs: int = 1, return_state: bool = False,
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool = False,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
-                 seed: int | None = None, device: torch.device | str = "cpu", num_workers: int = 0):
+                 seed: int | None = None, device: torch.device | str = "cpu", num_workers: int = 0,
+                 worker_timeout: float | None = DEFAULT_TIMEOUT_S):
         pettingzoo = quiet_import("pettingzoo", SWIG_WARNINGS)
         kinds = (pettingzoo.AECEnv, pettingzoo.ParallelEnv)
         first = env if isinstance(env, kinds) else self._build(env, 0, kinds)
@@ -124,6 +131,10 @@ class PettingZooWrapper(EnvBase):
         if num_workers and isinstance(env, kinds):
             raise ValueError("num_workers > 0 needs a zero-argument factory of the env (each worker builds its own "
                              "instances), not a built env")
+        if worker_timeout is not None and (isinstance(worker_timeout, bool) or not isinstance(worker_timeout, (
+                int, float)) or not 0 < worker_timeout < math.inf):
+            raise ValueError(f"worker_timeout must be a positive number of seconds, or None to wait for the workers "
+                             f"forever; got {worker_timeout!r}")
         instances = self._instances(env, first, num_envs if not num_workers else 1, kinds)  # workers build the others
         self.parallel = isinstance(first, pettingzoo.ParallelEnv)
         if not self.parallel and not use_mask:
@@ -140,7 +151,8 @@ class PettingZooWrapper(EnvBase):
         self.categorical_actions = bool(categorical_actions)
         self._agents = list(first.possible_agents)
         self._position = {agent: k for k, agent in enumerate(self._agents)}
-        self._seeds: list[int | None] = [None] * num_envs
+        self._seeds: list[int | None] = [None] * num_envs  # each row's seed for its next reset
+        self._seed: int | None = None  # the env's seed: a reset after a worker failure starts every row from it
         self.num_workers = num_workers
 
         infos = self._probe_infos(first)  # resets the first instance
@@ -157,7 +169,8 @@ class PettingZooWrapper(EnvBase):
         if num_workers:
             first.close()  # a probe: the workers build the instances
             self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, plan, self._buffers,
-                                                          self.shard_class)
+                                                          self.shard_class, name=self._name_in_errors(),
+                                                          timeout=worker_timeout)
         else:
             self._runner = self.shard_class(instances, 0, plan, self._buffers)
         if seed is not None:
@@ -166,6 +179,10 @@ class PettingZooWrapper(EnvBase):
     # ------------------------------------------------------------------------------------------------
     # Construction
     # ------------------------------------------------------------------------------------------------
+    def _name_in_errors(self) -> str:
+        """How the workers' errors name this env."""
+        return type(self).__name__
+
     @staticmethod
     def _build(factory: Any, i: int, kinds: tuple[type, ...]) -> Any:
         """Instance ``i``, built by ``factory`` and checked to be a PettingZoo env."""
@@ -304,15 +321,28 @@ class PettingZooWrapper(EnvBase):
     # The backend hook
     # ------------------------------------------------------------------------------------------------
     def _set_seed(self, seed: int) -> None:
+        self._seed = seed
         self._seeds = [seed + i for i in range(self.num_envs)]
 
     def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        if isinstance(self._runner, WorkerPool) and self._runner.failure is not None:
+            self._restart_workers(mask)
         rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
         seeds = [self._seeds[i] for i in rows]
         for i in rows:
             self._seeds[i] = None
         self._call("reset", rows, seeds)
         return self._to_tensordict(self._buffers.reset)
+
+    def _restart_workers(self, mask: torch.Tensor | None) -> None:
+        """New workers in place of those that failed, and every row's next seed back to the env's own: the other
+        workers' instances may have stepped past the data the caller holds (a failed call runs on the others), so
+        the whole batch restarts, as a fresh env built with the env's seed would."""
+        if mask is not None and not bool(mask.all()):
+            raise ValueError(f"after a worker failure every env is reset, to start again from the env's seed: call "
+                             f"env.reset() without a '_reset' entry; the failure was: {self._runner.failure}")
+        self._runner.restart()
+        self._seeds = [None if self._seed is None else self._seed + i for i in range(self.num_envs)]
 
     def _call(self, command: str, *args: Any) -> None:
         """``runner.<command>(*args)``; a library error of an instance in this process re-raised once, as the
@@ -403,6 +433,12 @@ class PettingZooWrapper(EnvBase):
         return list(self._runner.instances)
 
     @property
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids, worker ``k`` running a contiguous slice of the batch (``[]`` with
+        ``num_workers=0``); a reset after a worker failure replaces the failed workers' ids."""
+        return self._runner.pids if isinstance(self._runner, WorkerPool) else []
+
+    @property
     def renders(self) -> bool:
         """Whether ``render()`` gives images: instances built with ``render_mode="rgb_array"`` (or declaring none)
         of an env that draws them."""
@@ -468,7 +504,7 @@ class PettingZooEnv(PettingZooWrapper):
                  group_map: GroupMap | MarlGroupMapType | None = None, use_mask: bool | None = None,
                  categorical_actions: bool = True, done_on_any: bool | None = None, max_steps: int | None = None,
                  seed: int | None = None, device: torch.device | str = "cpu", num_workers: int = 0,
-                 **task_kwargs: Any):
+                 worker_timeout: float | None = DEFAULT_TIMEOUT_S, **task_kwargs: Any):
         spec = resolve_task(task, self.known_tasks(), self.family)
         if parallel is None:
             parallel = spec.parallel is not None
@@ -494,7 +530,10 @@ class PettingZooEnv(PettingZooWrapper):
         super().__init__(functools.partial(creator, **task_kwargs), num_envs=num_envs, return_state=return_state,
                          group_map=group_map, use_mask=use_mask, categorical_actions=categorical_actions,
                          done_on_any=done_on_any, max_steps=max_steps, seed=seed, device=device,
-                         num_workers=num_workers)
+                         num_workers=num_workers, worker_timeout=worker_timeout)
+
+    def _name_in_errors(self) -> str:
+        return f"{self.family}/{self.task}"
 
     @property
     def library_keywords(self) -> dict[str, str | None] | None:

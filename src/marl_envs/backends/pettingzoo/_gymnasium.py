@@ -9,7 +9,10 @@ the task in its flags (both give ``truncated=False``), so each family says which
 
 from __future__ import annotations
 
+import ctypes.util
 import functools
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -49,6 +52,8 @@ class TupleAgentsEnv(ParallelEnv):
         self._obs_spaces = dict(zip(self.possible_agents, self.env.observation_space.spaces))
         self._act_spaces = dict(zip(self.possible_agents, self.env.action_space.spaces))
         self.render_mode = getattr(self.env, "render_mode", None)
+        # RWARE's render() takes the mode as an argument (drawing in a window, "human", by default)
+        self._mode_argument = "mode" in (signature_keywords(self.env.render) or {})
 
     def observation_space(self, agent: str) -> Any:
         return self._obs_spaces[agent]
@@ -86,7 +91,22 @@ class TupleAgentsEnv(ParallelEnv):
         raise NotImplementedError(f"{type(self.env).__name__} has no global state")
 
     def render(self) -> Any:
+        prepare_pyglet_headless()
+        if self._mode_argument and self.render_mode is not None:
+            return self.env.render(mode=self.render_mode)
         return self.env.render()
+
+
+def prepare_pyglet_headless() -> None:
+    """Draw without a display: on a Linux machine with no ``DISPLAY`` that has EGL's library, pyglet (RWARE's and
+    LBF's renderer) is told to render headless before its window module is first imported (by us or the library)."""
+    if (sys.platform.startswith("linux") and not os.environ.get("DISPLAY") and "pyglet.window" not in sys.modules
+            and ctypes.util.find_library("EGL") is not None):
+        try:
+            import pyglet
+        except ImportError:
+            return
+        pyglet.options["headless"] = True
 
     def close(self) -> None:
         self.env.close()

@@ -8,36 +8,57 @@ workers, the second started up to milliseconds late); each worker answers with a
 A worker that has answered polls for its next command for ``SPIN_S`` before it sleeps. A worker runs only
 PettingZoo and NumPy code, never JAX or torch, so forking a process where JAX's (or torch's) threads run is safe
 here: the warnings of JAX and of Python >= 3.12 about forking a multi-threaded process are silenced for our fork
-only. A worker whose instance raises replies with the env index and the original traceback and stays usable; a
-worker that dies is reported with its exit code. ``close()`` (also run when the env is garbage collected or the
-interpreter exits) stops every worker.
+only. A worker whose instance raises replies with the env index and the original traceback and stays usable.
+
+A worker that dies (an exit, a signal such as SIGKILL from the OOM killer, a crash in a C library) or does not
+answer within ``timeout`` seconds (the env's ``worker_timeout``: ``DEFAULT_TIMEOUT_S`` unless set; None waits
+forever) raises one :class:`WorkerError` naming the env, the worker (its index, rows and pid) and the cause: the
+exit code or the signal's name, or the timeout (a worker that does not answer is killed), with the last lines of
+its stderr. A worker's stderr goes to a temporary file for that (a crash's Python traceback too: ``faulthandler``
+is on in the workers); nothing reads it unless the worker fails. The wait for replies watches each worker's pipe
+and its process's sentinel together, so a death is seen at once, with no polling. The pool then raises that error
+at every call until ``restart()`` forks new workers in place of the failed ones, which build their rows' instances
+anew (the env's ``reset()`` does it). ``close()`` (also run when the env is garbage collected or the interpreter
+exits) stops every worker, killing those that do not stop within ``CLOSE_S`` seconds (or the timeout, if shorter):
+it returns whatever state they are in.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import mmap
 import multiprocessing as mp
 import os
 import select
+import signal
+import sys
+import tempfile
 import time
 import traceback
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from .._quiet import Filter, ignored_warnings
 from ._shard import BatchPlan, Buffers, Shard
 
-__all__ = ["InstanceError", "WorkerPool", "shared_zeros"]
+__all__ = ["DEFAULT_TIMEOUT_S", "InstanceError", "WorkerError", "WorkerPool", "shared_zeros"]
 
 #: how long a worker that has replied polls for its next command (yielding its core to any other runnable
 #: thread) before it sleeps: waking a sleeping worker costs a good part of a short step, and its idle core
 #: goes to other processes meanwhile
 SPIN_S = 0.002
+#: how long a call waits for a worker's reply unless the env says otherwise (``worker_timeout``): far above any
+#: step or reset of the families here, so that only a hung worker reaches it
+DEFAULT_TIMEOUT_S = 60.0
+#: how long ``close()`` lets the workers close their instances before it kills them
+CLOSE_S = 5.0
+#: how much of a failed worker's stderr its error quotes: its last lines, read from the file's last bytes
+STDERR_LINES, STDERR_BYTES = 10, 65536
 
 # the warnings about forking a multi-threaded process (JAX's, Python >= 3.12's): see the module docstring
 _FORK_WARNINGS: tuple[Filter, ...] = (
@@ -49,7 +70,12 @@ _PICKLED = {command: bytes(ForkingPickler.dumps((command, ()))) for command in (
 
 class InstanceError(RuntimeError):
     """A PettingZoo instance raised in a step or a reset (in this process or in a worker: the message names the env
-    and holds the library's message), or a worker died."""
+    and holds the library's message), or a worker died or hung (:class:`WorkerError`)."""
+
+
+class WorkerError(InstanceError):
+    """A worker process died or did not answer in time: the message names the env, the worker (its index, rows and
+    pid), the cause and the last lines of its stderr. ``env.reset()`` builds the worker anew."""
 
 
 def shared_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
@@ -59,10 +85,15 @@ def shared_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, size), dtype=dtype, count=int(np.prod(shape))).reshape(shape)
 
 
-def _serve(conn: Connection, go: int, alive: int, parents_end: int, make: Callable[[], Any], lo: int, hi: int,
-           plan: BatchPlan, buffers: Buffers, shard_class: type[Shard]) -> None:
+def _serve(conn: Connection, go: int, alive: int, parents_end: int, stderr: int, make: Callable[[], Any], lo: int,
+           hi: int, plan: BatchPlan, buffers: Buffers, shard_class: type[Shard]) -> None:
     """A worker's loop: build the instances of rows ``[lo, hi)``, then run the commands that come in."""
     os.close(parents_end)  # ``alive`` reads EOF once the parent, the last holder of this end, is gone
+    # the file whose tail the parent quotes if this worker fails, for C code (fd 2) and Python (sys.stderr, which
+    # need not be fd 2: a notebook's, pytest's); a crash in C code leaves its Python traceback there too
+    os.dup2(stderr, 2)
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
+    faulthandler.enable(sys.stderr)
     try:
         shard = shard_class([make() for _ in range(hi - lo)], lo, plan, buffers)
     except Exception:
@@ -96,90 +127,223 @@ def _woken(go: int, alive: int) -> bool:
             return False
 
 
-def _shutdown(processes: list, conns: list, gos: list, alive: int) -> None:
-    for conn, go in zip(conns, gos):
-        try:
-            conn.send(("close", ()))
-            os.eventfd_write(go, 1)
-        except (BrokenPipeError, OSError):
-            pass
+def _shutdown(processes: list, conns: list, gos: list, logs: list, fds: tuple[int, ...], grace: float) -> None:
+    """Ask every worker to close its instances, kill those not gone within ``grace`` seconds, free the ends."""
+    for process, conn, go in zip(processes, conns, gos):
+        if process is not None and conn is not None and process.exitcode is None:
+            try:
+                conn.send(("close", ()))
+                os.eventfd_write(go, 1)
+            except OSError:  # it died meanwhile
+                pass
+    deadline = time.monotonic() + grace
     for process in processes:
-        process.join(timeout=5)
-        if process.is_alive():
-            process.terminate()
-            process.join(timeout=5)
-    for conn in conns:
-        conn.close()
-    for fd in (*gos, alive):
+        if process is None:
+            continue
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.exitcode is None:  # hung, or stopped (SIGSTOP): SIGKILL ends it either way
+            process.kill()
+            process.join(1)
+    for conn, log in zip(conns, logs):
+        for end in (conn, log):
+            if end is not None:
+                end.close()
+    for fd in (*(go for go in gos if go is not None), *fds):
         os.close(fd)
+
+
+def _tail(log: IO[bytes]) -> list[str]:
+    """The last lines written to a worker's stderr file (long ones cut)."""
+    size = os.fstat(log.fileno()).st_size
+    data = os.pread(log.fileno(), STDERR_BYTES, max(0, size - STDERR_BYTES))
+    # (a crash's report ends with Python's list of every loaded extension module: thousands of characters of noise)
+    lines = [line.rstrip() for line in data.decode(errors="replace").splitlines()
+             if not line.startswith("Extension modules:")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return [line if len(line) <= 200 else line[:200] + " ..." for line in lines[-STDERR_LINES:]]
+
+
+def _cause(exitcode: int | None) -> str:
+    """What ended a process, from its exit code (negative: the signal that killed it)."""
+    if exitcode is None:
+        return "died"
+    if exitcode >= 0:
+        return f"died with exit code {exitcode}"
+    try:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    except ValueError:
+        return f"was killed by signal {-exitcode}"
 
 
 class WorkerPool:
     """``num_workers`` processes, each with the instances of a contiguous slice of the batch.
 
+    Args:
+        make: builds one instance (each worker calls it for each of its rows).
+        num_envs: the rows of the batch.
+        num_workers: the processes.
+        plan: what the shards know of the batch.
+        buffers: the buffers in shared memory the workers read and write.
+        shard_class: what each worker steps its instances with.
+        name: the env's name in errors (``"pettingzoo/mpe/simple_spread_v3"``).
+        timeout: the seconds a call waits for a worker's reply before the worker counts as hung; None: forever.
+
     Raises:
         ValueError: ``num_workers`` out of range, or no ``fork`` start method on this platform.
         InstanceError: a worker could not build its instances.
+        WorkerError: a worker died, or did not answer within ``timeout`` (then it is killed).
     """
 
     def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, plan: BatchPlan, buffers: Buffers,
-                 shard_class: type[Shard] = Shard):
+                 shard_class: type[Shard] = Shard, *, name: str = "PettingZoo envs",
+                 timeout: float | None = DEFAULT_TIMEOUT_S):
         if "fork" not in mp.get_all_start_methods():
             raise ValueError("num_workers > 0 needs the 'fork' start method (Linux); use num_workers=0 here")
         bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
         self.slices = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
-        context = mp.get_context("fork")
-        self.conns, self.processes, self.gos = [], [], []  # gos: an eventfd per worker, its wake-up call
-        alive, self._alive = os.pipe()  # never written: closing our end tells the workers we are gone
-        for lo, hi in self.slices:
-            parent, child = context.Pipe()
-            go = os.eventfd(0, os.EFD_NONBLOCK)
-            args = (child, go, alive, self._alive, make, lo, hi, plan, buffers, shard_class)
-            process = context.Process(target=_serve, args=args, daemon=True, name=f"marl_envs-pettingzoo-{lo}-{hi}")
-            self.gos.append(go)
-            with ignored_warnings(*_FORK_WARNINGS):
-                process.start()
-            child.close()
-            self.conns.append(parent)
-            self.processes.append(process)
-        os.close(alive)
-        self._finalizer = weakref.finalize(self, _shutdown, self.processes, self.conns, self.gos, self._alive)
-        self._gather(range(len(self.slices)))
+        self.name, self.timeout = name, timeout
+        self._context = mp.get_context("fork")
+        self._build = (make, plan, buffers, shard_class)
+        n = len(self.slices)
+        # per worker: its pipe, process, eventfd (its wake-up call) and stderr file; replaced in place by restart()
+        self.conns: list = [None] * n
+        self.processes: list = [None] * n
+        self.gos: list = [None] * n
+        self.logs: list = [None] * n
+        self.failure: str | None = None  #: the message of the last worker failure, until ``restart()``
+        self._failed: list[int] = []
+        self._built = False  # a failure while the env is built is the constructor's error: no reset to suggest
+        # never written: closing our write end tells the workers we are gone; the read end is kept for restarts
+        self._alive_r, self._alive = os.pipe()
+        grace = CLOSE_S if timeout is None else min(CLOSE_S, timeout)
+        self._finalizer = weakref.finalize(self, _shutdown, self.processes, self.conns, self.gos, self.logs,
+                                           (self._alive_r, self._alive), grace)
+        for k in range(n):
+            self._start(k)
+        self._gather(range(n))
+        self._built = True
+
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids, in worker order."""
+        return [process.pid for process in self.processes]
+
+    def _start(self, k: int) -> None:
+        """Fork worker ``k``: it builds the instances of its rows and answers once they are built."""
+        make, plan, buffers, shard_class = self._build
+        lo, hi = self.slices[k]
+        parent, child = self._context.Pipe()
+        go = os.eventfd(0, os.EFD_NONBLOCK)
+        log = tempfile.TemporaryFile()  # unlinked: gone with its last descriptor
+        args = (child, go, self._alive_r, self._alive, log.fileno(), make, lo, hi, plan, buffers, shard_class)
+        process = self._context.Process(target=_serve, args=args, daemon=True, name=f"marl_envs-pettingzoo-{lo}-{hi}")
+        self.conns[k], self.gos[k], self.logs[k] = parent, go, log
+        with ignored_warnings(*_FORK_WARNINGS):
+            process.start()
+        child.close()
+        self.processes[k] = process
+
+    def restart(self) -> None:
+        """Fork new workers in place of those that failed (each builds its rows' instances anew) and wait until they
+        are ready; the others are left as they are.
+
+        Raises:
+            InstanceError: a new worker could not build its instances (or died: a ``WorkerError``); the pool stays
+                failed, and a later ``restart()`` tries again.
+        """
+        failed = self._failed
+        for k in failed:
+            process = self.processes[k]
+            if process.exitcode is None:
+                process.kill()
+            process.join(CLOSE_S)
+            self.conns[k].close()
+            self.logs[k].close()
+            os.close(self.gos[k])
+            self.conns[k] = self.gos[k] = self.logs[k] = None  # closed: none of them is closed again
+            self._start(k)
+        self._failed, self.failure = [], None
+        try:
+            self._gather(failed)
+        except InstanceError as err:
+            self._failed, self.failure = failed, str(err)
+            raise
 
     def _gather(self, workers: Sequence[int]) -> list:
-        """The replies of ``workers`` (in that order), raising the first worker's failure once all have answered."""
-        replies, failures, pending = {}, {}, list(workers)
+        """The replies of ``workers`` (in that order), raising the first worker's failure once all have answered or
+        the timeout has passed: a worker that died or did not answer first (a ``WorkerError``), else an instance's
+        error."""
+        replies, errors, failed, pending = {}, {}, {}, list(workers)
+        timeout, start = self.timeout, time.monotonic()
         while pending:
-            ready = wait([x for k in pending for x in (self.conns[k], self.processes[k].sentinel)])
+            left = None if timeout is None else max(0.0, start + timeout - time.monotonic())
+            ready = wait([x for k in pending for x in (self.conns[k], self.processes[k].sentinel)], left)
+            if not ready:
+                failed.update((k, self._hung(k)) for k in pending)
+                break
             done = [k for k in pending if self.conns[k] in ready or self.processes[k].sentinel in ready]
             for k in done:
                 pending.remove(k)
+                conn = self.conns[k]
                 try:
-                    status, value = self.conns[k].recv()
+                    if conn not in ready and not conn.poll():  # only its sentinel: it exited without a reply
+                        raise EOFError
+                    status, value = conn.recv()
                 except (EOFError, OSError):
-                    process = self.processes[k]
-                    process.join(timeout=1)
-                    failures[k] = InstanceError(
-                        f"PettingZoo worker {k} (envs {self.slices[k][0]}-{self.slices[k][1] - 1}) died with exit "
-                        f"code {process.exitcode}; the env cannot step on: build a new one"
-                    )
+                    failed[k] = self._died(k)
                     continue
                 if status == "error":
                     env_index, original = value
-                    failures[k] = InstanceError(f"the PettingZoo instance of env {env_index} raised in worker "
-                                              f"{k}:\n{original}")
+                    errors[k] = f"the PettingZoo instance of env {env_index} raised in worker {k}:\n{original}"
                 replies[k] = value
-        if failures:
-            raise failures[min(failures)]
+        if failed:
+            first, *others = sorted(failed)
+            also = f"\n(workers {others} failed too; the reset rebuilds them all)" if others else ""
+            self._failed, self.failure = sorted(failed), failed[first] + also
+            raise WorkerError(self.failure)
+        if errors:
+            raise InstanceError(errors[min(errors)])
         return [replies[k] for k in workers]
+
+    def _worker(self, k: int) -> str:
+        lo, hi = self.slices[k]
+        rows = f"env {lo}" if hi - lo == 1 else f"envs {lo}-{hi - 1}"
+        return f"{self.name}: PettingZoo worker {k} ({rows})"
+
+    def _died(self, k: int) -> str:
+        process = self.processes[k]
+        process.join(1)  # its sentinel is ready, or its pipe closed: it has exited, or is about to
+        return f"{self._worker(k)} {_cause(process.exitcode)} (pid {process.pid}){self._remedy()}{self._stderr(k)}"
+
+    def _hung(self, k: int) -> str:
+        process = self.processes[k]
+        process.kill()  # a worker that wakes up later would write into the buffers under the new one
+        process.join(1)
+        return (f"{self._worker(k)} did not answer within {self.timeout:g} s and was killed (pid {process.pid})"
+                f"{self._remedy()}; if its steps can take that long, build the env with a larger worker_timeout (None "
+                f"waits forever){self._stderr(k)}")
+
+    def _remedy(self) -> str:
+        return "; env.reset() builds its instances anew and restarts every env from the env's seed" if self._built \
+            else ""
+
+    def _stderr(self, k: int) -> str:
+        lines = _tail(self.logs[k])
+        return "; the last lines of its stderr:\n" + "\n".join(f"    {line}" for line in lines) if lines else ""
 
     def _call(self, per_worker: Sequence[tuple[str, tuple] | bytes | None]) -> list:
         """Send ``(command, args)`` (or it pickled) to each worker (None: skip it), wake them, wait for their
         replies."""
+        if self.failure is not None:
+            raise WorkerError(self.failure)
         busy = [k for k, message in enumerate(per_worker) if message is not None]
         for k in busy:  # all messages first: a worker woken early would delay the next send
             message = per_worker[k]
-            self.conns[k].send_bytes(message if isinstance(message, bytes) else ForkingPickler.dumps(message))
+            try:
+                self.conns[k].send_bytes(message if isinstance(message, bytes) else ForkingPickler.dumps(message))
+            except OSError:  # a dead worker's pipe (BrokenPipeError): its sentinel tells _gather why
+                continue
         for k in busy:
             os.eventfd_write(self.gos[k], 1)
         return self._gather(busy)

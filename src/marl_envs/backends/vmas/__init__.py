@@ -20,9 +20,23 @@ Data of a group ``g`` of ``n`` agents (``B = num_envs``)::
 The scenario's own ``done`` is ``terminated``; ``max_steps`` is ``truncated`` (VMAS never sees it).
 """
 
-from ...registry import Backend
+from typing import Any
+
+from ..._core.messages import unknown_env
+from ...registry import Backend, available_envs
+
+
+def check(scenario: str, kwargs: dict[str, Any]) -> None:
+    """Refuse a scenario name VMAS does not have before anything is imported or a keyword is bound
+    (``marl_envs.registry.Backend.check``): ``make("vmas/navigatoin")`` names the scenario, not a missing
+    ``num_envs``."""
+    names = [name.partition("/")[2] for name in available_envs("vmas")]
+    if scenario.removesuffix(".py") not in names:
+        raise unknown_env("VMAS scenario", scenario, names)
+
 
 BACKEND = Backend(__name__, packages=("vmas",), extra="vmas", env_class="VmasEnv",
                   check_env=("vmas/balance", {"n_agents": 3}), exports=("VmasEnv", "VmasWrapper"),
-                  host_wait="VMAS resets exactly the done envs, by their indices: the host reads which are done")
+                  host_wait="VMAS resets exactly the done envs, by their indices: the host reads which are done",
+                  check=f"{__name__}:check")
 __getattr__, __dir__ = BACKEND.lazy_attributes()
