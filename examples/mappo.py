@@ -482,7 +482,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--env-kwargs", nargs="*", default=None, metavar="KEY=VALUE", help="forwarded to marl_envs.make")
     p.add_argument("--num-envs", type=int, help="envs per process (per rank under torchrun)")
     p.add_argument("--frames", type=int,
-                   help="env-steps to train for, all ranks together (ranks x num_envs x steps per batch x iterations)")
+                   help="env-steps to train for, all ranks together, in whole batches: rounded down to ranks x "
+                        "num_envs x steps per batch x iterations (one batch at least)")
     p.add_argument("--steps-per-batch", type=int, help="steps per env per iteration (default: max_steps, or 100)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1,
