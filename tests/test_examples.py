@@ -524,7 +524,7 @@ def test_a_short_run_ends_normally_on_every_backend(tmp_path, name, kwargs):
                           str(tmp_path), "--quiet", *(["--env-kwargs", *pairs] if pairs else [])],
                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
-    assert 0 < json.loads((tmp_path / "summary.json").read_text())["frames"] <= 3000  # whole batches
+    assert json.loads((tmp_path / "summary.json").read_text())["frames"] > 0  # whole batches, one at least
     if (tmp_path / "policy.gif").exists():
         assert (tmp_path / "policy.gif").read_bytes()[:6] == b"GIF89a"
     else:
