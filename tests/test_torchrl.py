@@ -568,3 +568,17 @@ def test_side_by_side_with_torchrl_brax():
     # TorchRL carries Brax's simulator state under "state" (an input and an output); ours keeps it in JAX
     theirs = {k: v for k, v in theirs.items() if "state" not in (k if isinstance(k, tuple) else (k,))}
     assert {k: v for k, v in ours.items() if k not in ("truncated", ("next", "truncated"))} == theirs
+
+
+@pytest.mark.skipif(not HAS["vmas"], reason="draws vmas/navigation")
+def test_the_evaluation_rendering_of_torchrls_scripts():
+    """TorchRL's multi-agent scripts keep their frames on the env (``env.frames = []``) and draw each step with
+    ``env.render(mode="rgb_array", agent_index_focus=None)``, as TorchRL's VMAS wrapper takes it."""
+    env = to_torchrl(marl_envs.make("vmas/navigation", num_envs=2, seed=0))
+    env.frames = []
+
+    def rendering_callback(env, td):
+        env.frames.append(env.render(mode="rgb_array", agent_index_focus=None))
+
+    env.rollout(3, callback=rendering_callback)  # (TorchRL calls it between steps: after the first two)
+    assert len(env.frames) == 2 and all(frame.shape[2] == 3 and frame.dtype.name == "uint8" for frame in env.frames)

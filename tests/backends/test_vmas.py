@@ -640,6 +640,18 @@ def test_render_returns_an_rgb_frame_headless():
         env.render(env_index=2)
 
 
+def test_render_takes_the_keywords_torchrls_scripts_pass():
+    """TorchRL's multi-agent scripts draw their evaluation with ``env.render(mode="rgb_array",
+    agent_index_focus=None)``, as TorchRL's VMAS wrapper takes it."""
+    env = VmasEnv("simple", num_envs=2, seed=0)
+    env.reset()
+    frame = env.render(mode="rgb_array", agent_index_focus=None)
+    assert frame.dtype == np.uint8 and frame.shape[2] == 3
+    assert np.array_equal(frame, env.render())
+    with pytest.raises(ValueError, match=r"render\(\) draws RGB arrays only: mode must be 'rgb_array', got 'human'"):
+        env.render(mode="human")
+
+
 def test_benchmark_rows():
     rows = benchmark("vmas/simple", num_envs=4, steps=3)
     assert [label for label, _, _ in rows[:3]] == [

@@ -551,17 +551,22 @@ class EnvBase:
         """Whether ``render()`` gives images here (False where it raises: an env without the ``_render`` hook)."""
         return type(self)._render is not EnvBase._render
 
-    def render(self, env_index: int = 0, **kwargs: Any) -> Any:
+    def render(self, env_index: int = 0, *, mode: str = "rgb_array", **kwargs: Any) -> Any:
         """An image of env ``env_index``: an ``(H, W, 3)`` uint8 array for VMAS, Brax and PettingZoo envs (these
         built with ``render_mode="rgb_array"``), never None.
 
-        Keywords are the backend's (e.g. Brax's ``height``, ``width``, ``camera``).
+        ``mode`` is TorchRL's and VMAS's keyword, taken so that their code runs unchanged: ``"rgb_array"``, the one
+        mode drawn here. Other keywords are the backend's (e.g. Brax's ``height``, ``width``, ``camera``, VMAS's
+        ``agent_index_focus``).
 
         Raises:
             IndexError: ``env_index`` is not an int in ``[0, num_envs)``.
-            ValueError: a PettingZoo env built without ``render_mode="rgb_array"``.
+            ValueError: ``mode`` is not ``"rgb_array"``; a PettingZoo env built without ``render_mode="rgb_array"``.
             NotImplementedError: the env does not draw (JaxMARL, gymnax).
         """
+        if mode != "rgb_array":
+            raise ValueError(f"render() draws RGB arrays only: mode must be 'rgb_array', got {mode!r} (no window "
+                             f"is opened; show the frames it returns, or write them to a GIF)")
         return self._render(check_env_index(env_index, self.num_envs), **kwargs)
 
     def close(self) -> None:
