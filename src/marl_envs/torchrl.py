@@ -88,13 +88,50 @@ def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite) -> rl_specs.Tensor
     )
 
 
+class _LiveMask:
+    """The current mask of a masked action: one holder shared by the action's spec and every clone TorchRL makes of
+    it (``RandomPolicy``'s, a ``TransformedEnv``'s), so that each draws from the data the env gave last."""
+
+    __slots__ = ("mask",)
+
+    def __init__(self, mask: torch.Tensor | None = None):
+        self.mask = mask
+
+
+def _live(spec_class: type) -> type:
+    """``spec_class`` (TorchRL's ``Categorical`` or ``OneHot``) whose ``mask`` is read from a ``_LiveMask`` its
+    clones share."""
+
+    def get_mask(self):
+        live = self.__dict__.get("_live")
+        return None if live is None else live.mask
+
+    def set_mask(self, mask):
+        self.__dict__.setdefault("_live", _LiveMask()).mask = mask
+
+    def clone(self):
+        out = spec_class.clone(self)
+        out.__dict__["_live"] = self.__dict__["_live"]
+        return out
+
+    return type(spec_class.__name__, (spec_class,), {
+        "__module__": __name__, "__doc__": f"TorchRL's ``{spec_class.__name__}``, its mask the env's current one.",
+        "mask": property(get_mask, set_mask), "clone": clone})
+
+
+_LIVE = {rl_specs.Categorical: _live(rl_specs.Categorical), rl_specs.OneHot: _live(rl_specs.OneHot)}
+
+
 class TorchRLEnv(_TorchRLEnvBase):
     """A marl-envs env seen as a ``torchrl.envs.EnvBase``; build it with ``to_torchrl(env)``.
 
     TorchRL's ``step`` / ``reset`` / ``step_and_maybe_reset`` / ``rollout`` run their usual logic around the
     hooks, which call the wrapped env's public ``step`` and ``reset``: actions are checked by the wrapped env
     (its errors reach the caller unchanged), ``_reset`` entries select the envs to reset, and the data is
-    never copied on the way. ``rand_action`` is the wrapped env's, so action masks in the data are honoured.
+    never copied on the way. ``rand_action`` is the wrapped env's, so action masks in the data are honoured. The
+    spec of a masked action carries the mask of the latest step, reset or ``rand_action``, shared with every clone
+    TorchRL makes of it, so that TorchRL's own random draws (``RandomPolicy(env.full_action_spec)``, a ``Collector``
+    with ``policy=None``) are legal too.
 
     The attributes TorchRL's multi-agent wrappers carry are here too: ``group_map``, ``agent_names``,
     ``n_agents``, ``num_envs``, ``het_specs`` / ``het_specs_map`` (always False: a group's agents share their
@@ -126,6 +163,17 @@ class TorchRLEnv(_TorchRLEnvBase):
         self.full_reward_spec = to_torchrl_spec(env.full_reward_spec)
         self.full_done_spec = to_torchrl_spec(env.full_done_spec)
         self.full_state_spec = to_torchrl_spec(env.full_state_spec)
+        # (mask key, holder) of each masked discrete action: its spec carries the env's current mask, so that
+        # TorchRL's own random draws (RandomPolicy, a Collector with policy=None) are legal
+        self._masks: list[tuple[specs.NestedKey, _LiveMask]] = []
+        observed = set(env.observation_keys)
+        for key in env.action_keys:
+            mask = (*key[:-1], "action_mask") if isinstance(key, tuple) else "action_mask"
+            spec = self.full_action_spec[key]
+            if mask in observed and type(spec) in _LIVE:
+                live = _LIVE[type(spec)](spec.n, shape=spec.shape, device=spec.device, dtype=spec.dtype)
+                self.full_action_spec[key] = live
+                self._masks.append((mask, self.full_action_spec[key].__dict__["_live"]))
 
     # -- what TorchRL's multi-agent wrappers expose ---------------------------------------------------
     @property
@@ -189,7 +237,32 @@ class TorchRLEnv(_TorchRLEnvBase):
             if not partial.all():
                 tensordict = self._restart_skipped(tensordict, ~partial.reshape(self.env.num_envs))
         self.env.step(tensordict)  # writes tensordict["next"]; TorchRL's step sets it again
-        return tensordict.pop("next")
+        return self._masked(tensordict.pop("next"))
+
+    def _masked(self, data: TensorDictBase, rows: torch.Tensor | None = None) -> TensorDictBase:
+        """Give the masked actions' specs the masks in ``data`` (what the next actions are drawn for; only those of
+        the envs ``rows`` selects, after a partial reset), a row with no legal choice allowing every choice
+        (``marl_envs.specs.legal_choices``); ``data`` as it is."""
+        for key, live in self._masks:
+            mask = data.get(key, None)
+            if mask is not None:
+                mask = specs.legal_choices(mask)
+                if rows is not None and live.mask is not None:
+                    mask = torch.where(rows.view(-1, *[1] * (mask.ndim - 1)), mask, live.mask)
+                live.mask = mask
+        return data
+
+    def _reset_rows(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
+        """The envs a reset of ``tensordict`` resets (None: all), read from its ``_reset`` entries as the wrapped
+        env reads them (the root's supersedes the groups')."""
+        if tensordict is None:
+            return None
+        flags = [flag for key in self.env.reset_keys if (flag := tensordict.get(key, None)) is not None]
+        if not flags:
+            return None
+        root = tensordict.get("_reset", None)
+        picked = [root] if root is not None else flags
+        return torch.stack([f.reshape(self.env.num_envs, -1).any(-1) for f in picked]).any(0)
 
     def _restart_skipped(self, tensordict: TensorDictBase, skipped: torch.Tensor) -> TensorDictBase:
         """Every env steps (a backend steps its envs together), and TorchRL keeps its own copy of the data of the
@@ -213,7 +286,7 @@ class TorchRLEnv(_TorchRLEnvBase):
                 f"reset() got keyword arguments {sorted(kwargs)}; marl-envs envs take only seed= (select envs "
                 f"with a '_reset' entry)"
             )
-        return self.env.reset(tensordict, seed=seed)
+        return self._masked(self.env.reset(tensordict, seed=seed), self._reset_rows(tensordict))
 
     def _set_seed(self, seed: int | None) -> None:
         if seed is not None:
@@ -223,7 +296,10 @@ class TorchRLEnv(_TorchRLEnvBase):
         """The wrapped env checks the batch size itself, with its own message."""
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
-        """Random actions from the wrapped env, honouring the ``action_mask`` entries of ``tensordict``."""
+        """Random actions from the wrapped env, honouring the ``action_mask`` entries of ``tensordict``, which the
+        action specs then carry (the actions drawn lie in the specs)."""
+        if tensordict is not None:
+            self._masked(tensordict)
         return self.env.rand_action(tensordict)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
