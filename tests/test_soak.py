@@ -53,18 +53,25 @@ def short_soak(env, differentiable=False) -> soak.Result:
 
 @pytest.mark.parametrize("case", CASES)
 def test_short_soak_memory_stays_flat(case):
+    """A leak grows the RSS in every window of calls; a one-off step does not come back (a function compiled late, a
+    new allocator arena: a gymnax env grew 4.9 MB once in CI, 2026-11-28, and 0.0 MB in every run here). So a window
+    over the limit is followed by a second one on the same env, which must stay under it."""
     env = CASES[case]()
-    result = short_soak(env, differentiable=case == "brax-grad")
+    results = [short_soak(env, differentiable=case == "brax-grad")]
+    if results[0].growth_mb >= LIMIT_MB:
+        results.append(short_soak(env, differentiable=case == "brax-grad"))
     env.close()
-    assert result.calls == WARMUP + CALLS
-    assert result.growth_mb < LIMIT_MB, f"{case}: RSS grew {result.growth_mb:.2f} MB over {CALLS} calls after warm-up"
+    assert all(result.calls == WARMUP + CALLS for result in results)
+    grown = [round(result.growth_mb, 2) for result in results]
+    assert grown[-1] < LIMIT_MB, f"{case}: RSS grew {grown} MB in each window of {CALLS} calls after warm-up"
 
 
 def test_short_soak_catches_a_leak_of_4kb_per_step():
     env = LeakyDrift(num_envs=64, max_steps=50)
-    result = short_soak(env)
-    assert len(env.kept) == WARMUP + CALLS
-    assert result.growth_mb > LIMIT_MB, f"a leak of 4 KB per step grew the RSS by only {result.growth_mb:.2f} MB"
+    for window in (1, 2):  # in the first window and the second alike
+        result = short_soak(env)
+        assert len(env.kept) == window * (WARMUP + CALLS)
+        assert result.growth_mb > LIMIT_MB, f"a leak of 4 KB per step grew the RSS by only {result.growth_mb:.2f} MB"
 
 
 @pytest.mark.parametrize("case", [name for name in soak.SOAKS if name in CASES])
