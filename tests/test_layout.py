@@ -233,7 +233,8 @@ def test_architecture_page_lists_the_modules_of_the_package():
         if "__pycache__" in relative.parts or relative.name in ("__init__.py", "__main__.py"):
             continue
         actual.add(str(relative))
-    for path in SRC.rglob("__init__.py"):
-        actual.add(str(path.parent.relative_to(SRC)))
+    for path in SRC.rglob("*.py"):  # every package, namespace packages (no __init__.py) included
+        if "__pycache__" not in path.parts:
+            actual.add(str(path.parent.relative_to(SRC)))
     actual = {a for a in actual if not a.endswith(".egg-info")}
     assert listed == actual, f"missing from the page: {sorted(actual - listed)}; not in the package: {sorted(listed - actual)}"

@@ -16,10 +16,9 @@ Needs the ``benchmarl`` extra (``pip install 'marl-envs[benchmarl]'``: BenchMARL
 ...                         seed=0, config=ExperimentConfig.get_from_yaml())  # doctest: +SKIP
 >>> experiment.run()  # doctest: +SKIP
 
-BenchMARL's own command line (``python benchmarl/run.py task=vmas/balance``) does not take our names: it looks a
-task up in ``benchmarl.environments.task_config_registry``, a dict filled from BenchMARL's own ``Task`` enums when
-it is imported, after splitting the name on exactly one ``/``; adding ours would mean changing that dict from
-outside at run time. Build the ``Experiment`` in Python as above (``docs/benchmarl.md``).
+BenchMARL's own command line names every env as ``task=marl_envs/<name>``, the name with ``/`` as ``_``
+(``python -m benchmarl.run algorithm=mappo task=marl_envs/vmas_balance``): Hydra imports our plugin
+(``hydra_plugins.marl_envs_benchmarl``), which calls ``add_command_line_tasks`` in a BenchMARL run.
 """
 
 from __future__ import annotations
@@ -48,10 +47,11 @@ from groupings import GroupMap
 
 from . import specs
 from ._core.env import EnvBase
-from .registry import make
+from .registry import available_envs, make
 from .torchrl import TorchRLEnv, to_torchrl
 
-__all__ = ["CONTINUOUS", "DISCRETE", "MarlEnvsTask", "action_kind", "benchmarl_defaults", "task"]
+__all__ = ["COMMAND_LINE_GROUP", "CONTINUOUS", "DISCRETE", "MarlEnvsTask", "action_kind", "add_command_line_tasks",
+           "benchmarl_defaults", "command_line_name", "task"]
 
 CONTINUOUS, DISCRETE = "continuous", "discrete"
 #: The keywords BenchMARL sets itself, each from its own configuration.
@@ -96,15 +96,18 @@ class MarlEnvsTask(TaskClass):
         env_id: the name ``make`` builds (``"vmas/balance"``).
         kinds: the action kinds the env offers (``{"continuous", "discrete"}`` where it takes ``continuous_actions``).
         eval_steps: the episode length of evaluation rollouts, the env's ``max_episode_length``.
+        grids: the observed entries that are not flat (a board, an image), each with its shape per agent: an MLP
+            takes them flattened (``flatten``), a CNN as they are.
     """
 
     def __init__(self, env_id: str, config: dict[str, Any], kinds: frozenset[str], eval_steps: int,
-                 switchable: bool, flatten: bool = False):
-        super().__init__(name=env_id.replace("/", "_"), config=config)
+                 switchable: bool, flatten: bool = False, grids: dict[tuple[str, ...], tuple[int, ...]] | None = None):
+        super().__init__(name=command_line_name(env_id), config=config)
         self.env_id = env_id
         self.kinds = kinds
         self.eval_steps = eval_steps
         self.flatten = flatten
+        self.grids = grids or {}  # the observed entries with more than one feature dim, and their shapes per agent
         self._switchable = switchable  # the env takes continuous_actions=
 
     def get_env_fun(self, num_envs: int, continuous_actions: bool, seed: int | None,
@@ -262,6 +265,12 @@ def task(name: str, *, flatten_observations: bool = False, **env_kwargs: Any) ->
         TypeError, ImportError: as ``marl_envs.make`` raises them (a keyword the env does not take, a backend not
             installed).
     """
+    return _task(name, flatten_observations, env_kwargs, f"task({name!r}, max_steps=N)")
+
+
+def _task(name: str, flatten_observations: bool, env_kwargs: dict[str, Any], pass_max_steps: str) -> MarlEnvsTask:
+    """``task``'s work; ``pass_max_steps`` says how to pass ``max_steps`` where it is missing (Python or the
+    command line)."""
     for key in SET_BY_BENCHMARL.keys() & env_kwargs.keys():
         raise ValueError(f"task({name!r}) got {key}={env_kwargs[key]!r}, which BenchMARL sets from "
                          f"{SET_BY_BENCHMARL[key]}: leave it out of the task's keywords")
@@ -273,8 +282,8 @@ def task(name: str, *, flatten_observations: bool = False, **env_kwargs: Any) ->
                              f"trains groups of agents: pick a multi-agent env (marl-envs list)")
         if probe.max_episode_length is None:
             raise ValueError(f"{name!r} has no time limit of its own and BenchMARL's evaluation rolls episodes out for "
-                             f"max_steps steps: pass it, task({name!r}, max_steps=N) (episodes the env ends earlier "
-                             f"still end there)")
+                             f"max_steps steps: pass it, {pass_max_steps} (episodes the env ends earlier still end "
+                             f"there)")
         kinds, switchable = {action_kind(probe)}, False
         other = DISCRETE if CONTINUOUS in kinds else CONTINUOUS
         try:
@@ -286,7 +295,80 @@ def task(name: str, *, flatten_observations: bool = False, **env_kwargs: Any) ->
             kinds.add(action_kind(flipped))
             switchable = True
             flipped.close()
+        observed = probe.full_observation_spec
+        grids = {(group, *key) if isinstance(key, tuple) else (group, key): tuple(observed[group][key].shape[2:])
+                 for group in probe.group_map
+                 for key in observed[group].keys(True, True)
+                 if (key[0] if isinstance(key, tuple) else key) not in NOT_OBSERVED
+                 and len(observed[group][key].shape) > 3}  # (num_envs, n_agents, *features)
         return MarlEnvsTask(name, dict(env_kwargs), frozenset(kinds), probe.max_episode_length, switchable,
-                            flatten=flatten_observations)
+                            flatten=flatten_observations, grids=grids)
     finally:
         probe.close()
+
+
+#: The group of BenchMARL's command line that holds our tasks: ``task=marl_envs/<command_line_name(name)>``.
+COMMAND_LINE_GROUP = "marl_envs"
+
+
+def command_line_name(name: str) -> str:
+    """Env ``name`` as BenchMARL's command line names it in ``COMMAND_LINE_GROUP`` (and as its experiment folders
+    do): ``/`` as ``_``, since BenchMARL splits a task's name on exactly one ``/`` (``vmas_balance``)."""
+    return name.replace("/", "_")
+
+
+class _CommandLineTask:
+    """The entry of BenchMARL's ``task_config_registry`` for ``task=marl_envs/<name>``: what a ``Task`` enum member
+    is to BenchMARL's own tasks (``get_task(config)``)."""
+
+    def __init__(self, env_id: str):
+        self.env_id = env_id
+
+    def get_task(self, config: dict[str, Any] | None = None) -> MarlEnvsTask:
+        """``task(env_id, **config)`` (a ``max_steps`` of None left out), after checking that the models chosen on
+        the command line take the env's observations."""
+        config = dict(config or {})
+        flatten = bool(config.pop("flatten_observations", False))
+        if config.get("max_steps", 0) is None:
+            del config["max_steps"]
+        built = _task(self.env_id, flatten, config, "task.max_steps=N")
+        if built.grids and not flatten:
+            _check_models(built)
+        return built
+
+
+def _check_models(built: MarlEnvsTask) -> None:
+    """A clear error, before BenchMARL builds anything, where an MLP was chosen for an env that observes grids."""
+    from hydra.core.hydra_config import HydraConfig
+
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    mlps = [f"{key}={choices[key]}" for key in ("model", "model@critic_model")
+            if choices.get(key) is not None and choices[key].endswith("mlp")]
+    if mlps:
+        key, shape = next(iter(built.grids.items()))
+        smallest = min(min(shape[:2]) for shape in built.grids.values())
+        padding = (" (its 3x3 kernels without padding need at least 7x7: add model.cnn_paddings=1 "
+                   "critic_model.cnn_paddings=1)" if smallest < 7 else "")
+        raise ValueError(
+            f"task=marl_envs/{built.name} observes {'/'.join(key)} as a grid of shape {shape} per agent, and "
+            f"{' and '.join(mlps)} (BenchMARL's MLP) take{'s' if len(mlps) == 1 else ''} flat vectors: pick BenchMARL's CNN, model=layers/cnn "
+            f"model@critic_model=layers/cnn{padding}, or flatten the grids for the MLP with "
+            f"task.flatten_observations=true")
+
+
+def add_command_line_tasks() -> None:
+    """Name every env on BenchMARL's command line (``task=marl_envs/vmas_balance``): its configuration in Hydra's
+    config store, as ``task/marl_envs/<name>``, and its entry in BenchMARL's ``task_config_registry``.
+
+    A configuration holds BenchMARL's own keywords where it has the task (``benchmarl_defaults``), ``max_steps``
+    (None: the env's own) and ``flatten_observations``; other keywords are added with Hydra's ``+``
+    (``+task.n_agents=3``). Hydra calls this through our plugin when BenchMARL is imported."""
+    from benchmarl.environments import task_config_registry
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for name in available_envs():
+        key = command_line_name(name)
+        store.store(group=f"task/{COMMAND_LINE_GROUP}", name=key,
+                    node={"max_steps": None, "flatten_observations": False, **benchmarl_defaults(name)})
+        task_config_registry.setdefault(f"{COMMAND_LINE_GROUP}/{key}", _CommandLineTask(name))

@@ -557,7 +557,8 @@ class EnvBase:
 
         ``mode`` is TorchRL's and VMAS's keyword, taken so that their code runs unchanged: ``"rgb_array"``, the one
         mode drawn here. Other keywords are the backend's (e.g. Brax's ``height``, ``width``, ``camera``, VMAS's
-        ``agent_index_focus``).
+        ``agent_index_focus``; ``agent_index_focus=None``, VMAS's default view,
+        is taken by every backend).
 
         Raises:
             IndexError: ``env_index`` is not an int in ``[0, num_envs)``.
@@ -567,6 +568,8 @@ class EnvBase:
         if mode != "rgb_array":
             raise ValueError(f"render() draws RGB arrays only: mode must be 'rgb_array', got {mode!r} (no window "
                              f"is opened; show the frames it returns, or write them to a GIF)")
+        if "agent_index_focus" in kwargs and kwargs["agent_index_focus"] is None:
+            del kwargs["agent_index_focus"]  # VMAS's default view, the one every backend draws
         return self._render(check_env_index(env_index, self.num_envs), **kwargs)
 
     def close(self) -> None:

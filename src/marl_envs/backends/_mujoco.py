@@ -3,9 +3,10 @@ is built, never at import.
 
 - **Headless rendering.** MuJoCo picks its OpenGL backend when it is imported. On a Linux machine without a
   display that has EGL's library (``libEGL``), ``MUJOCO_GL=egl`` is set just before MuJoCo is first imported by
-  us, unless ``MUJOCO_GL`` is set already or MuJoCo was imported by someone else. Without ``libEGL`` it is left
-  unset: MuJoCo 4.0's import breaks on ``egl`` then (seen on a GPU server without ``libegl1``), and only rendering
-  needs OpenGL.
+  us, unless ``MUJOCO_GL`` is set already. Where MuJoCo was imported before us with ``MUJOCO_GL`` unset (TorchRL
+  0.14's ``torchrl.envs`` imports it), it chose GLFW, which needs a display: its renderer's context is switched to
+  EGL's then, the one backend that draws there. Without ``libEGL`` it is left unset: MuJoCo 4.0's import breaks on
+  ``egl`` then (seen on a GPU server without ``libegl1``), and only rendering needs OpenGL.
 - **Model-file notices.** MuJoCo's C compiler warns about attributes of the libraries' own model files (Brax's and
   Gymnasium's halfcheetah: the deprecated ``settotalmass``): nothing a user can act on. Unhandled, MuJoCo prints
   its warnings on the process's stderr and appends them to a ``MUJOCO_LOG.TXT`` it creates in the working
@@ -30,9 +31,25 @@ _MODEL_FILE_NOTICES = re.compile(r"compiler attribute '\w+' is deprecated")
 
 def prepare_mujoco_gl() -> None:
     """Set ``MUJOCO_GL=egl`` for headless rendering before MuJoCo is first imported (see the module docstring)."""
-    if (sys.platform.startswith("linux") and "mujoco" not in sys.modules and not os.environ.get("DISPLAY")
-            and ctypes.util.find_library("EGL") is not None):
-        os.environ.setdefault("MUJOCO_GL", "egl")
+    if (not sys.platform.startswith("linux") or os.environ.get("DISPLAY") or os.environ.get("MUJOCO_GL")
+            or ctypes.util.find_library("EGL") is None):
+        return
+    os.environ["MUJOCO_GL"] = "egl"  # read by MuJoCo's import, and by Gymnasium's renderer when it is built
+    if "mujoco" in sys.modules:
+        _egl_after_import()
+
+
+def _egl_after_import() -> None:
+    """MuJoCo's renderer context as EGL's, where MuJoCo was imported with ``MUJOCO_GL`` unset and took GLFW's."""
+    try:
+        from mujoco.rendering.classic import gl_context
+    except ImportError:  # MuJoCo before 3.4: the renderer is told its context at import only
+        return
+    chosen = getattr(gl_context, "GLContext", None)
+    if chosen is not None and chosen.__module__.startswith("mujoco.glfw"):
+        from mujoco.egl import GLContext
+
+        gl_context.GLContext = GLContext
 
 
 def _mujoco_warning(message: str) -> None:
