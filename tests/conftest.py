@@ -20,6 +20,8 @@ prepare_mujoco_gl()
 VERSIONS = {
     "tests/test_torchrl.py": "the TorchRL interop: TorchRL's EnvBase, specs and transforms move between its minors",
     "tests/test_benchmarl.py": "BenchMARL's tasks and Experiment, with the TorchRL they pin",
+    "tests/test_benchmarl_cli.py": "BenchMARL's command line (Hydra) with our tasks",
+    "tests/test_torchrl_scripts.py": "what TorchRL's multi-agent example scripts ask of an env",
     "tests/test_examples.py::test_mappo_torchrl": "the TorchRL example's losses, collectors and checkpoints",
     "tests/test_docs.py::test_doc_blocks_run[docs/torchrl.md]": "the TorchRL page's code",
     "tests/test_docs.py::test_doc_blocks_run[docs/benchmarl.md]": "the BenchMARL page's code",

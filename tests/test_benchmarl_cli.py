@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -48,17 +49,36 @@ def _finished(run: subprocess.CompletedProcess, tmp_path) -> None:
     assert list(tmp_path.rglob("*.csv")), "no BenchMARL csv log written"
 
 
-@_needs("vmas")
-def test_mappo_on_a_vmas_task(tmp_path):
-    run = benchmarl_run(tmp_path, "algorithm=mappo", "task=marl_envs/vmas_balance", "task.max_steps=50")
+#: The command lines of docs/benchmarl.md (its ```bash block under "BenchMARL's own command line").
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarl.md"
+COMMANDS = [line.split()[3:] for line in DOC.read_text().splitlines() if line.startswith("python -m benchmarl.run ")]
+
+
+def _backends(arguments: list[str]) -> list[str]:
+    task = next(a for a in arguments if a.startswith("task=marl_envs/")).removeprefix("task=marl_envs/")
+    return [backend for backend in HAS if task.startswith(f"{backend}_")]
+
+
+def test_the_page_shows_the_commands():
+    assert len(COMMANDS) == 5 and all(len(_backends(arguments)) == 1 for arguments in COMMANDS)
+    assert {a for arguments in COMMANDS for a in arguments if a.startswith("algorithm=")} == {"algorithm=mappo",
+                                                                                            "algorithm=iql"}
+
+
+@pytest.mark.parametrize("arguments", [pytest.param(a, marks=_needs(*_backends(a)), id=" ".join(a[:2]) + (
+    f" {a[2]}" if len(a) > 2 else "")) for a in COMMANDS])
+def test_each_command_of_the_page_runs(arguments, tmp_path):
+    run = benchmarl_run(tmp_path, *arguments)
     _finished(run, tmp_path)
-    assert "Task: marl_envs/vmas_balance" in run.stdout
-    assert "n_agents: 4" in run.stdout  # BenchMARL's own balance.yaml is the task's configuration
+    task = next(a for a in arguments if a.startswith("task="))
+    assert f"Task: {task.removeprefix('task=')}" in run.stdout
 
 
-@_needs("jaxmarl")
-def test_q_learning_on_a_jax_task(tmp_path):
-    _finished(benchmarl_run(tmp_path, "algorithm=iql", "task=marl_envs/jaxmarl_MPE_simple_spread_v3"), tmp_path)
+@_needs("vmas")
+def test_benchmarls_own_task_configuration_is_the_default(tmp_path):
+    run = benchmarl_run(tmp_path, "algorithm=mappo", "task=marl_envs/vmas_balance")
+    _finished(run, tmp_path)
+    assert "n_agents: 4" in run.stdout and "max_steps: 100" in run.stdout  # BenchMARL's own balance.yaml
 
 
 @_needs("pettingzoo")
@@ -71,16 +91,6 @@ def test_grid_observations_name_the_cnn_before_training(tmp_path):
             "kernels without padding need at least 7x7: add model.cnn_paddings=1 critic_model.cnn_paddings=1), or "
             "flatten the grids for the MLP with task.flatten_observations=true") in run.stderr
     assert "mean return" not in run.stderr  # refused before the first iteration
-
-
-@_needs("pettingzoo")
-@pytest.mark.parametrize("fix", [
-    ("model=layers/cnn", "model@critic_model=layers/cnn", "model.cnn_paddings=1", "critic_model.cnn_paddings=1"),
-    ("task.flatten_observations=true",),
-], ids=["cnn", "flattened"])
-def test_grid_observations_train_with_either_fix(fix, tmp_path):
-    _finished(benchmarl_run(tmp_path, "algorithm=mappo", "task=marl_envs/pettingzoo_classic_tictactoe_v3", *fix),
-              tmp_path)
 
 
 @_needs("vmas")

@@ -20,7 +20,7 @@ ONE_PER_BACKEND = {
     "pettingzoo": ("pettingzoo/mpe/simple_spread_v3", {"N": 2, "render_mode": "rgb_array"}),
     "magent2": ("magent2/battle", {"map_size": 12, "render_mode": "rgb_array"}),
     "mamujoco": ("mamujoco/Hopper_3x1", {"render_mode": "rgb_array"}),
-    "lbforaging": ("lbforaging/Foraging-5x5-2p-1f-v3", {}),
+    "lbforaging": ("lbforaging/Foraging-5x5-2p-1f-v3", {"render_mode": "rgb_array"}),
     "rware": ("rware/rware-tiny-2ag-v2", {"render_mode": "rgb_array"}),
     "openspiel": ("openspiel/tic_tac_toe", {}),
     "jaxmarl": ("jaxmarl/MPE_simple_spread_v3", {}),

@@ -351,9 +351,9 @@ def _check_models(built: MarlEnvsTask) -> None:
                    "critic_model.cnn_paddings=1)" if smallest < 7 else "")
         raise ValueError(
             f"task=marl_envs/{built.name} observes {'/'.join(key)} as a grid of shape {shape} per agent, and "
-            f"{' and '.join(mlps)} (BenchMARL's MLP) take{'s' if len(mlps) == 1 else ''} flat vectors: pick BenchMARL's CNN, model=layers/cnn "
-            f"model@critic_model=layers/cnn{padding}, or flatten the grids for the MLP with "
-            f"task.flatten_observations=true")
+            f"{' and '.join(mlps)} (BenchMARL's MLP) take{'s' if len(mlps) == 1 else ''} flat vectors: pick "
+            f"BenchMARL's CNN, model=layers/cnn model@critic_model=layers/cnn{padding}, or flatten the grids for the "
+            f"MLP with task.flatten_observations=true")
 
 
 def add_command_line_tasks() -> None:

@@ -174,6 +174,7 @@ class TorchRLEnv(_TorchRLEnvBase):
                 live = _LIVE[type(spec)](spec.n, shape=spec.shape, device=spec.device, dtype=spec.dtype)
                 self.full_action_spec[key] = live
                 self._masks.append((mask, self.full_action_spec[key].__dict__["_live"]))
+        self.is_closed = False  # as TorchRL's wrappers set it once their env is built (its scripts read it)
 
     # -- what TorchRL's multi-agent wrappers expose ---------------------------------------------------
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -552,25 +553,26 @@ class EnvBase:
         return type(self)._render is not EnvBase._render
 
     def render(self, env_index: int = 0, *, mode: str = "rgb_array", **kwargs: Any) -> Any:
-        """An image of env ``env_index``: an ``(H, W, 3)`` uint8 array for VMAS, Brax and PettingZoo envs (these
-        built with ``render_mode="rgb_array"``), never None.
+        """An image of env ``env_index``: an ``(H, W, 3)`` uint8 array for VMAS, Brax, JaxMARL (MPE, SMAX) and
+        PettingZoo envs (these built with ``render_mode="rgb_array"``), never None.
 
         ``mode`` is TorchRL's and VMAS's keyword, taken so that their code runs unchanged: ``"rgb_array"``, the one
         mode drawn here. Other keywords are the backend's (e.g. Brax's ``height``, ``width``, ``camera``, VMAS's
-        ``agent_index_focus``; ``agent_index_focus=None``, VMAS's default view,
-        is taken by every backend).
+        ``agent_index_focus``; ``agent_index_focus=None``, VMAS's default view, is taken by every backend).
 
         Raises:
             IndexError: ``env_index`` is not an int in ``[0, num_envs)``.
             ValueError: ``mode`` is not ``"rgb_array"``; a PettingZoo env built without ``render_mode="rgb_array"``.
-            NotImplementedError: the env does not draw (JaxMARL, gymnax).
+            NotImplementedError: the env does not draw (gymnax; JaxMARL but for its MPE and SMAX envs).
         """
         if mode != "rgb_array":
             raise ValueError(f"render() draws RGB arrays only: mode must be 'rgb_array', got {mode!r} (no window "
                              f"is opened; show the frames it returns, or write them to a GIF)")
         if "agent_index_focus" in kwargs and kwargs["agent_index_focus"] is None:
             del kwargs["agent_index_focus"]  # VMAS's default view, the one every backend draws
-        return self._render(check_env_index(env_index, self.num_envs), **kwargs)
+        frame = self._render(check_env_index(env_index, self.num_envs), **kwargs)
+        # a library's flipped view (pyglet's rows bottom-up) as an array of its own: torch takes no negative strides
+        return np.ascontiguousarray(frame) if isinstance(frame, np.ndarray) else frame
 
     def close(self) -> None:
         """Release backend resources (nothing by default)."""

@@ -24,6 +24,7 @@ from ..._core import keywords
 from ..._core.validate import checked_keywords
 from ...specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from ..jax import JaxCore, JaxEnvBase, configure_jax, strong
+from ._drawing import draw, drawing_of
 from ._library import CLASSES, UNAVAILABLE, check, env_names, library_name, unavailable
 
 __all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "library_name"]
@@ -310,6 +311,23 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         self._declare_specs(groups, **root)
         self._set_columns()
         self.set_seed(seed)
+
+    @property
+    def renders(self) -> bool:
+        """Whether ``render()`` gives images: the MPE and SMAX envs, drawn by JaxMARL's own visualizers."""
+        return drawing_of(self.jaxmarl_env) is not None
+
+    def _render(self, env_index: int) -> np.ndarray:
+        """JaxMARL's drawing of env ``env_index`` (its MPE visualizer, SMAX's ``init_render``): ``(500, 500, 3)``
+        uint8.
+
+        Raises:
+            NotImplementedError: the env has no drawing in JaxMARL (only its MPE and SMAX envs do).
+        """
+        if not self.renders:
+            raise NotImplementedError(f"JaxMARL draws its MPE and SMAX envs only; {self.env_name} has no drawing "
+                                      f"of its state (env.renders is False)")
+        return draw(self.jaxmarl_env, self._env_state(env_index))
 
     @property
     def library_keywords(self) -> dict[str, str | None] | None:

@@ -45,8 +45,7 @@ class TupleAgentsEnv(ParallelEnv):
     def __init__(self, env: Any, ends: Ends, forget: Forget | None = None):
         self.env = env.unwrapped
         self._ends, self._forget = ends, forget
-        self.metadata = {"is_parallelizable": True,
-                         "render_modes": list(getattr(self.env, "metadata", {}).get("render_modes", []))}
+        self.metadata = {"is_parallelizable": True, "render_modes": render_modes(self.env)}
         self.possible_agents = [f"agent_{k}" for k in range(len(self.env.action_space.spaces))]
         self.agents: list[str] = []
         self._obs_spaces = dict(zip(self.possible_agents, self.env.observation_space.spaces))
@@ -95,6 +94,16 @@ class TupleAgentsEnv(ParallelEnv):
         if self._mode_argument and self.render_mode is not None:
             return self.env.render(mode=self.render_mode)
         return self.env.render()
+
+
+def render_modes(env: Any) -> list[str]:
+    """The render modes of a library's env (its class or an instance): those its metadata lists, and "rgb_array"
+    where its ``render`` takes the mode as an argument (Level-Based Foraging lists "human" only, yet its
+    ``render(mode="rgb_array")`` returns the image)."""
+    modes = list(getattr(env, "metadata", {}).get("render_modes", []))
+    if "rgb_array" not in modes and "mode" in (signature_keywords(env.render) or {}):
+        modes.append("rgb_array")
+    return modes
 
 
 def prepare_pyglet_headless() -> None:
@@ -190,7 +199,7 @@ def gymnasium_tasks(family: str, package: str, prefix: str, ends: Ends, forget: 
             return None if own is None else {**own, **registered}
 
         def modes(env_id: str = env_id) -> list[str]:
-            return list(getattr(_entry_class(env_id), "metadata", {}).get("render_modes", []))
+            return render_modes(_entry_class(env_id))
 
         found[env_id] = Task(env_id, None, functools.partial(_build, env_id, ends, forget), spec.entry_point.partition(":")[0],
                              keywords=keywords, render_modes=modes, family=family)
