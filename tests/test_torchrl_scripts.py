@@ -33,6 +33,8 @@ with warnings.catch_warnings():  # torchrl 0.14.1 deprecates its own weight-upda
 
 from marl_envs.torchrl import VmasEnv, to_torchrl  # noqa: E402
 
+#: JaxMARL's first import brings Brax's, whose JAXopt warns that it is unmaintained (in whichever test runs first)
+pytestmark = pytest.mark.filterwarnings("ignore:JAXopt is no longer maintained:DeprecationWarning")
 HAS = {backend: marl_envs.backend_installed(backend) for backend in marl_envs.available_backends()}
 ALL_IN_ONE = {"group_map": MarlGroupMapType.ALL_IN_ONE_GROUP}
 #: One env per family whose specs fit the scripts, with its constructor's keywords and the scripts' max_steps.

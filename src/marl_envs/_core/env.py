@@ -554,7 +554,8 @@ class EnvBase:
 
     def render(self, env_index: int = 0, *, mode: str = "rgb_array", **kwargs: Any) -> Any:
         """An image of env ``env_index``: an ``(H, W, 3)`` uint8 array for VMAS, Brax, JaxMARL (MPE, SMAX) and
-        PettingZoo envs (these built with ``render_mode="rgb_array"``), never None.
+        PettingZoo envs (these built with ``render_mode="rgb_array"``), never None. Its sides are even (a library's
+        odd one gains a copy of its last row or column), as MP4's usual encoding needs.
 
         ``mode`` is TorchRL's and VMAS's keyword, taken so that their code runs unchanged: ``"rgb_array"``, the one
         mode drawn here. Other keywords are the backend's (e.g. Brax's ``height``, ``width``, ``camera``, VMAS's
@@ -571,8 +572,13 @@ class EnvBase:
         if "agent_index_focus" in kwargs and kwargs["agent_index_focus"] is None:
             del kwargs["agent_index_focus"]  # VMAS's default view, the one every backend draws
         frame = self._render(check_env_index(env_index, self.num_envs), **kwargs)
+        if not isinstance(frame, np.ndarray):
+            return frame
+        odd = (frame.shape[0] % 2, frame.shape[1] % 2)
+        if any(odd):  # H.264's colour subsampling takes even sides only (MP4 videos: TorchRL's loggers, ffmpeg)
+            return np.pad(frame, ((0, odd[0]), (0, odd[1]), (0, 0)), mode="edge")
         # a library's flipped view (pyglet's rows bottom-up) as an array of its own: torch takes no negative strides
-        return np.ascontiguousarray(frame) if isinstance(frame, np.ndarray) else frame
+        return np.ascontiguousarray(frame)
 
     def close(self) -> None:
         """Release backend resources (nothing by default)."""
