@@ -22,7 +22,7 @@ ONE_PER_BACKEND = {
     "mamujoco": ("mamujoco/Hopper_3x1", {"render_mode": "rgb_array"}),
     "lbforaging": ("lbforaging/Foraging-5x5-2p-1f-v3", {"render_mode": "rgb_array"}),
     "rware": ("rware/rware-tiny-2ag-v2", {"render_mode": "rgb_array"}),
-    "openspiel": ("openspiel/tic_tac_toe", {}),
+    "openspiel": ("openspiel/tic_tac_toe", {"render_mode": "rgb_array"}),
     "jaxmarl": ("jaxmarl/MPE_simple_spread_v3", {}),
     "gymnax": ("gymnax/CartPole-v1", {}),
     "jumanji": ("jumanji/Cleaner-v0", {}),

@@ -267,7 +267,7 @@ def render_picture(name: str, folder: Path) -> str:
 
 def _build(name: str, render: bool = False):
     """``name`` built with SETTINGS; with ``render``, PettingZoo-machinery envs are asked for frames at construction
-    (where they take ``render_mode``: Level-Based Foraging draws in a window, OpenSpiel only text)."""
+    (where they take ``render_mode``)."""
     import marl_envs
 
     if render and name.partition("/")[0] in PETTINGZOO_MACHINERY:
@@ -423,7 +423,7 @@ def _env_page(entry: dict, picture: dict | None) -> str:
         parts.append(f"*Env 0 of `marl_envs.make({name!r})` after {PICTURE['steps']} random steps (seed "
                      f"{SETTINGS['seed']}){', then a random rollout' if path.endswith('.gif') else ''}.*\n")
     elif picture:
-        parts.append(f":::{{note}}\nNo picture: this env cannot render here.\n\n`{_cell(picture['why'])}`\n:::\n")
+        parts.append(f":::{{note}}\nNo picture: {no_picture(backend, picture['why'])}\n:::\n")
     else:
         parts.append(":::{note}\nNo picture yet: `make pictures` renders it.\n:::\n")
     parts.append(f"Built with `marl_envs.make({name!r}, {build})`:\n\n```text\n{entry['repr']}\n```\n")
@@ -499,8 +499,17 @@ def _cover(backend: str, entries: list[dict], pictures: dict[str, dict], covers:
             target = covers / f"{backend}{source.suffix}"
             shutil.copyfile(source, target)
             return f"../_static/covers/{target.name}", name
-    reasons = {pictures.get(e["name"], {}).get("why", "") for e in entries}
-    return None, ("no pictures: " + "; ".join(sorted(r.split(": ", 1)[-1] for r in reasons if r))[:160])
+    reasons = {no_picture(backend, pictures[e["name"]]["why"]) for e in entries if "why" in pictures.get(e["name"], {})}
+    return None, "No pictures: " + " ".join(sorted(reasons))
+
+
+def no_picture(backend: str, why: str) -> str:
+    """Why an env has no picture, in a reader's words, from the error its ``render()`` raised (``why`` in the
+    manifest: the exception's type and text, kept for whoever renders the pictures)."""
+    kind, _, text = why.partition(": ")
+    if kind in ("NotImplementedError", "ValueError") and re.search(r"draw|render", text):
+        return f"{BACKEND_TITLES[backend]} draws no picture of this env."
+    return f"{BACKEND_TITLES[backend]} could not draw this env on the machine that built these pages."
 
 
 def _card(backend: str, entries: list[dict], pictures: dict[str, dict], covers: Path) -> str:

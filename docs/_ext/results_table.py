@@ -1,10 +1,17 @@
-"""The performance page's results table, rendered from the benchmark records at every build.
+"""The performance page's chart and tables, rendered from the benchmark records at every build.
 
 ``marl-envs bench NAME --record benchmarks/results.jsonl`` appends one record a run (the env and its keywords, the
 sizes, the device and the hardware, the date, the versions, ours and each raw loop, the ratios). At every build
-this extension writes ``docs/_generated/results.md`` from those records, which ``performance.md`` includes: one
-row per env, size, hardware and raw loop, from the latest day it was measured on, with the median ratio of that
-day's runs and their range. Run as a script, it prints the table.
+this extension writes, from those records:
+
+- ``docs/_generated/speed.png``: ours / the library's own loop (a record's first reference) per env and size, the
+  CPU and GPU bars side by side (``chart``);
+- ``docs/_generated/summary.md``: one row per env, size and device, one column per kind of reference loop
+  (``summary``), which ``performance.md`` includes;
+- ``docs/_generated/results.md``: every raw loop's row with its label, date and timings, and each run's command,
+  which ``performance_records.md`` includes.
+
+Each figure is the latest day's median. Run as a script, it prints the summary table.
 """
 
 from __future__ import annotations
@@ -18,6 +25,12 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parents[1]
 RECORDS = DOCS.parent / "benchmarks" / "results.jsonl"
 OUT = DOCS / "_generated" / "results.md"
+SUMMARY = DOCS / "_generated" / "summary.md"
+CHART = DOCS / "_generated" / "speed.png"
+#: The summary's columns: each reference loop's kind, told by its label (the first reference of a record is the
+#: library's own loop, with resets: the one the chart draws).
+KINDS = {"bound": "a loop doing less (no resets, lax.scan)", "workers": "ours with num_workers=2",
+         "other": "another raw loop"}
 
 
 def load(path: Path = RECORDS) -> list[dict]:
@@ -54,6 +67,112 @@ def rows(records: list[dict]) -> list[list[str]]:
     return table
 
 
+def _kind(label: str) -> str:
+    if label.startswith("marl_envs"):
+        return "workers"
+    if "no resets" in label or "lax.scan" in label or "bare env" in label:
+        return "bound"
+    return "other"
+
+
+def latest(records: list[dict]) -> dict[tuple, list[dict]]:
+    """The records of the latest day of each (env, keywords, size, device, hardware)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for record in records:
+        groups[(record["env"], _keywords(record), record["num_envs"], record["device"], record["hardware"])].append(
+            record)
+    out = {}
+    for key, runs in sorted(groups.items()):
+        day = max(r["date"] for r in runs)
+        out[key] = [r for r in runs if r["date"] == day]
+    return out
+
+
+def _ratio(runs: list[dict], index: int | None = None, kind: str | None = None) -> float | None:
+    """The median ratio of ``runs`` against their reference number ``index`` or the first of kind ``kind``."""
+    ratios = []
+    for run in runs:
+        refs = run["references"]
+        if index is not None:
+            ratios += [refs[index]["ratio"]] if len(refs) > index else []
+        else:
+            ratios += [next((r["ratio"] for r in refs[1:] if _kind(r["label"]) == kind), None)] if refs else []
+    ratios = [r for r in ratios if r is not None]
+    return statistics.median(ratios) if ratios else None
+
+
+def summary(records: list[dict]) -> str:
+    """The compact table: one row per env, size and device; ours in microseconds a step, then ours / each kind of
+    loop. The hardware of each device is said once, below."""
+    header = ["env", "envs", "device", "ours, us a step", "ours / the library's own loop",
+              *[f"ours / {KINDS[k]}" for k in KINDS]]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "|".join("---:" for _ in header[1:]) + "|"]
+    hardware, notes = {}, []
+    for (env, keywords, num_envs, device, hw), runs in latest(records).items():
+        hardware[device] = hw
+        note = runs[-1].get("note")
+        if note and note not in notes:
+            notes.append(note)
+        if note:
+            device = f"{device} {'†' * (notes.index(note) + 1)}"
+        ours = statistics.median(r["ours"]["us_per_step"] for r in runs)
+        cells = [_ratio(runs, index=0), *[_ratio(runs, kind=k) for k in KINDS]]
+        lines.append("| " + " | ".join([f"`{env}`" + (f" `{keywords}`" if keywords else ""), f"{num_envs:,}",
+                                         device, f"{ours:,.1f}",
+                                         *[f"**{c:.2f}**" if i == 0 and c is not None else
+                                           (f"{c:.2f}" if c is not None else "-") for i, c in enumerate(cells)]])
+                     + " |")
+    lines += ["", "Devices: " + "; ".join(f"{d}: {h}" for d, h in sorted(hardware.items())) + ". Below 1: ours "
+              "takes less time a step. A `-`: no such loop was timed for that row."]
+    lines += [f"{'†' * (i + 1)} {note}." for i, note in enumerate(notes)]
+    return "\n".join(lines) + "\n"
+
+
+def chart(records: list[dict], out: Path = CHART) -> None:
+    """Ours / the library's own loop per env and size, CPU and GPU bars side by side, on a log scale."""
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    bars = defaultdict(dict)  # (env, size) -> device -> (ratio, the runs' note)
+    hardware = {}
+    for (env, keywords, num_envs, device, hw), runs in latest(records).items():
+        ratio = _ratio(runs, index=0)
+        if ratio is not None:
+            bars[(env + (f" {keywords}" if keywords else ""), num_envs)][device] = ratio, runs[-1].get("note")
+            hardware[device] = hw
+    rows = sorted(bars, key=lambda key: (key[0], key[1]))
+    figure, axes = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.6), dpi=110)
+    colours = {"cpu": "#4c72b0", "cuda": "#dd8452"}
+    height = 0.4
+    for i, key in enumerate(rows):
+        for j, device in enumerate(("cpu", "cuda")):
+            if device in bars[key]:
+                y = i + (j - 0.5) * height
+                value, note = bars[key][device]
+                axes.barh(y, value, height=height, color=colours[device], hatch="///" if note else None,
+                          edgecolor="white" if note else None,
+                          label=f"{device}: {hardware[device]}" + (", with a note (see the table)" if note else ""))
+                axes.text(value * 1.04, y, f"{value:.2f}" + (" †" if note else ""), va="center", fontsize=8)
+    handles, labels = axes.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    axes.legend(unique.values(), unique.keys(), loc="lower right", fontsize=8)
+    axes.axvline(1.0, color="black", linewidth=0.8)
+    axes.set_xscale("log")
+    axes.set_yticks(range(len(rows)), [f"{env}, {size:,} envs" for env, size in rows], fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("ours / the library's own loop, time a step (below 1: ours is faster)")
+    days = sorted({r["date"] for runs in latest(records).values() for r in runs})
+    axes.set_title(f"marl-envs against each library's own loop (marl-envs bench, {days[0]} to {days[-1]})",
+                   fontsize=10)
+    axes.set_xlim(right=max(v for b in bars.values() for v, _ in b.values()) * 1.6)
+    figure.tight_layout()
+    out.parent.mkdir(exist_ok=True)
+    figure.savefig(out)
+    plt.close(figure)
+
+
 def render(records: list[dict]) -> str:
     """The table in Markdown, with each run's command below it."""
     header = ["env", "envs", "device", "date", "ours, us a step", "against (a raw loop, or ours with workers), us a step",
@@ -70,9 +189,11 @@ def render(records: list[dict]) -> str:
 
 def write(out: Path = OUT) -> None:
     out.parent.mkdir(exist_ok=True)
-    text = render(load())
-    if not out.exists() or out.read_text() != text:
-        out.write_text(text)
+    records = load()
+    for path, text in ((out, render(records)), (out.with_name(SUMMARY.name), summary(records))):
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    chart(records, out.with_name(CHART.name))
 
 
 def setup(app):
@@ -81,4 +202,4 @@ def setup(app):
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render(load()))
+    sys.stdout.write(summary(load()))

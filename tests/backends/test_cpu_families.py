@@ -515,12 +515,24 @@ def test_openspiel_reports_chance_outcomes_and_never_plays_an_illegal_move():
     assert (data["next", "agents", "info", "chance"] >= 0).any()  # the public card, dealt mid-hand
 
 
-def test_envs_that_draw_no_images_say_so():
+def test_openspiel_draws_the_state_text_when_asked():
     _installed("openspiel")
     env = marl_envs.make("openspiel/kuhn_poker", num_envs=2)
     assert not env.renders
-    with pytest.raises(ValueError, match=r"these envs draw no images: their render modes are \[\] \(no 'rgb_array'\)"):
+    with pytest.raises(ValueError, match=r"render\(\) draws PettingZoo envs built with render_mode='rgb_array'; "
+                                         r"these have render_mode=None"):
         env.render()
+    drawn = marl_envs.make("openspiel/tic_tac_toe", num_envs=2, seed=0, render_mode="rgb_array")
+    drawn.reset()
+    empty = drawn.render(0)
+    drawn.rollout(2, break_when_any_done=False)
+    played = drawn.render(0)
+    assert drawn.renders and empty.shape[2] == 3 and empty.dtype.name == "uint8"
+    assert empty.shape[0] >= 240 and empty.shape[1] >= 320
+    assert (played != empty).any()  # the marks of the two moves are drawn
+    with pytest.raises(ValueError, match=r"openspiel task 'kuhn_poker' has no render_mode 'human'; its render modes "
+                                         r"are \['ansi', 'rgb_array'\]"):
+        marl_envs.make("openspiel/kuhn_poker", render_mode="human")
 
 
 def test_openspiel_game_parameters_are_keywords():

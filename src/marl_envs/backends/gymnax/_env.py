@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from .._named import NamedRepr
@@ -16,6 +17,7 @@ from .._spaces import space_spec
 from ..._core.validate import checked_keywords, did_you_mean
 from ...specs import Categorical, Unbounded
 from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
+from ._drawing import DRAWN, draw
 
 __all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names"]
 
@@ -161,3 +163,19 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
                             reward=Unbounded((B, 1), device=dev))
         self._set_columns()
         self.set_seed(seed)
+
+    @property
+    def renders(self) -> bool:
+        """Whether ``render()`` gives images: the envs gymnax's own visualizer draws (``DRAWN``)."""
+        return self.gymnax_env.name in DRAWN
+
+    def _render(self, env_index: int) -> np.ndarray:
+        """gymnax's drawing of env ``env_index`` (``gymnax.visualize``): ``(500, 600, 3)`` uint8.
+
+        Raises:
+            NotImplementedError: an env gymnax's visualizer does not draw (its bsuite and misc envs but ``Catch``,
+                ``Pong``, ``PointRobot``, ``MetaMaze`` and ``FourRooms``).
+        """
+        if not self.renders:
+            raise NotImplementedError(f"gymnax's visualizer does not draw {self.env_name} (env.renders is False)")
+        return draw(self.gymnax_env, self.env_params, self._env_state(env_index))

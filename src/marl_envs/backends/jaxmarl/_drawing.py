@@ -18,7 +18,10 @@ def drawing_of(env: Any) -> str | None:
     """``"mpe"`` or ``"smax"``: which of JaxMARL's drawings ``env`` (a JaxMARL env instance) has; None: none."""
     module = type(env).__module__
     if module.startswith("jaxmarl.environments.mpe."):
-        return "mpe"
+        # the visualizer colours entity i with colour[i]; MPE_simple_push_v3 spreads its landmarks' two RGB colours
+        # into six numbers (JaxMARL 0.2.0), which it cannot draw
+        colours = getattr(env, "colour", ())[:getattr(env, "num_entities", 0)]
+        return "mpe" if all(np.shape(colour) == (3,) for colour in colours) else None
     if module.startswith("jaxmarl.environments.smax.") and hasattr(env, "init_render"):
         return "smax"
     return None

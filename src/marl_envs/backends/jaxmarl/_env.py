@@ -325,8 +325,9 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
             NotImplementedError: the env has no drawing in JaxMARL (only its MPE and SMAX envs do).
         """
         if not self.renders:
-            raise NotImplementedError(f"JaxMARL draws its MPE and SMAX envs only; {self.env_name} has no drawing "
-                                      f"of its state (env.renders is False)")
+            raise NotImplementedError(f"JaxMARL's visualizers draw its MPE envs (but MPE_simple_push_v3, whose "
+                                      f"landmark colours they cannot read) and SMAX; {self.env_name} is not drawn "
+                                      f"(env.renders is False)")
         return draw(self.jaxmarl_env, self._env_state(env_index))
 
     @property

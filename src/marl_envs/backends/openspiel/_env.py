@@ -13,10 +13,13 @@ from pettingzoo import AECEnv, ParallelEnv
 
 from .._quiet import filtered_output
 from ..pettingzoo import ACTION_MASK, BatchPlan, Buffers, Frame, PettingZooEnv, Shard, Task, batch_index
+from ._drawing import text_image
 
 __all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "tasks"]
 
 CHANCE = "chance"
+#: ``render_mode``s: the state's text, or that text drawn as an image.
+RENDER_MODES = ["ansi", "rgb_array"]
 #: What OpenSpiel prints on stderr while the games are listed: the errors of games that need parameters (raised as
 #: well, and caught), and notices (``quoridor``'s "has known issues"): dropped
 _LOAD_NOTICES = re.compile(r"^(OpenSpiel exception: |Warning! The implementation of ).*\n?", re.M)
@@ -135,21 +138,22 @@ class _Game:
     def infos(self) -> dict[str, dict]:
         return {agent: {CHANCE: self.chance} for agent in self.agents}
 
-    def render(self) -> str:
-        return str(self.state)
+    def render(self, mode: str | None) -> str | np.ndarray:
+        """The state's text (``"ansi"``, None), or that text drawn as an image (``"rgb_array"``)."""
+        return text_image(str(self.state)) if mode == "rgb_array" else str(self.state)
 
 
 class OpenSpielAEC(AECEnv):
     """A turn-based OpenSpiel game through PettingZoo's AEC API (``agent_selection`` is the player to act)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "is_parallelizable": False}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": RENDER_MODES, "is_parallelizable": False}
 
-    def __init__(self, name: str, **params: Any):
+    def __init__(self, name: str, render_mode: str | None = None, **params: Any):
         super().__init__()
         self.core = _Game(name, params)
         self.possible_agents = list(self.core.agents)
         self.agents = []
-        self.render_mode = None
+        self.render_mode = render_mode
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self.core.obs_space
@@ -198,8 +202,8 @@ class OpenSpielAEC(AECEnv):
         core.play([action] * len(self.possible_agents))  # the acting player's action, wherever it sits
         self._sync()
 
-    def render(self) -> str:
-        return self.core.render()
+    def render(self) -> str | np.ndarray:
+        return self.core.render(self.render_mode)
 
     def close(self) -> None:
         pass
@@ -209,13 +213,13 @@ class OpenSpielParallel(ParallelEnv):
     """A simultaneous-move OpenSpiel game through PettingZoo's parallel API (a turn-based node inside it applies
     the acting player's action only)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": RENDER_MODES, "is_parallelizable": True}
 
-    def __init__(self, name: str, **params: Any):
+    def __init__(self, name: str, render_mode: str | None = None, **params: Any):
         self.core = _Game(name, params)
         self.possible_agents = list(self.core.agents)
         self.agents: list[str] = []
-        self.render_mode = None
+        self.render_mode = render_mode
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self.core.obs_space
@@ -246,8 +250,8 @@ class OpenSpielParallel(ParallelEnv):
             self.agents = []
         return out
 
-    def render(self) -> str:
-        return self.core.render()
+    def render(self) -> str | np.ndarray:
+        return self.core.render(self.render_mode)
 
     def close(self) -> None:
         pass
@@ -362,7 +366,8 @@ def _left_out(game: Any) -> str | None:
 
 
 def _parameters(name: str) -> dict[str, Any]:
-    return dict(_import_pyspiel().load_game(name).get_parameters())
+    """The keywords of game ``name``: its OpenSpiel parameters and ``render_mode``."""
+    return {**_import_pyspiel().load_game(name).get_parameters(), "render_mode": None}
 
 
 @functools.cache
@@ -383,7 +388,7 @@ def tasks() -> dict[str, Task]:
             parallel = functools.partial(OpenSpielParallel, kind.short_name) if simultaneous else None
             found[kind.short_name] = Task(kind.short_name, aec, parallel, __name__,
                                           keywords=functools.partial(_parameters, kind.short_name),
-                                          render_modes=list, family="openspiel")
+                                          render_modes=lambda: RENDER_MODES, family="openspiel")
     return found
 
 
