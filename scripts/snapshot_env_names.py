@@ -23,10 +23,10 @@ def main() -> None:
         if not registry.backend_installed(backend):
             print(f"{backend}: not installed, entry kept")
             continue
-        versions = names.stamp(registry.backend(backend).extra)
+        versions = names.stamp(registry.backend_record(backend).extra)
         if versions is None:
             raise SystemExit("marl-envs is not installed (no metadata to stamp the names with): pip install -e .")
-        snapshot[backend] = {"versions": versions, "names": registry.live_names(backend)}
+        snapshot[backend] = {"versions": versions, "names": registry._live_names(backend)}
         print(f"{backend}: {len(snapshot[backend]['names'])} names, {versions}")
     ordered = {b: snapshot[b] for b in registry.available_backends() if b in snapshot}
     TARGET.write_text(json.dumps(ordered, indent=1) + "\n")  # one version and one name a line: diffs line by line

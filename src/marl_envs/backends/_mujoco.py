@@ -47,8 +47,10 @@ def _egl_after_import() -> None:
         return
     chosen = getattr(gl_context, "GLContext", None)
     if chosen is not None and chosen.__module__.startswith("mujoco.glfw"):
-        from mujoco.egl import GLContext
-
+        try:
+            from mujoco.egl import GLContext
+        except ImportError:  # PyOpenGL was set to another platform (PYOPENGL_PLATFORM): GLFW's context stays
+            return
         gl_context.GLContext = GLContext
 
 
