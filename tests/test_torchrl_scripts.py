@@ -10,6 +10,7 @@ Each check (``torchrl_scripts_checks.py``) runs in a fresh interpreter, as a scr
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -22,6 +23,9 @@ import marl_envs
 
 if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") != "1":
     pytest.importorskip("torchrl", reason="the TorchRL interop is tested in .venv-torchrl (make test)")
+if tuple(int(part) for part in importlib.metadata.version("torchrl").split(".")[:2]) < (0, 14):
+    pytest.skip("these are TorchRL 0.14's scripts (.venv-torchrl); the TorchRL 0.11 of .venv-benchmarl records "
+                "its videos otherwise", allow_module_level=True)
 
 HAS = {backend: marl_envs.backend_installed(backend) for backend in marl_envs.available_backends()}
 #: One env per family whose specs fit the scripts, with its constructor's keywords and the scripts' max_steps.
