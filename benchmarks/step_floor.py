@@ -35,16 +35,16 @@ from marl_envs.cli.format import table
 
 def floor_loop(env, plan):
     """The floor (see the module docstring): a ``loop(steps)`` over ``plan``'s actions."""
-    out = env._outputs
+    out = env._executor
     if out.device_path or out._restarts or out._masked or out._padded:
         raise SystemExit(f"{env!r}: the floor takes an env on the CPU path, with fresh starts computed in every step, "
                          "no action masks and a compiled batch size")
-    step = out._fns.get("step_reset") or out._compiled("step_reset")
+    step = out._compiled("step_reset")
     layout, B, device = out.programs.both_layout, env.batch_size, env.device
     keys = [(key,) if isinstance(key, str) else tuple(key) for key in out._action_keys]  # the step's action order
     groups = {g: torch.Size((env.num_envs, len(agents))) for g, agents in env.group_map.items()}
     new = TensorDict._new_unsafe
-    n_next = len(out.programs.step_emission.keys)
+    n_next = len(out.programs.step_entries.keys)
 
     def shape(entry_keys, first):
         """``(flat: [(name, index)], nested: [(group, batch, [(name, index)])])`` of entries ``first, ...``."""
@@ -65,7 +65,7 @@ def floor_loop(env, plan):
             source[group] = new({name: leaves[i] for name, i in entries}, batch_size=batch, device=device)
         return new(source, batch_size=B, device=device)
 
-    next_tree = shape(out.programs.step_emission.keys, 0)
+    next_tree = shape(out.programs.step_entries.keys, 0)
     root_tree = shape(list(out.programs.kept) + keys, n_next)
     state = {"td": env.reset()}
 

@@ -148,7 +148,7 @@ def test_catalogue_lists_exactly_the_registered_envs(catalogue, tmp_path, monkey
             assert f"../../img/envs/{backend}/{catalogue.stem(name)}.png" in page
         elif i % 3 == 1:
             # the reader's words, not the exception's text (kept in the manifest)
-            backend_title = catalogue.BACKEND_TITLES[backend]
+            backend_title = catalogue.backend_title(backend)
             assert f"No picture: {backend_title} could not draw this env on the machine that built" in page
             assert "no OpenGL here" not in page and "RuntimeError" not in page
         else:

@@ -152,7 +152,7 @@ def test_random_partial_resets_keep_other_rows(rows, nested, steps):
     for key in env.done_keys:
         assert not out[key][mask].any()
     # step counters restart only for reset rows
-    assert torch.equal(env._outputs.step_counts(), torch.where(mask, 0, steps))
+    assert torch.equal(env._executor.step_counts(), torch.where(mask, 0, steps))
 
 
 def test_step_and_maybe_reset_keeps_terminal_observation():
@@ -317,10 +317,10 @@ def test_missing_action(env):
 def test_bad_continuous_action(env, value, match):
     td = env.rand_action(env.reset())
     td["predator", "action"] = value
-    count = env._outputs.step_counts()
+    count = env._executor.step_counts()
     with pytest.raises(ValueError, match=match):
         env.step(td)
-    assert torch.equal(env._outputs.step_counts(), count) and "next" not in td.keys()
+    assert torch.equal(env._executor.step_counts(), count) and "next" not in td.keys()
     _assert_env_still_works(env)
 
 

@@ -2,6 +2,7 @@
 ``docs/architecture.md`` lists the modules the package has."""
 
 import ast
+import importlib.util
 import itertools
 import re
 import sys
@@ -29,6 +30,8 @@ BACKEND = Backend(
     env_class="ToyDrift",
     check_env=("toy/drift", {"n_agents": 3}),
     exports=("ToyDrift",),
+    title="Toy",
+    distributions=("packaging",),
 )
 __getattr__, __dir__ = BACKEND.lazy_attributes()
 '''
@@ -86,7 +89,16 @@ def toy_backend(tmp_path, monkeypatch):
         del sys.modules[module]
 
 
+def _catalogue():
+    spec = importlib.util.spec_from_file_location("env_catalogue", SRC.parent / "docs" / "_ext" / "env_catalogue.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_a_backend_declared_once_is_built_listed_checked_benchmarked_and_exported(toy_backend, capsys):
+    """The package and its record are all a backend needs: make, list, info, the doctor, the bench and the
+    catalogue read the record."""
     from marl_envs import bench, cli, doctor
 
     assert "toy" in marl_envs.available_backends() and marl_envs.backend_installed("toy")
@@ -102,6 +114,17 @@ def test_a_backend_declared_once_is_built_listed_checked_benchmarked_and_exporte
     labels = [label for label, _, _ in bench.run("toy/drift", steps=4, rounds=2)]
     assert labels[:2] == ["marl_envs ToyDrift, auto-reset", "raw toy loop"]
     assert cli.main(["list", "toy"]) == 0 and capsys.readouterr().out == "toy/drift\n"
+    assert cli.main(["info", "toy/drift", "n_agents=3"]) == 0
+    info = capsys.readouterr().out
+    assert info.startswith("toy/drift: ToyDrift(num_envs=1, groups={agents: 3}") and "agents.observation " in info
+    assert "packaging" in doctor.PACKAGES  # its distributions' versions are shown
+    record = bench.record("toy/drift", 2, 4, 2, "cpu", {}, [("ours", 1.0, 8), ("raw toy loop", 1.0, 8)], "test")
+    assert set(record["versions"]) == {"marl-envs", "torch", "packaging"}
+    catalogue = _catalogue()
+    assert "toy/drift" in catalogue.catalogue_names() and catalogue.backend_title("toy") == "Toy"
+    assert "| [Toy](backends/toy.md) | `toy/...` | `pip install 'marl-envs[toy]'` |" in catalogue.backends_table()
+    entry = catalogue.compute_entry("toy/drift")
+    assert entry["backend"] == "toy" and entry["group_map"] == {"agents": ["agent_0", "agent_1"]}  # Drift's default
 
 
 def test_a_backend_name_is_registered_once():

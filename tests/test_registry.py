@@ -58,7 +58,8 @@ def test_missing_backend_names_the_extra(monkeypatch):
 
 
 def test_unknown_backend():
-    with pytest.raises(ValueError, match=r"unknown backend 'gym'; backends are \['brax', 'gymnax', 'jaxmarl', 'jumanji', 'lbforaging', 'magent2', 'mamujoco', 'openspiel', 'pettingzoo', 'playground', 'rware', 'vmas'\]"):
+    backends = re.escape(repr(sorted(marl_envs.registry.backends())))  # every registered backend, sorted
+    with pytest.raises(ValueError, match=rf"unknown backend 'gym'; backends are {backends}"):
         marl_envs.available_envs("gym")
     with pytest.raises(TypeError, match="env name must be a str"):
         marl_envs.make(3)

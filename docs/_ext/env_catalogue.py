@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import html
-import importlib.metadata
 import inspect
 import json
 import os
@@ -30,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 DOCS = Path(__file__).resolve().parent.parent
 ROOT = DOCS.parent
@@ -56,37 +56,29 @@ SHOWCASE = {
     "vmas/balance", "vmas/navigation", "vmas/football", "brax/ant_4x2", "pettingzoo/butterfly/pistonball_v6",
     "pettingzoo/mpe/simple_spread_v3",
 }
-#: The third-party distributions whose versions determine each backend's entries.
-DISTRIBUTIONS = {
-    "vmas": ("vmas", "pyglet", "torch"),
-    "brax": ("brax", "jax", "mujoco", "torch"),
-    "pettingzoo": ("pettingzoo", "mpe2", "pygame-ce", "torch"),
-    "jaxmarl": ("jaxmarl", "jax", "torch"),
-    "gymnax": ("gymnax", "jax", "torch"),
-    "jumanji": ("jumanji", "jax", "torch"),
-    "playground": ("playground", "brax", "jax", "mujoco", "torch"),
-    "openspiel": ("open-spiel", "pettingzoo", "torch"),
-    "magent2": ("magent2", "pettingzoo", "pygame-ce", "torch"),
-    "mamujoco": ("gymnasium-robotics", "mujoco", "pettingzoo", "torch"),
-    "lbforaging": ("lbforaging", "pettingzoo", "pyglet", "torch"),
-    "rware": ("rware", "pettingzoo", "pyglet", "torch"),
-}
-BACKEND_TITLES = {"vmas": "VMAS", "brax": "Brax", "pettingzoo": "PettingZoo", "jaxmarl": "JaxMARL", "gymnax": "gymnax",
-                  "jumanji": "Jumanji", "playground": "MuJoCo Playground", "openspiel": "OpenSpiel",
-                  "magent2": "MAgent2", "mamujoco": "MaMuJoCo",
-                  "lbforaging": "Level-Based Foraging", "rware": "RWARE"}
-#: The docs page of each backend (relative to ``docs/``): its own, or the page it shares with other families.
-BACKEND_PAGES = {**{b: f"backends/{b}.md" for b in ("vmas", "brax", "pettingzoo", "jaxmarl", "gymnax", "jumanji",
-                                                     "playground")},
-                 **dict.fromkeys(
-                     ("openspiel", "magent2", "mamujoco", "lbforaging", "rware"), "backends/cpu_families.md")}
-#: Backends built on the PettingZoo machinery: their instances draw frames only if built with ``render_mode``.
-PETTINGZOO_MACHINERY = ("pettingzoo", "openspiel", "magent2", "mamujoco", "lbforaging", "rware")
-#: Packages of ``marl_envs.backends`` besides the backend's own (``<backend>.py`` or ``<backend>/``) whose code a
-#: backend's entries run.
-SHARED_SOURCES = {"brax": ("jax",), "jaxmarl": ("jax",), "gymnax": ("jax",), "jumanji": ("jax",),
-                  "playground": ("jax", "brax"),
-                  **{backend: ("pettingzoo",) for backend in PETTINGZOO_MACHINERY[1:]}}
+def _record(backend: str) -> Any:
+    """``backend``'s record (its title, docs page, distributions, the packages it builds on); None for a name no
+    backend registered."""
+    import marl_envs
+
+    return marl_envs.registry.backends().get(backend)
+
+
+def backend_title(backend: str) -> str:
+    record = _record(backend)
+    return backend if record is None else record.title
+
+
+def docs_page(backend: str) -> str:
+    """The docs page of ``backend`` (relative to ``docs/``): its own, or the page it shares with other families."""
+    return _record(backend).docs
+
+
+def pettingzoo_machinery(backend: str) -> bool:
+    """``backend`` is built on the PettingZoo machinery: its instances draw frames only if built with
+    ``render_mode``."""
+    record = _record(backend)
+    return backend == "pettingzoo" or (record is not None and "pettingzoo" in record.builds_on)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -98,15 +90,14 @@ def stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name.partition("/")[2].replace("/", "-"))
 
 
-def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return "absent"
-
-
 def _versions(backend: str) -> dict[str, str]:
-    return {d: _version(d) for d in DISTRIBUTIONS.get(backend, ())}
+    """The installed versions of the distributions that determine ``backend``'s entries (its record's, and
+    torch)."""
+    from marl_envs._version import installed_version
+
+    record = _record(backend)
+    distributions = () if record is None else (*record.distributions, "torch")
+    return {d: installed_version(d) or "absent" for d in distributions}
 
 
 def _source_digest(backend: str) -> str:
@@ -116,7 +107,8 @@ def _source_digest(backend: str) -> str:
     files = sorted(package.glob("*.py")) + sorted((SRC / "groupings").rglob("*.py"))
     backends = package / "backends"
     files += sorted(backends.glob(f"{backend}.py"))
-    for folder in (backend, *SHARED_SOURCES.get(backend, ())):
+    record = _record(backend)
+    for folder in (backend, *(() if record is None else record.builds_on)):
         files += sorted((backends / folder).glob("*.py"))
     digest = hashlib.sha256()
     for path in files:
@@ -177,10 +169,13 @@ def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
                      "jumanji": lambda: env.jumanji_env}[backend]()
         target = type(unwrapped).__init__
         where = f"the signature of {type(unwrapped).__name__}.__init__"
-    else:  # the PettingZoo machinery: the task's own keywords
+    elif pettingzoo_machinery(backend):  # the task's own keywords
         keywords = env.task_spec.own_keywords() or {}
         return ([(name, "required" if default is inspect.Parameter.empty else repr(default))
                  for name, default in keywords.items()], f"the keywords of {backend} task {env.task!r}")
+    else:  # a backend added by its record alone: its env class's own signature
+        target = type(env).__init__
+        where = f"the signature of {type(env).__name__}.__init__"
     params = []
     for param in inspect.signature(target).parameters.values():
         if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -270,7 +265,7 @@ def _build(name: str, render: bool = False):
     (where they take ``render_mode``)."""
     import marl_envs
 
-    if render and name.partition("/")[0] in PETTINGZOO_MACHINERY:
+    if render and pettingzoo_machinery(name.partition("/")[0]):
         try:
             return marl_envs.make(name, render_mode="rgb_array", **SETTINGS)
         except (ValueError, TypeError):
@@ -432,15 +427,15 @@ def _env_page(entry: dict, picture: dict | None) -> str:
                  f"(`num_envs={entry['build']['num_envs']}`).\n\n" + _table(*entry["spec_table"], code=(0, 2)) + "\n")
     keywords = entry["keywords"]
     parts.append("## Keywords\n\nThe env's own keywords (pass them to `marl_envs.make`), "
-                 f"{entry['keywords_from']}; the {BACKEND_TITLES[backend]} backend's options are on its "
-                 f"[backend page](../../{BACKEND_PAGES[backend]}).\n")
+                 f"{entry['keywords_from']}; the {backend_title(backend)} backend's options are on its "
+                 f"[backend page](../../{docs_page(backend)}).\n")
     parts.append(_table(["keyword", "default"], [list(kv) for kv in keywords], code=(0, 1)) + "\n" if keywords
                  else "This env takes no keywords of its own.\n")
     return "\n".join(parts)
 
 
 def _backend_page(backend: str, entries: list[dict], pictures: dict[str, dict]) -> str:
-    title = BACKEND_TITLES[backend]
+    title = backend_title(backend)
     rows = []
     for entry in entries:
         doc = stem(entry["name"])
@@ -451,7 +446,7 @@ def _backend_page(backend: str, entries: list[dict], pictures: dict[str, dict]) 
     table = _table(["picture", "env", "groups (agents)"], rows)
     toctree = "\n".join(stem(e["name"]) for e in entries)
     return (f"# {title} envs\n\n{len(entries)} envs, generated from `marl_envs.available_envs({backend!r})`. "
-            f"How the backend maps them: [{title} backend](../../{BACKEND_PAGES[backend]}).\n\n"
+            f"How the backend maps them: [{title} backend](../../{docs_page(backend)}).\n\n"
             f":::{{container}} env-table\n{table}\n:::\n\n```{{toctree}}\n:hidden:\n\n{toctree}\n```\n")
 
 
@@ -508,8 +503,8 @@ def no_picture(backend: str, why: str) -> str:
     manifest: the exception's type and text, kept for whoever renders the pictures)."""
     kind, _, text = why.partition(": ")
     if kind in ("NotImplementedError", "ValueError") and re.search(r"draw|render", text):
-        return f"{BACKEND_TITLES[backend]} draws no picture of this env."
-    return f"{BACKEND_TITLES[backend]} could not draw this env on the machine that built these pages."
+        return f"{backend_title(backend)} draws no picture of this env."
+    return f"{backend_title(backend)} could not draw this env on the machine that built these pages."
 
 
 def _card(backend: str, entries: list[dict], pictures: dict[str, dict], covers: Path) -> str:
@@ -520,7 +515,7 @@ def _card(backend: str, entries: list[dict], pictures: dict[str, dict], covers: 
     chips = "".join(f'<span class="tag">{TAGS[t]} {n}</span>' for t, n in counts.items() if n)
     data = " ".join(f'data-{t}="{n}"' for t, n in counts.items())
     return (f'<a class="env-card" href="{backend}/index.html" data-all="{len(entries)}" {data}>{picture}'
-            f'<span class="title">{html.escape(BACKEND_TITLES[backend])}</span>'
+            f'<span class="title">{html.escape(backend_title(backend))}</span>'
             f'<span class="count"><b>{len(entries)}</b> envs</span><span class="tags">{chips}</span></a>')
 
 
@@ -553,7 +548,7 @@ def _index_page(by_backend: dict[str, list[dict]], missing: list[str], pictures:
                  f"</div>\n{GALLERY_SCRIPT}\n```\n")
     lines.append("The same, as a table:\n")
     lines.append(_table(["family", "envs", *TAGS.values()],
-                        [[f"[{BACKEND_TITLES[b]}]({b}/index.md)", str(len(v)),
+                        [[f"[{backend_title(b)}]({b}/index.md)", str(len(v)),
                           *(str(sum(t in env_tags(e) for e in v)) for t in TAGS)] for b, v in by_backend.items()])
                  + "\n")
     if missing:
@@ -685,8 +680,7 @@ def backends_table() -> str:
 
     rows = []
     for name, record in marl_envs.registry.backends().items():
-        title = BACKEND_TITLES.get(name, name)
-        page = BACKEND_PAGES.get(name)
+        title, page = record.title, record.docs
         if marl_envs.backend_installed(name):
             envs = f"[{len(marl_envs.available_envs(name))}](envs/{name}/index.md)"
         else:

@@ -10,9 +10,8 @@ import importlib
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping, default_group_map
 
 from . import registry
+from ._version import __version__
 from .registry import available_backends, available_envs, backend_installed, make, register
-
-__version__ = "0.1.0"
 
 #: What needs torch, imported when first asked for (``marl_envs.EnvBase``, ``from marl_envs import specs``):
 #: ``import marl_envs`` alone imports neither torch nor tensordict, so that listing names (``marl-envs list``)

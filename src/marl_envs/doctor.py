@@ -17,7 +17,6 @@ True
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import time
@@ -26,7 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__, registry
+from . import registry
+from ._version import __version__, installed_version
 from ._core.messages import unknown_name
 
 __all__ = ["ENVS", "HOST_WAIT_BATCH", "HOST_WAIT_ENVS", "PACKAGES", "Report", "Row", "format_report", "host_wait",
@@ -34,24 +34,33 @@ __all__ = ["ENVS", "HOST_WAIT_BATCH", "HOST_WAIT_ENVS", "PACKAGES", "Report", "R
 
 #: The number of envs of the host-wait check (``host_wait``): each backend's record says whether it has one.
 HOST_WAIT_BATCH = 4096
-#: The distributions whose versions are shown: the core's, each backend's, TorchRL's and BenchMARL's.
-PACKAGES = ("torch", "tensordict", "numpy", "vmas", "jax", "jaxlib", "brax", "mujoco", "pettingzoo", "mpe2",
-            "jaxmarl", "gymnax", "jumanji", "playground", "lbforaging", "rware", "magent2", "gymnasium-robotics",
-            "open-spiel", "torchrl", "benchmarl")
+#: The distributions whose versions are shown besides each backend's (its record's ``distributions``): the core's,
+#: JAX's compiled half, TorchRL's and BenchMARL's.
+CORE_PACKAGES = ("torch", "tensordict", "numpy", "jaxlib", "torchrl", "benchmarl")
 PASS, FAIL, NOTE = "ok", "FAIL", "-"
 STEPS = 3
 
 
 def __getattr__(name: str) -> Any:
-    """``ENVS``, each backend's env the doctor builds and steps (``{backend: (name, kwargs)}``), and
-    ``HOST_WAIT_ENVS``, the backends whose step the host-wait check times on a GPU: read from the backends'
-    records (``Backend.check_env``, ``Backend.host_wait``) when asked for, so a backend registered later is in them."""
+    """``ENVS``, each backend's env the doctor builds and steps (``{backend: (name, kwargs)}``), ``HOST_WAIT_ENVS``,
+    the backends whose step the host-wait check times on a GPU, and ``PACKAGES``, the distributions whose versions
+    are shown: read from the backends' records (``Backend.check_env``, ``host_wait``, ``distributions``) when asked
+    for, so a backend registered later is in them."""
     records = registry.backends()
     if name == "ENVS":
         return {backend: r.check_env for backend, r in records.items() if r.check_env is not None}
     if name == "HOST_WAIT_ENVS":
         return tuple(backend for backend, r in records.items() if r.host_wait)
+    if name == "PACKAGES":
+        return _packages()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _packages() -> tuple[str, ...]:
+    """``PACKAGES``: the core's distributions, each backend's (its record's), then TorchRL's and BenchMARL's."""
+    records = registry.backends().values()
+    return tuple(dict.fromkeys([*CORE_PACKAGES[:3], *(d for r in records for d in r.distributions),
+                                *CORE_PACKAGES[3:]]))
 
 
 @dataclass
@@ -76,13 +85,6 @@ class Report:
     def ok(self) -> bool:
         """No check failed."""
         return all(row.status != FAIL for row in self.rows)
-
-
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def _error(err: BaseException) -> str:
@@ -245,7 +247,7 @@ def run(backends: Sequence[str] | None = None, devices: Sequence[str] | None = N
     from ._core.validate import available_devices, check_device
 
     report = Report(versions={"python": platform.python_version(), "marl-envs": __version__,
-                              **{package: _version(package) for package in PACKAGES}})
+                              **{package: installed_version(package) or "not installed" for package in _packages()}})
     torch_devices = available_devices()
     report.devices["torch"] = torch_devices
     # "cuda" is checked as the GPU it means (cuda:<current>), the device its tensors report

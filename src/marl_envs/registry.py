@@ -19,7 +19,7 @@ import importlib
 import importlib.util
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,12 @@ class Backend:
             **kwargs)`` would refuse for its name or values, from what the backend declares (a module importing
             neither torch nor JAX nor the library): ``make_env`` runs it before importing ``<module>._env``, so a
             misspelled name or value is refused at once rather than after seconds of imports.
+        title: the family's name in prose (``"MuJoCo Playground"``); ``name`` if not given.
+        docs: its page of the docs, relative to ``docs/`` (a page it may share with other families);
+            ``backends/<name>.md`` if not given.
+        distributions: the third-party distributions whose versions decide what its envs do (beside torch): the
+            bench's records, the catalogue's entries and the doctor's versions name them.
+        builds_on: the packages of ``marl_envs.backends`` whose code its envs run besides its own (``("jax",)``).
     """
 
     module: str
@@ -73,12 +79,20 @@ class Backend:
     exports: tuple[str, ...] = ()
     host_wait: bool | str = False
     check: str = ""
+    title: str = ""
+    docs: str = ""
+    distributions: tuple[str, ...] = ()
+    builds_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name:
             object.__setattr__(self, "name", self.module.rpartition(".")[2])
         if not self.bench:
             object.__setattr__(self, "bench", f"{self.module}.bench")
+        if not self.title:
+            object.__setattr__(self, "title", self.name)
+        if not self.docs:
+            object.__setattr__(self, "docs", f"backends/{self.name}.md")
 
     def implementation(self) -> ModuleType:
         """``<module>._env``, imported now (``backend_module`` checks first that its libraries are installed)."""

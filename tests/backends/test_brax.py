@@ -311,8 +311,8 @@ def test_padding_rows_that_end_restart_nothing():
         td = env.step_and_maybe_reset(still(td))[1]
     td["_reset"] = torch.ones(3, 1, dtype=torch.bool)
     td = env.reset(td)  # the envs start again; the padding rows keep their two steps
-    resets, reset = [], env._outputs._reset
-    env._outputs._reset = lambda mask: resets.append(mask) or reset(mask)
+    resets, reset = [], env._executor._reset
+    env._executor._reset = lambda mask: resets.append(mask) or reset(mask)
     for _ in range(4):  # the padding rows reach the limit at the third
         td, root = env.step_and_maybe_reset(still(td))
         assert not td["next", "done"].any()

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import marl_envs  # noqa: E402
-from marl_envs.backends.jax import _outputs  # noqa: E402
+from marl_envs.backends.jax import _executor  # noqa: E402
 
 FAMILIES = {  # one env of each JAX family, small and quick to compile
     "gymnax": ("gymnax/CartPole-v1", {}),
@@ -66,7 +66,7 @@ class HostReads:
         self._wrap_function(monkeypatch, jax, "block_until_ready", "jax.block_until_ready")
         for name in ("asarray", "array", "asanyarray", "ascontiguousarray", "copyto"):  # JAX's arrays hand NumPy
             self._wrap_function(monkeypatch, np, name, f"numpy.{name}", only=array_type)  # their buffer in C
-        original = _outputs.read_ready
+        original = _executor.read_computed
 
         def read_ready(array):  # the deferred check's flag: read only once computed, so it never waits
             assert array.is_ready()
@@ -77,7 +77,7 @@ class HostReads:
             finally:
                 self._polling = False
 
-        monkeypatch.setattr(_outputs, "read_ready", read_ready)
+        monkeypatch.setattr(_executor, "read_computed", read_ready)
         self.active = False
 
     def _count(self, label):
@@ -156,7 +156,7 @@ def test_the_reads_are_counted(device_env, monkeypatch):
     with reads.counting() as counts:
         data = env.step(td)
         bool(data["next", "done"].any())
-        np.asarray(env._outputs.carried()[1])
+        np.asarray(env._executor.carried()[1])
     assert counts["torch.__bool__"] == 1 and counts["numpy.asarray"] == 1
 
 
@@ -165,7 +165,7 @@ def test_the_step_holds_no_conditional_when_compiled_for_cuda(device_env):
     (step, done rules, time limit, auto-reset, the deferred check) must hold none."""
     env = device_env
     for name in ("step", "step_reset"):
-        text = _outputs.export_program(env, name, platform="cuda").mlir_module()
+        text = env.export_program(name, platform="cuda").mlir_module()
         conditionals = text.count("stablehlo.case") + text.count("stablehlo.if")
         assert conditionals == 0, name
     assert not env._core.resets_when_needed  # only a reset that settles the model (Playground's CheetahRun) has one

@@ -251,7 +251,7 @@ def test_batch_sizes_of_one_compiled_size_share_its_programs_and_the_padding_is_
         td["_reset"] = (torch.arange(n) % 2 == 0)[:, None]  # a partial reset: the envs its mask names, nothing more
         steps.append(env.reset(td))
         assert all(s.batch_size == (n,) for s in steps)
-        assert env._outputs.step_counts().shape == (n,)
+        assert env._executor.step_counts().shape == (n,)
         data[n] = steps
     for n in (5, 8, 9):  # the first two envs, from the same keys and actions, give the same data in every batch
         assert all((mine[:2] == theirs).all() for mine, theirs in zip(data[n], data[2]))
@@ -628,8 +628,8 @@ def test_functional_state_carries_the_torch_envs_keys_and_step_counts(autoreset_
     """After the same steps, the functional state holds what the torch env keeps per env: its carried key (the
     same chain of splits at every reset and random step) and its steps since the last reset."""
     env, state = autoreset_runs["env"], autoreset_runs["state"]
-    np.testing.assert_array_equal(np.asarray(state.key), np.asarray(env._outputs.carried()[1]))
-    np.testing.assert_array_equal(np.asarray(state.steps), env._outputs.step_counts().numpy())
+    np.testing.assert_array_equal(np.asarray(state.key), np.asarray(env._executor.carried()[1]))
+    np.testing.assert_array_equal(np.asarray(state.steps), env._executor.step_counts().numpy())
 
 
 

@@ -14,7 +14,8 @@ import torch
 
 from groupings import GroupMap, MarlGroupMapType, default_group_map
 
-from ..specs import Bounded, Categorical, Composite, MultiCategorical, OneHot, TensorSpec, Unbounded
+from .composite import Composite
+from .leaf_specs import Bounded, Categorical, MultiCategorical, OneHot, TensorSpec, Unbounded
 
 __all__ = ["nest_keys", "resolve_group_map", "signature", "specs_by_kind", "stack_specs"]
 

@@ -20,12 +20,12 @@ and process, naming the versions and the fix, and the env is built without the c
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 import warnings
 from pathlib import Path
 
 from . import names
+from .._version import installed_version
 
 __all__ = ["SNAPSHOT_FILE", "Keywords", "declared", "installed", "snapshot"]
 
@@ -51,12 +51,7 @@ def _versions(backend: str, entry: dict | None) -> names.Stamp | None:
 
     versions = names.stamp(backend_record(backend).extra)
     if versions is None and entry is not None:
-        versions = {}
-        for distribution in entry["versions"]:
-            try:
-                versions[distribution] = importlib.metadata.version(distribution)
-            except importlib.metadata.PackageNotFoundError:
-                versions[distribution] = None
+        versions = {distribution: installed_version(distribution) for distribution in entry["versions"]}
     return versions
 
 

@@ -26,6 +26,8 @@ import re
 from collections.abc import Collection
 from pathlib import Path
 
+from .._version import __version__, installed_version
+
 __all__ = ["SNAPSHOT", "SNAPSHOT_FILE", "Stamp", "cache_path", "lookup", "remember", "stamp", "user_cache"]
 
 #: The names shipped in the package: ``{backend: {"versions": Stamp, "names": [...]}}``.
@@ -41,13 +43,6 @@ _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 def _normalise(distribution: str) -> str:
     return re.sub(r"[-_.]+", "-", distribution).lower()
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _added_by(distribution: str, extras: Collection[str]) -> list[tuple[str, list[str]]]:
@@ -72,9 +67,9 @@ def stamp(extra: str) -> Stamp | None:
     names = []
     for name, asked in direct:
         names.append(name)
-        if asked and _version(name) is not None:
+        if asked and installed_version(name) is not None:
             names += [sub for sub, _ in _added_by(name, asked)]
-    return {n: _version(n) for n in sorted({_normalise(n) for n in names})}
+    return {n: installed_version(n) for n in sorted({_normalise(n) for n in names})}
 
 
 def user_cache(*parts: str) -> Path:
@@ -89,12 +84,6 @@ def cache_path(backend: str) -> Path:
     return user_cache("names", f"{backend}.json")
 
 
-def _marl_envs_version() -> str:
-    from .. import __version__  # read when called: the package is initialised by then
-
-    return __version__
-
-
 def lookup(backend: str, versions: Stamp | None) -> list[str] | None:
     """``backend``'s names for ``versions`` from the snapshot, else from the user cache; None if neither has them."""
     if versions is None:
@@ -106,7 +95,7 @@ def lookup(backend: str, versions: Stamp | None) -> list[str] | None:
         cached = json.loads(cache_path(backend).read_text())
     except (OSError, ValueError):  # no cache yet, or one that cannot be read: list live
         return None
-    if (isinstance(cached, dict) and cached.get("marl_envs") == _marl_envs_version()
+    if (isinstance(cached, dict) and cached.get("marl_envs") == __version__
             and cached.get("versions") == versions and isinstance(cached.get("names"), list)):
         return cached["names"]
     return None
@@ -117,7 +106,7 @@ def remember(backend: str, versions: Stamp | None, names: list[str]) -> None:
     if versions is None:
         return
     path = cache_path(backend)
-    entry = {"marl_envs": _marl_envs_version(), "versions": versions, "names": names}
+    entry = {"marl_envs": __version__, "versions": versions, "names": names}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")

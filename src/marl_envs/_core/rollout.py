@@ -3,23 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 from tensordict import TensorDictBase
 
-if TYPE_CHECKING:
-    from .env import EnvBase
-
 Policy = Callable[[TensorDictBase], TensorDictBase]
 
 
+class Stepped(Protocol):
+    """What a rollout calls of an env (``EnvBase``'s public methods)."""
+
+    num_envs: int
+    device: torch.device
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase: ...
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase: ...
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase: ...
+
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]: ...
+
+    def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase: ...
+
+
 def rollout(
-    env: EnvBase,
+    env: Stepped,
     max_steps: int,
     policy: Policy | None = None,
     *,
-    callback: Callable[[EnvBase, TensorDictBase], None] | None = None,
+    callback: Callable[[Stepped, TensorDictBase], None] | None = None,
     auto_reset: bool = True,
     tensordict: TensorDictBase | None = None,
     break_when_any_done: bool | None = None,

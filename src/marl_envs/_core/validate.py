@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -17,8 +17,8 @@ from tensordict import TensorDictBase
 
 from .messages import accepted_keywords, check_kwargs, did_you_mean, keyword_error, unknown_name
 from .leaf_specs import legal_choices, ordinal_device
-from .outputs import read_entry
-from ..specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
+from .tensordicts import read_entry
+from .leaf_specs import Categorical, MultiCategorical, NestedKey, OneHot, TensorSpec
 
 __all__ = ["ActionCheck", "accepted_keywords", "action_checks", "available_devices", "check_actions", "check_carried",
            "check_device", "check_env_index", "check_kwargs", "checked_keywords", "did_you_mean", "env_keywords",

@@ -21,7 +21,6 @@ performance page is rendered from ``benchmarks/results.jsonl``.
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import os
 import platform
@@ -36,7 +35,8 @@ from tensordict import TensorDictBase
 
 from .._core.env import EnvBase
 from ..cli.format import table
-from ..registry import backend_record, make
+from .._version import installed_version
+from ..registry import backend_record, backends, make
 
 __all__ = ["Loop", "OursLoop", "References", "append_record", "format_bench", "hardware", "record", "references", "run"]
 
@@ -178,13 +178,6 @@ def format_bench(name: str, num_envs: int, steps: int, rows: Sequence[tuple[str,
     return header + table(("implementation", "seconds", "env-steps/s", "ours/this time", "ours/this speed"), out)
 
 
-#: The distributions whose versions a record carries, per backend (besides marl-envs and torch).
-_LIBRARIES = {"vmas": ["vmas"], "brax": ["brax", "jax"], "playground": ["playground", "mujoco-mjx", "jax"],
-              "jaxmarl": ["jaxmarl", "jax"], "gymnax": ["gymnax", "jax"], "jumanji": ["jumanji", "jax"],
-              "pettingzoo": ["pettingzoo"], "openspiel": ["open-spiel"], "magent2": ["magent2"],
-              "mamujoco": ["gymnasium-robotics"], "lbforaging": ["lbforaging"], "rware": ["rware"]}
-
-
 def hardware(device: str) -> str:
     """The device in words: the GPU's name, or the CPU's model and core count."""
     if device.startswith("cuda"):
@@ -198,20 +191,15 @@ def hardware(device: str) -> str:
     return f"{model}, {os.cpu_count()} cores"
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def record(name: str, num_envs: int, steps: int, rounds: int, device: str, env_kwargs: dict[str, Any],
            rows: Sequence[tuple[str, float, int]], command: str) -> dict[str, Any]:
     """One run of ``run`` as a JSON-ready record: what ran, where, when, with which versions, and each loop's
     time per step beside ours (``ratio``: ours / that loop's time)."""
     loops = [(label, seconds, env_steps) for label, seconds, env_steps in rows if env_steps]
     ours = loops[0]
-    versions = {d: _version(d) for d in ["marl-envs", "torch", *_LIBRARIES.get(name.partition("/")[0], [])]}
+    backend = name.partition("/")[0]
+    libraries = backend_record(backend).distributions if backend in backends() else ()
+    versions = {d: installed_version(d) for d in ["marl-envs", "torch", *libraries]}
     return {
         "env": name, "env_kwargs": env_kwargs, "num_envs": num_envs, "steps": steps, "rounds": rounds,
         "device": device.partition(":")[0], "hardware": hardware(device),

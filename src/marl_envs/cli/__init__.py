@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .. import __version__, registry
+from .. import registry
+from .._version import __version__
 from .._core.messages import unknown_name
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2

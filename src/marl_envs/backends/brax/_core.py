@@ -251,9 +251,9 @@ class Differentiable:
         self.core = core
         self.flat_size = core.info.widths[0]
         self.aux: tuple | None = None
-        structs = core._state_structs()
+        structs = core.state_structs()
         self._flat_struct, self._aux_struct = structs[0], structs[1:]
-        args = (self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct())
+        args = (self._flat_struct, self._aux_struct, core.keys_struct(), core.action_struct())
         with quiet_tracing(), _step_errors(core.env):  # also checks the env's step, as BraxCore does
             self.out_width = jax.eval_shape(self._forward, *args)[3].shape[1]
 
@@ -280,9 +280,9 @@ class Differentiable:
         if flat is None or self.aux is None:
             flat, *aux = core.zero_state()
             self.aux = tuple(aux)
-        fn = core._compiled.get("grad_reset") or core.compiled("grad_reset", self.batch_reset, lambda: (
-            self._flat_struct, self._aux_struct, core._keys_struct(), core._struct((core.num_envs,), jnp.bool_)))
-        flat, self.aux, core._keys, out = fn(flat, self.aux, core._keys, mask)
+        fn = core.compiled("grad_reset", self.batch_reset, lambda: (
+            self._flat_struct, self._aux_struct, core.keys_struct(), core.struct((core.num_envs,), jnp.bool_)))
+        flat, self.aux, core.keys, out = fn(flat, self.aux, core.keys, mask)
         return flat, out
 
     def step(self, flat, action) -> tuple[jax.Array, jax.Array, jax.Array, tuple]:
@@ -292,18 +292,18 @@ class Differentiable:
         ``flat`` and ``action`` it is all ``vjp`` needs.
         """
         core = self.core
-        fn = core._compiled.get("grad_step") or core.compiled("grad_step", self._forward, lambda: (
-            self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct()))
-        saved = (self.aux, core._keys)
-        new_flat, self.aux, core._keys, out, flags = fn(flat, *saved, action)
+        fn = core.compiled("grad_step", self._forward, lambda: (
+            self._flat_struct, self._aux_struct, core.keys_struct(), core.action_struct()))
+        saved = (self.aux, core.keys)
+        new_flat, self.aux, core.keys, out, flags = fn(flat, *saved, action)
         return new_flat, out, flags, saved
 
     def vjp(self, flat, saved: tuple, action, grad_flat, grad_out) -> tuple[jax.Array, jax.Array]:
         """Gradients w.r.t. the step's flat state and action, given those of its next flat state and outputs."""
         core = self.core
-        fn = core._compiled.get("grad_vjp") or core.compiled("grad_vjp", self._backward, lambda: (
-            self._flat_struct, self._aux_struct, core._keys_struct(), core._action_struct(), self._flat_struct,
-            core._struct((core.num_envs, self.out_width), jnp.float32)))
+        fn = core.compiled("grad_vjp", self._backward, lambda: (
+            self._flat_struct, self._aux_struct, core.keys_struct(), core.action_struct(), self._flat_struct,
+            core.struct((core.num_envs, self.out_width), jnp.float32)))
         return fn(flat, *saved, action, grad_flat, grad_out)
 
     def env_state(self, flat: np.ndarray, index: int) -> Any:

@@ -18,7 +18,8 @@ from ..._core.messages import shell_safe, unknown_env
 from .._mujoco import camera_of
 from ..._core.validate import checked_keywords
 from ...specs import Bounded, Composite, Unbounded
-from ..._core.outputs import TensorDictOutputs, Tree
+from ..._core.executor import TensorDictExecutor
+from ..._core.tensordicts import Tree
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
 from . import _exports as exports
 from . import _scenes as scenes
@@ -214,7 +215,7 @@ class BraxWrapper(JaxEnvBase):
             batches = {g: torch.Size((self.num_envs, len(m))) for g, m in self.group_map.items()}
             self._tree = {name: (Tree([c[0] for c in columns], self.batch_size, self.device, batches), columns)
                           for name, columns in (("reset", self._reset_columns), ("step", self._step_columns))}
-            self._set_outputs(TensorDictOutputs(self))
+            self._set_executor(TensorDictExecutor(self.num_envs, self.device))
 
     def robot_action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The robot's ``(num_envs, action_size)`` action, in the Brax env's own order, that the agents' actions

@@ -19,5 +19,6 @@ the reset and adds one each step before testing it, so an episode lasts that man
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("jax", "gymnax"), extra="gymnax", env_class="GymnaxEnv",
-                  check_env=("gymnax/CartPole-v1", {}), host_wait=True)
+                  check_env=("gymnax/CartPole-v1", {}), host_wait=True,
+                  title="gymnax", distributions=("gymnax", "jax"), builds_on=("jax",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -15,8 +15,9 @@ from .. import lazy_names
 #: Each public name and the module that defines it, imported when the name is first read: the registry walks
 #: ``marl_envs.backends`` importing every package, and a helper package imports nothing heavy (JAX, torch) then.
 _SOURCES = {
-    "._core": ("JaxCore", "StateMismatch", "StatePacking", "compiled_rows", "env_keys", "export_platform",
-               "quiet_tracing", "split_key", "straight_threefry", "strong", "tree_paths"),
+    "._core": ("JaxCore", "StateMismatch", "compiled_rows", "env_keys", "export_platform", "quiet_tracing",
+               "split_key", "straight_threefry", "strong", "tree_paths"),
+    "._packing": ("StatePacking",),
     "._env": ("FunctionalState", "JaxEnvBase", "JaxFunctions", "check_name"),
     "._runtime": ("ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "EXACT_BATCH_VAR", "JAX_GPU_MEMORY_VARS",
                   "OPT_OUT_VAR", "PREALLOCATE_VAR", "caching_enabled", "configure_jax", "enable_compilation_cache",

@@ -37,8 +37,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._packing import StatePacking
 
-__all__ = ["JaxCore", "StateMismatch", "StatePacking", "compiled_rows", "env_keys", "export_platform", "quiet_tracing",
+
+__all__ = ["JaxCore", "StateMismatch", "compiled_rows", "env_keys", "export_platform", "quiet_tracing",
            "split_key", "straight_threefry", "strong", "tree_paths"]
 
 
@@ -93,43 +95,6 @@ def strong(tree: Any) -> Any:
 
 class StateMismatch(ValueError):
     """An env's ``step`` returned a state whose structure or shapes differ from ``reset``'s."""
-
-
-class StatePacking:
-    """Packs a batched state pytree into one ``(B, n)`` buffer per dtype, float32 first, and back.
-
-    Args:
-        reference: the unbatched state's structure (``ShapeDtypeStruct`` leaves).
-    """
-
-    def __init__(self, reference: Any):
-        leaves, self.treedef = jax.tree.flatten(reference)
-        dtypes = sorted({np.dtype(x.dtype) for x in leaves} | {np.dtype(np.float32)},
-                        key=lambda d: (d != np.float32, str(d)))
-        self.dtypes = tuple(dtypes)  # float32 first (possibly width 0): the differentiable buffer
-        self.widths = [0] * len(dtypes)
-        self.slots = []  # per leaf: (buffer, start, stop, shape)
-        for leaf in leaves:
-            group = dtypes.index(np.dtype(leaf.dtype))
-            size = int(np.prod(leaf.shape))
-            self.slots.append((group, self.widths[group], self.widths[group] + size, tuple(leaf.shape)))
-            self.widths[group] += size
-
-    def pack(self, state: Any) -> tuple[jax.Array, ...]:
-        leaves = jax.tree.leaves(state)
-        B = leaves[0].shape[0] if leaves else 0
-        parts: list[list[jax.Array]] = [[] for _ in self.dtypes]
-        for (group, _, _, _), leaf in zip(self.slots, leaves):
-            parts[group].append(leaf.reshape(B, -1))
-        return tuple(
-            jnp.concatenate(p, axis=1) if p else jnp.zeros((B, 0), dtype) for p, dtype in zip(parts, self.dtypes)
-        )
-
-    def unpack(self, buffers: Sequence[Any], batch: tuple[int, ...] | None = None) -> Any:
-        """The state from its buffers (JAX or NumPy; ``batch`` overrides the leading shape, e.g. ``()``)."""
-        lead = (buffers[0].shape[0],) if batch is None else batch
-        leaves = [buffers[g][..., a:b].reshape((*lead, *shape)) for g, a, b, shape in self.slots]
-        return jax.tree.unflatten(self.treedef, leaves)
 
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -212,7 +177,7 @@ class JaxCore:
     #: env at every step, selected where the episode ended (no conditional: nothing read on the host on a GPU)
     resets_when_needed = False
     #: a fresh start costs a good part of a step (Brax): on the CPU path, ``step_and_maybe_reset`` runs the step and,
-    #: where it ended some episode, the reset program (``JaxOutputs``): no fresh starts computed at the other steps
+    #: where it ended some episode, the reset program (``JaxExecutor``): no fresh starts computed at the other steps
     costly_reset = False
     label = "env"  # how errors name the env
     num_envs: int
@@ -222,12 +187,12 @@ class JaxCore:
 
     def _setup(self, *, num_envs: int, device, exported: Mapping[str, Any] | None = None) -> None:
         self.num_envs, self.device = num_envs, device
-        self._sharding = jax.sharding.SingleDeviceSharding(device)
+        self.sharding = jax.sharding.SingleDeviceSharding(device)
         self._compiled: dict[str, Any] = {}
         self._traced: dict[str, Any] = {}
         self.exported: dict[str, Any] = dict(exported or {})
         self.compile_seconds: dict[str, float] = {}
-        self._keys: jax.Array | None = None  # the env keys of the last seed (the executor carries them on)
+        self.keys: jax.Array | None = None  # the env keys of the last seed (the executor carries them on)
         self.seed(0)
 
     def _setup_packed(self, *, num_envs: int, device) -> None:
@@ -318,27 +283,27 @@ class JaxCore:
         return buffers, keys, out
 
     # -- compilation ----------------------------------------------------------------------------------
-    def _struct(self, shape, dtype) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct(shape, dtype, sharding=self._sharding)
+    def struct(self, shape, dtype) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=self.sharding)
 
-    def _state_structs(self, batch: Any = None) -> tuple[jax.ShapeDtypeStruct, ...]:
+    def state_structs(self, batch: Any = None) -> tuple[jax.ShapeDtypeStruct, ...]:
         """The packed state's structs, of ``batch`` envs (default: ``num_envs``; a symbolic dim for ``_export``)."""
         B = self.num_envs if batch is None else batch
-        return tuple(self._struct((B, w), np.dtype(d)) for w, d in zip(self.widths, self.dtypes))
+        return tuple(self.struct((B, w), np.dtype(d)) for w, d in zip(self.widths, self.dtypes))
 
-    def _keys_struct(self, batch: Any = None):
-        return self._struct((self.num_envs if batch is None else batch, 2), jnp.uint32)
+    def keys_struct(self, batch: Any = None):
+        return self.struct((self.num_envs if batch is None else batch, 2), jnp.uint32)
 
-    def _action_struct(self, batch: Any = None):
-        return self._struct((self.num_envs if batch is None else batch, self.action_size), jnp.float32)
+    def action_struct(self, batch: Any = None):
+        return self.struct((self.num_envs if batch is None else batch, self.action_size), jnp.float32)
 
     def _signature(self, name: str, batch: Any = None) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
         """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step`` of ``batch``
         envs (default: ``num_envs``)."""
-        state, keys = self._state_structs(batch), self._keys_struct(batch)
+        state, keys = self.state_structs(batch), self.keys_struct(batch)
         if name == "batched_step":
-            return self.batch_step_packed, (state, keys, self._action_struct(batch)), (0, 1)
-        mask = self._struct((self.num_envs if batch is None else batch,), jnp.bool_)
+            return self.batch_step_packed, (state, keys, self.action_struct(batch)), (0, 1)
+        mask = self.struct((self.num_envs if batch is None else batch,), jnp.bool_)
         return self.batch_reset, (state, keys, mask), (0, 1)
 
     def _trace(self, name: str, fn, args: Sequence[Any], donate: tuple[int, ...] = ()) -> None:
@@ -392,11 +357,11 @@ class JaxCore:
     def seed(self, seed: int) -> None:
         """Per-env keys ``fold_in(PRNGKey(seed), i)``: env i's starts do not depend on the batch size."""
         self.seeded = seed
-        self._keys = jax.device_put(env_keys(seed, self.num_envs), self._sharding)
+        self.keys = jax.device_put(env_keys(seed, self.num_envs), self.sharding)
 
     def zero_state(self, rows: int | None = None) -> tuple[jax.Array, ...]:
         """Zero state buffers of ``rows`` envs (default: ``num_envs``)."""
-        return tuple(jax.device_put(np.zeros(x.shape, x.dtype), self._sharding) for x in self._state_structs(rows))
+        return tuple(jax.device_put(np.zeros(x.shape, x.dtype), self.sharding) for x in self.state_structs(rows))
 
     def env_state(self, index: int, buffers: Sequence[Any]) -> Any:
         """The state of env ``index`` as NumPy arrays (for rendering), from the batched state ``buffers``."""

@@ -2,7 +2,7 @@
 
 ``JaxEnvBase`` is the ``EnvBase`` of the Brax, JaxMARL, gymnax, Jumanji and Playground envs. A family's env
 calls ``JaxEnvBase.__init__``, builds its ``JaxCore`` adapter and declares its specs; ``_set_columns`` reads the
-columns of the core's float vector from those specs and sets the env's executor (``JaxOutputs``): each reset and
+columns of the core's float vector from those specs and sets the env's executor (``JaxExecutor``): each reset and
 step is one compiled call whose buffers (one per dtype) torch reads as views. ``jax_functions()`` is the functional
 JAX face of the same env.
 """
@@ -25,7 +25,8 @@ from ..._core.messages import check_name  # the families' own name checks, share
 from ...distributed import jax_device
 from ...specs import Composite
 from ._core import JaxCore, env_keys, quiet_tracing
-from ._outputs import NO_LIMIT, JaxOutputs, Programs
+from ._executor import JaxExecutor
+from ._programs import NO_LIMIT, CoreDescription, Programs
 from ._runtime import DEVICE_PATH_VAR, configure_jax, env_flag
 from ._transfer import Transfer
 
@@ -119,6 +120,7 @@ class JaxEnvBase(EnvBase):
     """
 
     _core: JaxCore
+    _programs_executor: JaxExecutor | None = None  # set by _set_columns
 
     def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None,
                  horizon: tuple[int, str] | None = None):
@@ -145,7 +147,14 @@ class JaxEnvBase(EnvBase):
         self._reset_columns = _slices(observations)
         self._step_columns = _slices([*observations, *rewards, *ends, *flags])
         self._action_keys = [tuple(k) if isinstance(k, tuple) else (k,) for k in self.action_keys]
-        self._set_outputs(JaxOutputs(self, device_path=self.device_path))
+        self._programs_executor = JaxExecutor(self._core_description(), self._facts(), io=self._io,
+                                              device_path=self.device_path)
+        self._set_executor(self._programs_executor)
+
+    def _core_description(self) -> CoreDescription:
+        """What the programs and the executor are handed besides the env's facts (``_set_columns``' columns)."""
+        return CoreDescription(self._core, tuple(self._reset_columns), tuple(self._step_columns),
+                               tuple(self._action_keys), tuple(self.full_action_spec[k] for k in self._action_keys))
 
     def _flat_action(self, tensordict: TensorDictBase) -> torch.Tensor:
         parts = [tensordict.get(key).reshape(self.num_envs, -1) for key in self._action_keys]
@@ -153,15 +162,27 @@ class JaxEnvBase(EnvBase):
         return flat.to(torch.float32)
 
     def _set_seed(self, seed: int) -> None:
-        outputs = getattr(self, "_outputs", None)
-        if isinstance(outputs, JaxOutputs):  # its carry holds the keys
-            outputs.seed(seed)
+        if self._executor is self._programs_executor:  # its carry holds the keys
+            self._programs_executor.seed(seed)
         else:  # an env stepping through torch (a differentiable Brax env) keeps them in the core
             self._core.seed(seed)
 
     def _env_state(self, index: int) -> Any:
         """The state of env ``index`` as NumPy arrays (for rendering)."""
-        return self._core.env_state(index, self._outputs.carried()[0])
+        return self._core.env_state(index, self._programs_executor.carried()[0])
+
+    def export_program(self, name: str = "step_reset", *, platform: str = "cuda") -> Any:
+        """The env's compiled ``name`` (``"reset"``, ``"step"``, ``"step_reset"``), as its executor runs it (with the
+        deferred check if ``validate_actions`` chooses it), traced as a ``jax.export.Exported`` for ``platform``: to
+        read what a device would run (``exported.mlir_module()``). A Brax env loaded from its saved CPU modules is
+        traced from the Brax env again.
+
+        Raises:
+            TypeError: the env steps through torch (a differentiable Brax env): it has no compiled programs.
+        """
+        if self._executor is not self._programs_executor:
+            raise TypeError(f"{type(self).__name__} has no compiled programs (a differentiable env steps through torch)")
+        return self._programs_executor.export(name, platform)
 
     @property
     def compile_seconds(self) -> dict[str, float]:
@@ -174,14 +195,14 @@ class JaxEnvBase(EnvBase):
         compiled scene, key chain, output plan and ``max_steps`` as the torch-facing env, for a JAX training loop
         (``jit``, ``vmap``, ``lax.scan``)."""
         keyed_reset, keyed_step = self._core.functions()
-        programs = Programs(self)
+        programs = Programs(self._core_description(), self._facts())
         limit = NO_LIMIT if self.max_steps is None else self.max_steps
         action_keys = self._action_keys
 
         def fresh(key):
             with quiet_tracing():
                 key, state, out = keyed_reset(key)
-            return FunctionalState(state, key, jnp.zeros((), jnp.int32)), _one(programs.reset_emission(out[None]))
+            return FunctionalState(state, key, jnp.zeros((), jnp.int32)), _one(programs.reset_entries(out[None]))
 
         def reset(key):
             state, obs = fresh(key)
@@ -198,7 +219,7 @@ class JaxEnvBase(EnvBase):
                 key, env, out, flags = keyed_step(state.key, state.env, jnp.concatenate(flat))
             steps = state.steps + 1
             vector = jnp.concatenate([out, flags.astype(jnp.float32)])
-            return FunctionalState(env, key, steps), _one(programs.step_emission(vector[None], (steps >= limit)[None]))
+            return FunctionalState(env, key, steps), _one(programs.stepped_entries(vector[None], steps[None], limit))
 
         def step(state, actions):
             state, out = stepped(state, actions)
@@ -209,7 +230,8 @@ class JaxEnvBase(EnvBase):
             done = out[("done",)].reshape(())
             new, obs = fresh(state.key)
             state = jax.tree.map(lambda a, b: jnp.where(done, a, b), new, state)
-            root = {key: jnp.where(done, obs[key], out[key]) if key in obs else out[key] for key in programs.kept}
-            return state, nest_keys(out), nest_keys(root)
+            root = programs.next_root({k: v[None] for k, v in out.items()}, {k: v[None] for k, v in obs.items()},
+                                      done[None])
+            return state, nest_keys(out), nest_keys(dict(zip(programs.kept, (v[0] for v in root))))
 
         return JaxFunctions(reset=reset, step=step, step_autoreset=step_autoreset, first_keys=env_keys)

@@ -18,5 +18,7 @@ from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo", "lbforaging"), extra="lbforaging", env_class="LBForagingEnv",
                   check_env=("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}),
-                  bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
+                  bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS",
+                  title="Level-Based Foraging", distributions=("lbforaging", "pettingzoo", "pyglet"),
+                  docs="backends/cpu_families.md", builds_on=("pettingzoo",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -17,5 +17,7 @@ from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo", "magent2"), extra="magent2", env_class="MAgent2Env",
                   check_env=("magent2/battle", {"map_size": 12}),
-                  bench="marl_envs.backends.pettingzoo.bench")
+                  bench="marl_envs.backends.pettingzoo.bench",
+                  title="MAgent2", distributions=("magent2", "pettingzoo", "pygame-ce"),
+                  docs="backends/cpu_families.md", builds_on=("pettingzoo",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

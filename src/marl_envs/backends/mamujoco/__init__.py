@@ -20,5 +20,7 @@ from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo", "gymnasium_robotics"), extra="mamujoco", env_class="MaMuJoCoEnv",
                   check_env=("mamujoco/HalfCheetah_6x1", {}),
-                  bench="marl_envs.backends.pettingzoo.bench")
+                  bench="marl_envs.backends.pettingzoo.bench",
+                  title="MaMuJoCo", distributions=("gymnasium-robotics", "mujoco", "pettingzoo"),
+                  docs="backends/cpu_families.md", builds_on=("pettingzoo",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -36,5 +36,6 @@ with sampled chance (``SAMPLED_STOCHASTIC``: the library draws the outcomes itse
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo", "pyspiel"), extra="openspiel", env_class="OpenSpielEnv",
-                  check_env=("openspiel/kuhn_poker", {}))
+                  check_env=("openspiel/kuhn_poker", {}),
+                  title="OpenSpiel", distributions=("open-spiel", "pettingzoo"), builds_on=("pettingzoo",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

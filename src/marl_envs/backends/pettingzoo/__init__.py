@@ -12,7 +12,8 @@ buffers that become tensors once per step (``torch.from_numpy``, no per-agent te
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo",), extra="pettingzoo", env_class="PettingZooEnv",
-                  check_env=("pettingzoo/mpe/simple_spread_v3", {}), exports=("PettingZooEnv", "PettingZooWrapper"))
+                  check_env=("pettingzoo/mpe/simple_spread_v3", {}), exports=("PettingZooEnv", "PettingZooWrapper"),
+                  title="PettingZoo", distributions=("pettingzoo", "mpe2", "pygame-ce"))
 #: What the families built on PettingZoo's machinery take from it (OpenSpiel, MAgent2, MaMuJoCo, LBF, RWARE).
 __getattr__, __dir__ = BACKEND.lazy_attributes({
     "._gymnasium": ("TupleAgentsFamily", "raw_env"),

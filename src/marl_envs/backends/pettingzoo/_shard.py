@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..._core.outputs import done_of
+from ..._core.rules import done_of
 from ._spaces import ACTION_MASK, ActionCodec, ObsSplit
 
 __all__ = ["BatchPlan", "Buffers", "Frame", "Group", "Record", "Shard", "batch_index", "dead_message", "root_ends",

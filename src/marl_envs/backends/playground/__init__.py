@@ -35,5 +35,7 @@ from ...registry import Backend
 # the doctor's check env: MJX, about a minute of compiling on a CPU, once
 BACKEND = Backend(__name__, packages=("jax", "brax", "mujoco_playground"), extra="playground",
                   env_class="PlaygroundEnv", check_env=("playground/CartpoleBalance", {}),
-                  host_wait=True)  # CartpoleBalance never waits (only CheetahRun does, by design: SETTLING_RESETS)
+                  host_wait=True,  # CartpoleBalance never waits (only CheetahRun does, by design: SETTLING_RESETS)
+                  title="MuJoCo Playground", distributions=("playground", "brax", "jax", "mujoco"),
+                  builds_on=("jax", "brax"))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

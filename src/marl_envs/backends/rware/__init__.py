@@ -16,5 +16,7 @@ always False). RWARE's step limit and the env's ``max_steps`` are one keyword: `
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("pettingzoo", "rware"), extra="rware", env_class="RwareEnv",
-                  check_env=("rware/rware-tiny-2ag-v2", {}), bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
+                  check_env=("rware/rware-tiny-2ag-v2", {}), bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS",
+                  title="RWARE", distributions=("rware", "pettingzoo", "pyglet"),
+                  docs="backends/cpu_families.md", builds_on=("pettingzoo",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

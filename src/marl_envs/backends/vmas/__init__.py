@@ -38,5 +38,6 @@ def check(scenario: str, kwargs: dict[str, Any]) -> None:
 BACKEND = Backend(__name__, packages=("vmas",), extra="vmas", env_class="VmasEnv",
                   check_env=("vmas/balance", {"n_agents": 3}), exports=("VmasEnv", "VmasWrapper"),
                   host_wait="VMAS resets exactly the done envs, by their indices: the host reads which are done",
-                  check=f"{__name__}:check")
+                  check=f"{__name__}:check",
+                  title="VMAS", distributions=("vmas", "pyglet"))
 __getattr__, __dir__ = BACKEND.lazy_attributes()
