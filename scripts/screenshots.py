@@ -1,5 +1,5 @@
 """Screenshots of what a newcomer reads first, taken by a headless Chromium: the README as a repository page renders
-it, the docs' landing page, the env catalogue's gallery and one env's page.
+it, the docs' landing page, the env catalogue's gallery, one env's page of every family and the performance page.
 
     make docs && .venv/bin/python scripts/screenshots.py OUT_DIR
 
@@ -20,7 +20,16 @@ from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "docs" / "_build" / "html"
-PAGES = {"docs_landing": "index.html", "catalogue_gallery": "envs/index.html", "env_page": "envs/vmas/balance.html"}
+PAGES = {"docs_landing": "index.html", "catalogue_gallery": "envs/index.html", "performance": "performance.html"}
+#: One env of each family, as its catalogue page shows it.
+ENV_PAGES = {
+    "vmas": "vmas/balance", "brax": "brax/ant_4x2", "playground": "playground/CheetahRun_6x1",
+    "pettingzoo": "pettingzoo/sisl-multiwalker_v9", "jaxmarl": "jaxmarl/SMAX", "gymnax": "gymnax/CartPole-v1",
+    "jumanji": "jumanji/RobotWarehouse-v0", "openspiel": "openspiel/leduc_poker", "magent2": "magent2/battle_v4",
+    "mamujoco": "mamujoco/Ant_4x2", "lbforaging": "lbforaging/Foraging-8x8-2p-2f-coop-v3",
+    "rware": "rware/rware-tiny-2ag-v2",
+}
+PAGES.update({f"env_{family}": f"envs/{name}.html" for family, name in ENV_PAGES.items()})
 README_STYLE = """
 body { margin: 0; background: #fff; font: 16px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
        color: #1f2328; }

@@ -29,7 +29,7 @@ SUMMARY = DOCS / "_generated" / "summary.md"
 CHART = DOCS / "_generated" / "speed.png"
 #: The summary's columns: each reference loop's kind, told by its label (the first reference of a record is the
 #: library's own loop, with resets: the one the chart draws).
-KINDS = {"bound": "a loop doing less", "workers": "ours, 2 workers", "other": "another loop"}
+KINDS = {"bound": "doing less", "workers": "2 workers", "other": "other loop"}
 
 
 def load(path: Path = RECORDS) -> list[dict]:
@@ -103,7 +103,7 @@ def _ratio(runs: list[dict], index: int | None = None, kind: str | None = None) 
 def summary(records: list[dict]) -> str:
     """The compact table: one row per env, size and device; ours in microseconds a step, then ours / each kind of
     loop. The hardware of each device is said once, below."""
-    header = ["env", "envs", "device", "ours, us a step", "/ library's loop", *[f"/ {KINDS[k]}" for k in KINDS]]
+    header = ["env", "envs", "device", "ours, us/step", "/ own loop", *[f"/ {KINDS[k]}" for k in KINDS]]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "|".join("---:" for _ in header[1:]) + "|"]
     hardware, notes = {}, []
     for (env, keywords, num_envs, device, hw), runs in latest(records).items():
@@ -121,8 +121,9 @@ def summary(records: list[dict]) -> str:
                                            (f"{c:.2f}" if c is not None else "-") for i, c in enumerate(cells)]])
                      + " |")
     lines += ["", "Each ratio is ours / that loop's time a step; below 1, ours takes less time. The library's own "
-              "loop resets as ours does; a loop doing less skips resets (or runs as one `lax.scan`); ours with 2 "
-              "workers steps the same envs in worker processes. A `-`: no such loop was timed for that row. "
+              "loop resets as ours does; a loop doing less skips resets (or runs as one `lax.scan`); 2 workers: "
+              "ours stepping the same envs in 2 worker processes; the other loop: the raw step driven from torch "
+              "(the JAX families), or SMAX's loop reading its action masks every step. A `-`: no such loop was timed for that row. "
               "Devices: " + "; ".join(f"{d}: {h}" for d, h in sorted(hardware.items())) + "."]
     lines += [f"{'†' * (i + 1)} {note}." for i, note in enumerate(notes)]
     return "\n".join(lines) + "\n"
