@@ -261,3 +261,96 @@ def test_architecture_page_lists_the_modules_of_the_package():
             actual.add(str(path.parent.relative_to(SRC)))
     actual = {a for a in actual if not a.endswith(".egg-info")}
     assert listed == actual, f"missing from the page: {sorted(actual - listed)}; not in the package: {sorted(listed - actual)}"
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Our modules and packages that the module at ``path`` imports, anywhere in it but under ``TYPE_CHECKING``;
+    its own packages (imported before it by Python anyway) are left out."""
+    module, is_package = _module_name(path)
+    package = module if is_package else module.rpartition(".")[0]
+    targets = set()
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for top in ast.walk(tree) if _type_checking_only(top) for n in ast.walk(top)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            names = [f"{target}.{alias.name}" for alias in node.names]
+            found = [name for name in names if _is_module(name)] or [target]
+        elif isinstance(node, ast.Import):
+            found = [alias.name for alias in node.names]
+        else:
+            continue
+        if id(node) in skipped:
+            continue
+        targets.update(t for t in found if _is_module(t) and t.startswith(("marl_envs", "groupings")))
+    return {t for t in targets if not (module == t or module.startswith(t + "."))}
+
+
+def import_circles(paths) -> list[list[str]]:
+    """Every strongly connected set of more than one module in the graph of ``imports_of`` (Tarjan's algorithm)."""
+    graph = {_module_name(path)[0]: imports_of(path) for path in paths}
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == node:
+                    break
+            if len(members) > 1:
+                circles.append(sorted(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def _sources():
+    return [path for path in sorted(SRC.rglob("*.py")) if "__pycache__" not in path.parts]
+
+
+def test_no_import_circle_in_the_package():
+    circles = import_circles(_sources())
+    assert not circles, "modules importing each other: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_import_circle_scan_sees_a_circle(tmp_path):
+    """The scan itself: two modules importing each other (one inside a function) are a circle; an import
+    under ``TYPE_CHECKING`` is not."""
+    package = SRC / "marl_envs" / "_core"
+    first, second = package / "_probe_circle_a.py", package / "_probe_circle_b.py"
+    try:
+        first.write_text("from . import _probe_circle_b\n")
+        second.write_text("def f():\n    from ._probe_circle_a import x\n")
+        assert import_circles([first, second]) == [["marl_envs._core._probe_circle_a", "marl_envs._core._probe_circle_b"]]
+        second.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._probe_circle_a import x\n")
+        assert import_circles([first, second]) == []
+    finally:
+        first.unlink(missing_ok=True)
+        second.unlink(missing_ok=True)
+
+
+MAX_LINES = 500
+
+
+def test_no_module_is_over_500_lines():
+    long = {str(p.relative_to(SRC)): n for p in _sources() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them by job): {long}"

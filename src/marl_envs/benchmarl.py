@@ -31,17 +31,16 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from ._core.messages import missing_library
+
 try:
     from benchmarl.environments import TaskClass
     from torchrl.data import Composite
     from torchrl.envs import EnvBase as _TorchRLEnvBase
     from torchrl.envs import DTypeCastTransform, FlattenObservation, Transform
 except ImportError as err:  # pragma: no cover - exercised by the import test in the venvs without BenchMARL
-    raise ImportError(
-        f"marl_envs.benchmarl needs BenchMARL, which could not be imported ({err}); install it with: pip install "
-        f"'marl-envs[benchmarl]' (BenchMARL 1.5 pins torchrl < 0.12: TorchRL 0.11 and tensordict 0.11 replace newer "
-        f"ones)"
-    ) from err
+    raise missing_library("marl_envs.benchmarl", "BenchMARL", err, "benchmarl",
+                          "BenchMARL 1.5 pins torchrl < 0.12: TorchRL 0.11 and tensordict 0.11 replace newer ones") from err
 
 from groupings import GroupMap
 

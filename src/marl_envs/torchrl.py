@@ -24,6 +24,8 @@ import torch
 from packaging.version import Version
 from tensordict import TensorDictBase
 
+from ._core.messages import missing_library
+
 try:
     import torchrl.data as rl_specs
     from torchrl import __version__ as _torchrl_version
@@ -31,11 +33,9 @@ try:
 except ImportError as err:  # pragma: no cover - exercised by the import test in the core venv
     from tensordict import __version__ as _tensordict_version
 
-    raise ImportError(
-        f"marl_envs.torchrl needs TorchRL, which could not be imported ({err}); install it with: pip install "
-        f"'marl-envs[torchrl]' (TorchRL 0.14, which pins tensordict 0.14: it replaces the tensordict "
-        f"{_tensordict_version} installed here if that is another minor version)"
-    ) from err
+    raise missing_library("marl_envs.torchrl", "TorchRL", err, "torchrl",
+                          f"TorchRL 0.14, which pins tensordict 0.14: it replaces the tensordict {_tensordict_version} "
+                          "installed here if that is another minor version") from err
 
 from groupings import GroupMap
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -10,12 +10,13 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from . import rollout as _rollout
+from .actions import check_actions, check_carried
 from .executor import EnvFacts, Executor, TensorDictExecutor
 from .leaf_specs import Categorical, NestedKey, OneHot
 from .rules import TimeLimit, merge_rows, next_root
 from .spec_keys import SpecsAndKeys
 from .tensordicts import set_unchecked
-from .validate import check_actions, check_carried, check_device, check_env_index
+from .validate import check_device, check_env_index
 
 __all__ = ["EnvBase"]
 
@@ -327,25 +328,7 @@ class EnvBase(SpecsAndKeys):
         self._generator.manual_seed(seed)
         self._set_seed(seed)
 
-    def rollout(
-        self,
-        max_steps: int,
-        policy: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        *,
-        callback: Callable[[EnvBase, TensorDictBase], None] | None = None,
-        auto_reset: bool = True,
-        tensordict: TensorDictBase | None = None,
-        break_when_any_done: bool | None = None,
-        break_when_all_done: bool | None = None,
-    ) -> TensorDictBase:
-        """Run up to ``max_steps`` steps and return a TensorDict of batch ``(num_envs, T)``, last dim "time".
-
-        See ``marl_envs/_rollout.py`` and the concepts guide for the three break modes.
-        """
-        return _rollout.rollout(
-            self, max_steps, policy, callback=callback, auto_reset=auto_reset, tensordict=tensordict,
-            break_when_any_done=break_when_any_done, break_when_all_done=break_when_all_done,
-        )
+    rollout = _rollout.rollout  # the method: env.rollout(max_steps, policy, ...)
 
     @property
     def renders(self) -> bool:

@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDictBase
 
 from .rules import DonePlan, TimeLimit, block_device, cut_rows, merge_rows, new_block, next_root
-from .validate import ActionCheck
+from .actions import ActionCheck
 from .leaf_specs import NestedKey
 
 __all__ = ["BackendHooks", "EnvFacts", "Executor", "TensorDictExecutor"]

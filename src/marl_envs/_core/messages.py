@@ -10,7 +10,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["UnknownEnvName", "accepted_keywords", "check_kwargs", "check_name", "close_matches", "did_you_mean",
-           "keyword_error", "shell_safe", "unknown_env", "unknown_full_name", "unknown_name"]
+           "keyword_error", "missing_library", "shell_safe", "unknown_env", "unknown_full_name", "unknown_name"]
+
+
+def missing_library(module: str, library: str, err: ImportError, extra: str, note: str) -> ImportError:
+    """The error of ``module``, which needs ``library``, when importing it failed with ``err``: the pip extra that
+    installs it, and ``note`` (what installing it changes)."""
+    return ImportError(f"{module} needs {library}, which could not be imported ({err}); install it with: pip install "
+                       f"'marl-envs[{extra}]' ({note})")
 
 
 def did_you_mean(name: str, candidates: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:

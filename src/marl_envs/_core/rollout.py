@@ -39,7 +39,8 @@ def rollout(
     break_when_any_done: bool | None = None,
     break_when_all_done: bool | None = None,
 ) -> TensorDictBase:
-    """Roll ``env`` out for up to ``max_steps`` steps.
+    """Run up to ``max_steps`` steps of ``env`` (``EnvBase.rollout``, where ``env`` is the env itself) and stack
+    them along a "time" dim.
 
     Modes:
         - ``break_when_any_done`` (the default unless ``break_when_all_done``): stop after the first step in

@@ -12,7 +12,7 @@ from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 from .agents import resolve_group_map, specs_by_kind, stack_specs
 from .composite import Composite, complete_done_spec
 from .leaf_specs import NestedKey, TensorSpec
-from .validate import ActionCheck, action_checks
+from .actions import ActionCheck, action_checks
 
 __all__ = ["SpecsAndKeys"]
 

@@ -152,7 +152,7 @@ class BraxCore(JaxCore):
     """
 
     step_uses_key = False  # Brax steps are deterministic
-    costly_reset = True  # a reset runs the pipeline's init: about a tenth of a step of ant (spring, CPU)
+    costly_reset = True  # a reset runs the pipeline's init
 
     def __init__(
         self, env, info: CoreInfo, *, num_envs: int, frame_skip: int, split: Split | None, device,

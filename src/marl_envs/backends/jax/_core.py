@@ -14,7 +14,7 @@ its own, and a state has tens of leaves); the batched ``jit(vmap(...))`` step wh
 one float32 ``(B, K)`` array; the masked reset drawing fresh starts with per-env keys (``fold_in(PRNGKey(seed),
 i)``, split at every reset and, for families whose step is random, at every step) and keeping every other env's
 state bit for bit; and the same two functions traced as ``jax.export`` modules when asked (``export=True``), of a
-symbolic batch size (one module for every ``num_envs``). The env's executor (``_outputs.Programs``) compiles its
+symbolic batch size (one module for every ``num_envs``). The env's executor (``_programs.Programs``) compiles its
 reset and step programs over these, with donated buffers, for the batch size ``compiled_rows`` gives.
 
 The key chain is written once, per env (``keyed_reset``, ``keyed_step``): each env carries a key, a reset splits
@@ -61,7 +61,7 @@ def straight_threefry() -> Iterator[None]:
     """Lower JAX's random bits (the Threefry hash) as straight-line code on the CPU too, while in the block.
 
     On the CPU, JAX lowers the hash as a loop of five rounds; XLA runs each round of a batched draw as a handful of
-    kernels handed between threads, a fifth of a small env's compiled step (1,024 CartPoles). The straight-line
+    kernels handed between threads, a large share of a small env's compiled step. The straight-line
     form, the one JAX lowers for GPUs, computes the same bits. Only this block's lowering is changed: JAX's CPU rule
     is back when it ends, for the user's own programs (one another thread lowers meanwhile gets the straight form,
     the same bits). A JAX that moved its lowering tables gets its default.
@@ -164,7 +164,7 @@ def export_platform(device) -> str:
 
 class JaxCore:
     """Compiled reset / step of ``num_envs`` copies of one functional JAX env (the env's executor carries their
-    batched state: ``_outputs.Carry``).
+    batched state: ``_packing.Carry``).
 
     Subclasses (the family adapters) set ``action_size``, ``step_uses_key`` and ``_reference`` and define
     ``reset_one``, ``step_one`` (and ``observe_one``); then call ``_setup_packed`` (or set ``widths`` / ``dtypes``,

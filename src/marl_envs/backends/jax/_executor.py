@@ -24,7 +24,7 @@ from ..._core.executor import BackendHooks, EnvFacts, Executor
 from ..._core.leaf_specs import as_tuple
 from ..._core.rules import merge_rows
 from ..._core.tensordicts import Tree, read_entry
-from ..._core.validate import action_domain, forbidden_message
+from ..._core.actions import action_domain, forbidden_message
 from ._core import compiled_rows, env_keys, quiet_tracing
 from ._programs import BITS, NO_LIMIT, CoreDescription, Programs
 from ._runtime import EXACT_BATCH_VAR, env_flag

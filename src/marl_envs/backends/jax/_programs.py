@@ -34,7 +34,7 @@ from ..._core.leaf_specs import (
     Binary, Categorical, MultiCategorical, OneHot, TensorSpec, as_tuple, legal_choices,
 )
 from ..._core.rules import DonePlan, TimeLimit
-from ..._core.validate import ActionCheck
+from ..._core.actions import ActionCheck
 from ._packing import Carry, Layout, numpy_dtype
 
 __all__ = ["BITS", "CoreDescription", "NO_LIMIT", "Programs", "RowList", "VectorEntries"]

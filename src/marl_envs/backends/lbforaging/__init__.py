@@ -14,11 +14,9 @@ at ``max_episode_steps`` (50; ``env.max_steps``, lengthened by ``max_episode_ste
 the library's.
 """
 
-from ...registry import Backend
+from ..pettingzoo import family_record
 
-BACKEND = Backend(__name__, packages=("pettingzoo", "lbforaging"), extra="lbforaging", env_class="LBForagingEnv",
-                  check_env=("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}),
-                  bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS",
-                  title="Level-Based Foraging", distributions=("lbforaging", "pettingzoo", "pyglet"),
-                  docs="backends/cpu_families.md", builds_on=("pettingzoo",))
+BACKEND = family_record(__name__, "lbforaging", env_class="LBForagingEnv",
+                        check_env=("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}), title="Level-Based Foraging",
+                        distributions=("lbforaging", "pettingzoo", "pyglet"), bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

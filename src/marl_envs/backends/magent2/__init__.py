@@ -13,11 +13,8 @@ agent has, at ``max_cycles`` at the latest: ``env.max_steps``, *truncated*). The
 (``env.state()``) at the root.
 """
 
-from ...registry import Backend
+from ..pettingzoo import family_record
 
-BACKEND = Backend(__name__, packages=("pettingzoo", "magent2"), extra="magent2", env_class="MAgent2Env",
-                  check_env=("magent2/battle", {"map_size": 12}),
-                  bench="marl_envs.backends.pettingzoo.bench",
-                  title="MAgent2", distributions=("magent2", "pettingzoo", "pygame-ce"),
-                  docs="backends/cpu_families.md", builds_on=("pettingzoo",))
+BACKEND = family_record(__name__, "magent2", env_class="MAgent2Env", check_env=("magent2/battle", {"map_size": 12}),
+                        title="MAgent2", distributions=("magent2", "pettingzoo", "pygame-ce"))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

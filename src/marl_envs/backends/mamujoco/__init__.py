@@ -16,11 +16,9 @@ every build, and ``CoupledHalfCheetah_1p1``, which fails inside MaMuJoCo 1.4.2 w
 (``IndexError`` reading a tendon Jacobian in its observation code).
 """
 
-from ...registry import Backend
+from ..pettingzoo import family_record
 
-BACKEND = Backend(__name__, packages=("pettingzoo", "gymnasium_robotics"), extra="mamujoco", env_class="MaMuJoCoEnv",
-                  check_env=("mamujoco/HalfCheetah_6x1", {}),
-                  bench="marl_envs.backends.pettingzoo.bench",
-                  title="MaMuJoCo", distributions=("gymnasium-robotics", "mujoco", "pettingzoo"),
-                  docs="backends/cpu_families.md", builds_on=("pettingzoo",))
+BACKEND = family_record(__name__, "gymnasium_robotics", env_class="MaMuJoCoEnv",
+                        check_env=("mamujoco/HalfCheetah_6x1", {}), title="MaMuJoCo",
+                        distributions=("gymnasium-robotics", "mujoco", "pettingzoo"))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

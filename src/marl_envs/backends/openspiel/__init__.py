@@ -33,9 +33,9 @@ Left out, with the reason: mean-field games, games with neither tensor (their ob
 with sampled chance (``SAMPLED_STOCHASTIC``: the library draws the outcomes itself) and games that need parameters.
 """
 
-from ...registry import Backend
+from ..pettingzoo import family_record
 
-BACKEND = Backend(__name__, packages=("pettingzoo", "pyspiel"), extra="openspiel", env_class="OpenSpielEnv",
-                  check_env=("openspiel/kuhn_poker", {}),
-                  title="OpenSpiel", distributions=("open-spiel", "pettingzoo"), builds_on=("pettingzoo",))
+BACKEND = family_record(__name__, "pyspiel", env_class="OpenSpielEnv", check_env=("openspiel/kuhn_poker", {}),
+                        title="OpenSpiel", distributions=("open-spiel", "pettingzoo"), bench=f"{__name__}.bench",
+                        docs="backends/openspiel.md")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

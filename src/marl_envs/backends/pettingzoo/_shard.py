@@ -82,7 +82,7 @@ class Frame:
 
     A ``fresh`` frame (one shard over the whole batch, in this process) gets new arrays at every ``clear``, so
     that the wrapper can hand the last ones to torch without copying them: for hundreds of agents with image
-    observations (MAgent2) that copy was the largest cost of a step. Frames in shared memory (worker processes)
+    observations (MAgent2) that copy would outweigh the step itself. Frames in shared memory (worker processes)
     are cleared in place and copied by the wrapper.
     """
 

@@ -33,9 +33,9 @@ SPLITS: dict[str, str | tuple[tuple[str, ...], ...]] = {
 """Robot (the DM Control task's prefix) -> the Brax scenes' split rule (``Scene.split``)."""
 
 SETTLING_RESETS: dict[str, int] = {"CheetahRun": 200}
-"""DM Control tasks whose reset lets the model settle -> its physics steps (CheetahRun: a fresh start costs about
-a hundred steps). Only these compute fresh starts behind a conditional, at steps where some env ended: on a GPU, one
-wait for the device a step. Every other task's reset is a forward pass (WalkerWalk: a tenth of a step); its
+"""DM Control tasks whose reset lets the model settle -> its physics steps (CheetahRun: a fresh start costs many
+steps). Only these compute fresh starts behind a conditional, at steps where some env ended: on a GPU, one
+wait for the device a step. Every other task's reset is a forward pass, cheaper than a step; its
 auto-reset computes a fresh start for every env and selects, never waiting, as the other JAX families do."""
 
 _SETTOTALMASS = re.compile(r"WARNING: compiler attribute 'settotalmass' is deprecated[^\n]*\n*")

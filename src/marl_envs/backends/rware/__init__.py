@@ -13,10 +13,9 @@ after ``max_inactivity_steps`` without a delivery, so every end is *truncated* (
 always False). RWARE's step limit and the env's ``max_steps`` are one keyword: ``max_steps=N`` sets both.
 """
 
-from ...registry import Backend
+from ..pettingzoo import family_record
 
-BACKEND = Backend(__name__, packages=("pettingzoo", "rware"), extra="rware", env_class="RwareEnv",
-                  check_env=("rware/rware-tiny-2ag-v2", {}), bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS",
-                  title="RWARE", distributions=("rware", "pettingzoo", "pyglet"),
-                  docs="backends/cpu_families.md", builds_on=("pettingzoo",))
+BACKEND = family_record(__name__, "rware", env_class="RwareEnv", check_env=("rware/rware-tiny-2ag-v2", {}),
+                        title="RWARE", distributions=("rware", "pettingzoo", "pyglet"),
+                        bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
 __getattr__, __dir__ = BACKEND.lazy_attributes()
