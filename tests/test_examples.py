@@ -504,7 +504,7 @@ def test_bptt_must_divide_the_batch(tmp_path):
 
 
 # backends whose envs compile their step with JAX (or MJX) first: their runs go with --all
-_COMPILED = {"brax", "gymnax", "jaxmarl", "jumanji", "playground"}
+_COMPILED = {name for name, record in registry.backends().items() if "jax" in record.builds_on}
 
 
 def _every_backend():

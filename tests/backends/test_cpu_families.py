@@ -12,6 +12,7 @@ import torch
 
 from envs import play_to_max_steps
 import marl_envs
+from marl_envs import registry
 
 STEPS = 40
 
@@ -585,7 +586,8 @@ def test_our_brax_splits_drive_the_joints_of_mamujocos_partitions():
         assert ours == {frozenset(node.label.replace("_", "") for node in part) for part in parts}, scene
 
 
-@pytest.mark.parametrize("backend", ["openspiel", "magent2", "mamujoco", "lbforaging", "rware"])
+@pytest.mark.parametrize("backend", sorted(name for name, record in registry.backends().items()
+                                     if "pettingzoo" in record.builds_on))
 def test_module_docstring_examples(backend):
     import doctest
 

@@ -68,7 +68,7 @@ class HostReads:
             self._wrap_function(monkeypatch, np, name, f"numpy.{name}", only=array_type)  # their buffer in C
         original = _executor.read_computed
 
-        def read_ready(array):  # the deferred check's flag: read only once computed, so it never waits
+        def read_computed_record(array):  # the deferred check's flag: read only once computed, so it never waits
             assert array.is_ready()
             self.polls += 1
             self._polling = True
@@ -77,7 +77,7 @@ class HostReads:
             finally:
                 self._polling = False
 
-        monkeypatch.setattr(_executor, "read_computed", read_ready)
+        monkeypatch.setattr(_executor, "read_computed", read_computed_record)
         self.active = False
 
     def _count(self, label):

@@ -29,7 +29,7 @@ Key = tuple[str, ...]
 
 @dataclass(frozen=True)
 class EnvFacts:
-    """What an executor knows of its env, made by the env from its specs and settings (``EnvBase._configure``).
+    """What an executor knows of its env, made by the env from its specs and settings (``EnvBase._facts``).
 
     Attributes:
         num_envs, device: the env's batch size and device.
@@ -39,7 +39,7 @@ class EnvFacts:
         group_map: group -> its agents.
         group_shapes: group -> the batch ``(B, n_agents)`` of its sub-TensorDicts.
         limit: the ``max_steps`` truncation, or None.
-        action_checks: what each step checks of each action entry (``validate.action_checks``).
+        action_checks: what each step checks of each action entry (``actions.action_checks``).
         deferred: the executor checks the action values inside the step (``validate_actions``).
         fused_reset: the hook implements ``_step_reset``.
     """

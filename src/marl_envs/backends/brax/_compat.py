@@ -3,7 +3,7 @@
 Three adjustments, each made only when needed and documented in the Brax backend's page:
 
 - **Headless rendering.** ``MUJOCO_GL=egl`` where EGL's library is there, set just before Brax (or, for an env
-  loaded from its export, the renderer) first imports MuJoCo (``marl_envs._mujoco.prepare_mujoco_gl``).
+  loaded from its export, the renderer) first imports MuJoCo (``marl_envs.backends._mujoco.prepare_mujoco_gl``).
 - **``jnp.clip`` shim.** Brax 0.14.2's ``brax/fluid.py`` (fluid drag, used by ``swimmer``) calls
   ``jnp.clip(..., a_min=...)``, a keyword JAX 0.10 removed. When the installed JAX lacks it, ``brax.fluid``'s
   ``jp`` is replaced by a proxy of ``jax.numpy`` whose ``clip`` still accepts ``a_min`` / ``a_max`` (also when
@@ -11,7 +11,7 @@ Three adjustments, each made only when needed and documented in the Brax backend
 - **Quiet import.** MuJoCo's MJX prints "Failed to import warp" lines (an optional GPU package) when Brax is
   imported; those lines are dropped, anything else printed is passed on. Building a Brax env
   (``quiet_brax_build``) drops Brax's warning that it is unmaintained and MuJoCo's notices about Brax's own
-  model files (``marl_envs._mujoco.quiet_model_build``).
+  model files (``marl_envs.backends._mujoco.quiet_model_build``).
 
 Also here: what is read from Brax itself (the checks of a wrapped env, the keywords an env class takes). The JAX
 settings every JAX family shares (the compilation cache, JAX's CPU dispatch) are ``marl_envs.backends.jax``'s.
@@ -56,7 +56,7 @@ _UNMAINTAINED: Filter = (r"Brax System, piplines and environments are not active
 @contextlib.contextmanager
 def quiet_brax_build():
     """Building Brax envs (ours, JaxMARL's MABrax): Brax's warning that it is unmaintained is off, and MuJoCo's
-    warnings go through our handler (``marl_envs._mujoco.quiet_model_build``)."""
+    warnings go through our handler (``marl_envs.backends._mujoco.quiet_model_build``)."""
     with quiet_model_build(), ignored_warnings(_UNMAINTAINED):
         yield
 

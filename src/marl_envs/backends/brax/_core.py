@@ -203,7 +203,7 @@ class BraxCore(JaxCore):
         (state, total, _), _ = jax.lax.scan(body, start, None, length=self.frame_skip)
         return state, total
 
-    def _outputs(self, state: Any, reward: jax.Array | None) -> jax.Array:
+    def _float_vector(self, state: Any, reward: jax.Array | None) -> jax.Array:
         """One env's float vector: observations (state + per-group gathers for a split), then rewards."""
         if self.split is None:
             parts = [leaf.reshape(-1).astype(jnp.float32) for _, leaf in tree_paths(state.obs)]
@@ -224,10 +224,10 @@ class BraxCore(JaxCore):
 
     def reset_one(self, key: jax.Array) -> tuple[Any, jax.Array]:
         state = self._cast(self.env.reset(key))
-        return state, self._outputs(state, None)
+        return state, self._float_vector(state, None)
 
     def observe_one(self, state: Any) -> jax.Array:
-        return self._outputs(state, None)
+        return self._float_vector(state, None)
 
     def step_one(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
         del key  # Brax steps are deterministic
@@ -235,7 +235,7 @@ class BraxCore(JaxCore):
         if self.split is not None:
             action = action[self.split.action_source]
         state, reward = self._advance(state, action)
-        return state, self._outputs(state, reward), self._flags(state)
+        return state, self._float_vector(state, reward), self._flags(state)
 
 
 class Differentiable:

@@ -2,8 +2,9 @@
 
 - ``JaxCore``: the per-env adapter protocol and its compiled ``jit(vmap)`` reset and step (``_core``).
 - ``JaxEnvBase``: the ``EnvBase`` hook over a ``JaxCore``, with ``jax_functions()`` (``_env``).
-- The executor (``_outputs``): a reset or step as one compiled call, its outputs one buffer per dtype, read by
-  torch as views; and the torch <-> JAX hand-off of the differentiable Brax env (``_transfer``).
+- The executor (``_executor``): a reset or step as one compiled call (``_programs``), its outputs one buffer per
+  dtype (``_packing``), read by torch as views; and the torch <-> JAX hand-off of the differentiable Brax env
+  (``_transfer``).
 - JAX settings applied when the first env is built: the compilation cache, the CPU dispatch and the GPU memory
   shared with torch (``_runtime``).
 

@@ -178,7 +178,7 @@ class _JumanjiCore(JaxCore):
         value = jnp.broadcast_to(value, (n,)) if value.ndim == 0 else value
         return value[self._order].reshape(-1)
 
-    def _outputs(self, timestep: Any) -> list[jax.Array]:
+    def _observation_parts(self, timestep: Any) -> list[jax.Array]:
         """The observation's entries in the env's column order: the shared fields, the per-agent ones (each for
         every agent, in group order), then the extras."""
         observation = timestep.observation
@@ -189,7 +189,7 @@ class _JumanjiCore(JaxCore):
 
     def reset_one(self, key):
         state, timestep = self.env.reset(key)
-        return state, jnp.concatenate(self._outputs(timestep))
+        return state, jnp.concatenate(self._observation_parts(timestep))
 
     def step_one(self, key, state, action):
         n = len(self._order)
@@ -201,7 +201,7 @@ class _JumanjiCore(JaxCore):
         truncated = last & jnp.any(discount > 0)  # truncation keeps a discount, termination zeroes it
         if self._terminating_limit is not None and self._counter is not None:
             truncated = truncated | (last & (jnp.asarray(getattr(state, self._counter)) >= self._terminating_limit))
-        parts = self._outputs(timestep) + [self._per_agent(jnp.asarray(timestep.reward, jnp.float32))]
+        parts = self._observation_parts(timestep) + [self._per_agent(jnp.asarray(timestep.reward, jnp.float32))]
         if self._separate:
             parts.append(self._per_agent(discount == 0).astype(jnp.float32))
         return state, jnp.concatenate(parts), jnp.stack([last & ~truncated, truncated])

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..pettingzoo import BatchPlan, Buffers, Frame, PettingZooEnv, Shard, Task, builds, state_of
+from ..pettingzoo import BatchFacts, Buffers, StepArrays, PettingZooEnv, Shard, Task, builds, state_of
 
 __all__ = ["MAgent2Env", "env_names", "tasks"]
 
@@ -48,7 +48,7 @@ def tasks() -> dict[str, Task]:
 
 
 class TeamShard(Shard):
-    """The shard of MAgent2 instances: a step read from the grid's own arrays, written straight into the frames.
+    """The shard of MAgent2 instances: a step read from the grid's own arrays, written straight into the step arrays.
 
     MAgent2's ``step`` copies every team's observations out of the grid, then splits them, the rewards and the end
     flags into a dict entry per agent (hundreds). Here a step does what that ``step`` does to the instance (the
@@ -58,16 +58,16 @@ class TeamShard(Shard):
     the two with agents dying); resets go through it.
     """
 
-    def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
-        super().__init__(instances, lo, plan, buffers)
+    def __init__(self, instances: Sequence[Any], lo: int, facts: BatchFacts, buffers: Buffers):
+        super().__init__(instances, lo, facts, buffers)
         from magent2.environments.magent_env import magent_parallel_env
 
-        N = len(plan.agents)
-        self.direct = (plan.parallel and all(isinstance(view, magent_parallel_env) for view in self.instances)
+        N = len(facts.agents)
+        self.direct = (facts.parallel and all(isinstance(view, magent_parallel_env) for view in self.instances)
                        and all(not g.info and g.mask_shape is None and len(g.obs.leaves) == 1 and g.obs.leaves[0].whole
-                               for g in plan.groups))
+                               for g in facts.groups))
         self.group_of, self.slot_of = np.zeros(N, np.intp), np.zeros(N, np.intp)
-        for gi, g in enumerate(plan.groups):
+        for gi, g in enumerate(facts.groups):
             self.group_of[g.index], self.slot_of[g.index] = gi, np.arange(len(g.agents))
 
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
@@ -76,15 +76,15 @@ class TeamShard(Shard):
             return
         b, lo, hi = self.buffers, self.lo, self.hi
         actions = self._wired_by_agent()
-        frame = b.step
-        frame.clear(lo, hi)
+        arrays = b.step
+        arrays.clear(lo, hi)
         for i in range(lo, hi):
             self.current = i
-            self._step_row(frame, i, self.instances[i - lo], actions[i - lo])
-        self._flags(frame)
+            self._step_row(arrays, i, self.instances[i - lo], actions[i - lo])
+        self._flags(arrays)
 
-    def _step_row(self, f: Frame, i: int, view: Any, actions: np.ndarray) -> None:
-        b, position, grid, N = self.buffers, self.position, view.env, len(self.plan.agents)
+    def _step_row(self, f: StepArrays, i: int, view: Any, actions: np.ndarray) -> None:
+        b, position, grid, N = self.buffers, self.position, view.env, len(self.facts.agents)
         before = np.fromiter(map(position.__getitem__, view.agents), np.intp, len(view.agents))
         ordered = actions[before].astype(np.int32)  # MAgent2's order: the agents alive, team after team
         start = 0
@@ -120,7 +120,7 @@ class TeamShard(Shard):
         if f.state is not None:
             f.state[i] = state_of(view)
 
-    def _observe(self, f: Frame, i: int, view: Any, handle: Any, ids: np.ndarray) -> None:
+    def _observe(self, f: StepArrays, i: int, view: Any, handle: Any, ids: np.ndarray) -> None:
         """The observations of a team's agents ``ids`` (global), built as MAgent2 builds them, into their groups."""
         grid_view, features = view.env.get_observation(handle)
         if view.minimap_mode and not view.extra_features:

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 
 from .._quiet import filtered_output
-from ..pettingzoo import ACTION_MASK, BatchPlan, Buffers, Frame, PettingZooEnv, Shard, Task, batch_index
+from ..pettingzoo import ACTION_MASK, BatchFacts, Buffers, StepArrays, PettingZooEnv, Shard, Task, batch_index
 from ._drawing import text_image
 
 __all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "tasks"]
@@ -258,25 +258,25 @@ class OpenSpielParallel(ParallelEnv):
 
 
 class GameShard(Shard):
-    """The shard of OpenSpiel game states: the values the PettingZoo views give, written straight into the frames.
+    """The shard of OpenSpiel game states: the values the PettingZoo views give, written straight into the step arrays.
 
     For a game whose step takes microseconds, the views' dicts and the generic per-row writes cost more than the
     game. Here a step plays every row's move (``_Game.play``, what the views call too), reads every player's tensor
-    and legal actions into flat lists, and writes each frame entry once for all rows. The views stay the instances:
+    and legal actions into flat lists, and writes each arrays entry once for all rows. The views stay the instances:
     their agents and player to act are kept as the generic path keeps them (PettingZoo's dicts only at a game's end),
     and a step where some game is already over (PettingZoo's dead steps, after a ``step`` without a reset) goes
     through them.
     """
 
-    def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
-        super().__init__(instances, lo, plan, buffers)
+    def __init__(self, instances: Sequence[Any], lo: int, facts: BatchFacts, buffers: Buffers):
+        super().__init__(instances, lo, facts, buffers)
         self.games: list[_Game] = [view.core for view in self.instances]
-        self.players = range(len(plan.agents))  # the agents are player_0, player_1, ...: the batch's order
+        self.players = range(len(facts.agents))  # the agents are player_0, player_1, ...: the batch's order
 
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
-        b, lo, hi, plan = self.buffers, self.lo, self.hi, self.plan
+        b, lo, hi, facts = self.buffers, self.lo, self.hi, self.facts
         if any(game.state.is_terminal() for game in self.games):  # dead steps: the generic path, over the views
-            if not plan.parallel:
+            if not facts.parallel:
                 for view, game in zip(self.instances, self.games):
                     if not game.state.is_terminal():
                         view._sync()  # the dicts a generic step reads (a direct step or restart leaves them as they were)
@@ -286,27 +286,27 @@ class GameShard(Shard):
             self.current = lo + r
             game.play(row)
             if game.state.is_terminal():
-                if plan.parallel:
+                if facts.parallel:
                     view.agents = []
                 else:
                     view._sync()
-            elif not plan.parallel:
+            elif not facts.parallel:
                 view.agent_selection = view.possible_agents[game.state.current_player()]
         b.step.clear(lo, hi)
         self._read(b.step, range(lo, hi))
         self._flags(b.step)
 
     def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
-        frame = self._reset_frame(rows)
+        arrays = self._reset_arrays(rows)
         for i, seed in zip(rows, seeds):
             self.current = i
             self.instances[i - self.lo].restart(seed)
-        self._read(frame, rows)
-        self._flags(frame)
+        self._read(arrays, rows)
+        self._flags(arrays)
 
-    def _read(self, f: Frame, rows: Sequence[int]) -> None:
-        """Rows ``rows`` of frame ``f`` and of the episode flags, from their games as they stand."""
-        b, plan, players, position = self.buffers, self.plan, self.players, self.position
+    def _read(self, f: StepArrays, rows: Sequence[int]) -> None:
+        """Rows ``rows`` of arrays ``f`` and of the episode flags, from their games as they stand."""
+        b, facts, players, position = self.buffers, self.facts, self.players, self.position
         n, P = len(rows), len(players)
         if not n:
             return
@@ -325,12 +325,12 @@ class GameShard(Shard):
             ended.append(state.is_terminal())
             cut.append(game.cut)
             chance.append(game.chance)
-            acting.append(-1 if not view.agents else P if plan.parallel else position[view.agent_selection])
+            acting.append(-1 if not view.agents else P if facts.parallel else position[view.agent_selection])
         mask = np.asarray(masks, bool).reshape(n, P, -1)
         mask[~mask.any(-1)] = True  # no legal action (not this player's move, or over): all True
         over = np.asarray(ended)
         live = np.ones((n, P), bool)
-        if plan.parallel:
+        if facts.parallel:
             live[over] = False
         who = np.asarray(acting)[:, None]
         acts = (who == np.arange(P)) | (who == P)
@@ -343,7 +343,7 @@ class GameShard(Shard):
         f.acting[rows] = acts
         f.reward[rows] = np.asarray(rewards, np.float32).reshape(n, P)
         chances = np.asarray(chance, np.float32)[:, None]
-        for gi, g in enumerate(plan.groups):
+        for gi, g in enumerate(facts.groups):
             f.obs[gi][0][rows] = obs[:, g.index].reshape(n, len(g.agents), *game.shape)
             f.action_mask[gi][rows] = mask[:, g.index]
             for buf in f.infos[gi]:  # the one numeric info: the chance outcome

@@ -30,7 +30,7 @@ def family_record(module: str, library: str, *, env_class: str, check_env: tuple
 #: What the families built on PettingZoo's machinery take from it (OpenSpiel, MAgent2, MaMuJoCo, LBF, RWARE).
 __getattr__, __dir__ = BACKEND.lazy_attributes({
     "._gymnasium": ("TupleAgentsFamily", "raw_env"),
-    "._shard": ("BatchPlan", "Buffers", "Frame", "Shard", "batch_index", "state_of"),
+    "._shard": ("BatchFacts", "Buffers", "StepArrays", "Shard", "batch_index", "state_of"),
     "._spaces": ("ACTION_MASK",),
     "._tasks": ("builds",),
 })

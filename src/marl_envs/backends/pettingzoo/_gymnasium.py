@@ -21,7 +21,7 @@ from pettingzoo import ParallelEnv
 
 from .._quiet import quiet_import
 from ._env import PettingZooEnv
-from ._shard import BatchPlan, Buffers, Shard
+from ._shard import BatchFacts, Buffers, Shard
 from ._tasks import Task, signature_keywords
 
 __all__ = ["Ends", "Forget", "TupleAgentsEnv", "TupleAgentsFamily", "TupleShard", "gymnasium_tasks", "raw_env"]
@@ -134,24 +134,24 @@ def _build(env_id: str, ends: Ends, forget: Forget | None, **kwargs: Any) -> Tup
 
 
 class TupleShard(Shard):
-    """The shard of :class:`TupleAgentsEnv` s: a step's tuples written straight into the frames.
+    """The shard of :class:`TupleAgentsEnv` s: a step's tuples written straight into the step arrays.
 
     Every agent of such an env is in its episode until the team's end, so a step needs no dict per instance: the
     observations of all rows are written with one assignment per entry, from the tuples the envs return. The data is
     what the generic path writes from the views' dicts (a test compares the two); resets go through it.
     """
 
-    def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
-        super().__init__(instances, lo, plan, buffers)
-        self.direct = plan.parallel and plan.state_shape is None and all(g.mask_shape is None for g in plan.groups)
+    def __init__(self, instances: Sequence[Any], lo: int, facts: BatchFacts, buffers: Buffers):
+        super().__init__(instances, lo, facts, buffers)
+        self.direct = facts.parallel and facts.state_shape is None and all(g.mask_shape is None for g in facts.groups)
 
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
         if not self.direct:
             super().step(decoded)
             return
-        b, lo, hi, plan = self.buffers, self.lo, self.hi, self.plan
+        b, lo, hi, facts = self.buffers, self.lo, self.hi, self.facts
         actions = self._actions(decoded)
-        slots = plan.slots
+        slots = facts.slots
         obs, rewards, ended, infos = [], [], [], []
         for r, view in enumerate(self.instances):
             self.current = lo + r
@@ -167,7 +167,7 @@ class TupleShard(Shard):
         b.seen[lo:hi] = True
         b.live[lo:hi] = f.acting[lo:hi] = ~flags.any(1)
         f.reward[lo:hi] = rewards
-        for gi, g in enumerate(plan.groups):
+        for gi, g in enumerate(facts.groups):
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
                 buf[lo:hi] = [[leaf.read(row[k]) for k in g.index] for row in obs]
             for (key, _), buf in zip(g.info, f.infos[gi]):

@@ -19,7 +19,7 @@ import numpy as np
 from ..._core.rules import done_of
 from ._spaces import ACTION_MASK, ActionCodec, ObsSplit
 
-__all__ = ["BatchPlan", "Buffers", "Frame", "Group", "Record", "Shard", "batch_index", "dead_message", "root_ends",
+__all__ = ["BatchFacts", "Buffers", "StepArrays", "Group", "InstanceStep", "Shard", "batch_index", "dead_message", "root_ends",
            "state_of"]
 
 Alloc = Callable[[tuple[int, ...], Any], np.ndarray]
@@ -44,7 +44,7 @@ class Group:
         object.__setattr__(self, "names", frozenset(self.agents))
 
 
-class Record(NamedTuple):
+class InstanceStep(NamedTuple):
     """What one instance's reset or step gives, as PettingZoo's dicts by agent, and who acts after it."""
 
     obs: dict
@@ -57,7 +57,7 @@ class Record(NamedTuple):
 
 
 @dataclass(frozen=True)
-class BatchPlan:
+class BatchFacts:
     """What a shard needs to know about the batch: the agents, their groups, and the wrapper's options."""
 
     agents: tuple[str, ...]
@@ -76,37 +76,37 @@ class BatchPlan:
         return [where[agent] for agent in self.agents]
 
 
-class Frame:
+class StepArrays:
     """The arrays one reset or one step writes (``obs``, ``infos``, ``action_mask``, ``reward``, ``acting``,
     ``state``, and the agents' ``term`` / ``trunc`` flags as they stood after it), all with the batch first.
 
-    A ``fresh`` frame (one shard over the whole batch, in this process) gets new arrays at every ``clear``, so
+    ``fresh`` arrays (one shard over the whole batch, in this process) are new at every ``clear``, so
     that the wrapper can hand the last ones to torch without copying them: for hundreds of agents with image
-    observations (MAgent2) that copy would outweigh the step itself. Frames in shared memory (worker processes)
+    observations (MAgent2) that copy would outweigh the step itself. Arrays in shared memory (worker processes)
     are cleared in place and copied by the wrapper.
     """
 
-    def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc, fresh: bool = False):
-        self.plan, self.num_envs, self.fresh = plan, num_envs, fresh
-        B, N = num_envs, len(plan.agents)
-        self._outputs(alloc)
+    def __init__(self, facts: BatchFacts, num_envs: int, alloc: Alloc, fresh: bool = False):
+        self.facts, self.num_envs, self.fresh = facts, num_envs, fresh
+        B, N = num_envs, len(facts.agents)
+        self._allocate(alloc)
         self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
 
-    def _outputs(self, alloc: Alloc) -> None:
-        plan, B, N = self.plan, self.num_envs, len(self.plan.agents)
+    def _allocate(self, alloc: Alloc) -> None:
+        facts, B, N = self.facts, self.num_envs, len(self.facts.agents)
         self.obs = [[alloc((B, len(g.agents), *leaf.shape), leaf.dtype) for leaf in g.obs.leaves]
-                    for g in plan.groups]
-        self.infos = [[alloc((B, len(g.agents), *shape), np.float32) for _, shape in g.info] for g in plan.groups]
+                    for g in facts.groups]
+        self.infos = [[alloc((B, len(g.agents), *shape), np.float32) for _, shape in g.info] for g in facts.groups]
         self.action_mask = [None if g.mask_shape is None else alloc((B, len(g.agents), *g.mask_shape), bool)
-                            for g in plan.groups]
+                            for g in facts.groups]
         self.reward = alloc((B, N), np.float32)
         self.acting = alloc((B, N), bool)
-        self.state = None if plan.state_shape is None else alloc((B, *plan.state_shape), plan.state_dtype)
+        self.state = None if facts.state_shape is None else alloc((B, *facts.state_shape), facts.state_dtype)
 
     def clear(self, lo: int, hi: int) -> None:
         """Rows ``[lo, hi)`` back to their defaults (zeros; action masks all True): new arrays if ``fresh``."""
         if self.fresh:
-            self._outputs(np.zeros)
+            self._allocate(np.zeros)
             for mask in self.action_mask:
                 if mask is not None:
                     mask[:] = True
@@ -125,19 +125,19 @@ class Buffers:
 
     In: ``actions`` (per group, the codec's wire array; None for ``Dict`` action spaces, whose decoded values
     are passed along instead) and ``ends`` (rows to reset after a fused step whatever their flags:
-    ``max_steps``). Out: the frames of the last step and of the last reset (``step``, ``reset``; a fused
-    step-and-reset writes both; ``fresh``: see :class:`Frame`) and ``reset_rows``, the rows the last fused
+    ``max_steps``). Out: the arrays of the last step and of the last reset (``step``, ``reset``; a fused
+    step-and-reset writes both; ``fresh``: see :class:`StepArrays`) and ``reset_rows``, the rows the last fused
     step-and-reset reset. Kept: the episodes' flags (``term``, ``trunc``: last end flags, kept once an agent left;
     ``seen``: the agent has been in this episode; ``live``: it is in the instance's ``agents`` now).
     """
 
-    def __init__(self, plan: BatchPlan, num_envs: int, alloc: Alloc = np.zeros, fresh: bool = False):
-        B, N = num_envs, len(plan.agents)
+    def __init__(self, facts: BatchFacts, num_envs: int, alloc: Alloc = np.zeros, fresh: bool = False):
+        B, N = num_envs, len(facts.agents)
         self.actions = [None if g.codec.wire_shape is None else
-                        alloc((B, len(g.agents), *g.codec.wire_shape), g.codec.wire_dtype) for g in plan.groups]
+                        alloc((B, len(g.agents), *g.codec.wire_shape), g.codec.wire_dtype) for g in facts.groups]
         self.ends = alloc((B,), bool)
-        self.step, self.reset = Frame(plan, B, alloc, fresh), Frame(plan, B, alloc, fresh)
-        self.fresh = fresh  #: the frames' arrays are new at every step / reset: the wrapper need not copy them
+        self.step, self.reset = StepArrays(facts, B, alloc, fresh), StepArrays(facts, B, alloc, fresh)
+        self.fresh = fresh  #: the arrays' arrays are new at every step / reset: the wrapper need not copy them
         self.term, self.trunc = alloc((B, N), bool), alloc((B, N), bool)
         self.seen = alloc((B, N), bool)
         self.live = alloc((B, N), bool)
@@ -174,164 +174,164 @@ def state_of(env: Any) -> np.ndarray:
 class Shard:
     """The instances of rows ``[lo, lo + len(instances))``, written into ``buffers``."""
 
-    def __init__(self, instances: Sequence[Any], lo: int, plan: BatchPlan, buffers: Buffers):
+    def __init__(self, instances: Sequence[Any], lo: int, facts: BatchFacts, buffers: Buffers):
         self.instances, self.lo, self.hi = list(instances), lo, lo + len(instances)
-        self.plan, self.buffers = plan, buffers
-        self.position = {agent: k for k, agent in enumerate(plan.agents)}
-        self.everyone = frozenset(plan.agents)
-        self.slot = dict(zip(plan.agents, plan.slots))
+        self.facts, self.buffers = facts, buffers
+        self.position = {agent: k for k, agent in enumerate(facts.agents)}
+        self.everyone = frozenset(facts.agents)
+        self.slot = dict(zip(facts.agents, facts.slots))
         self.current = lo
 
     def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
         """Reset the instances of ``rows`` (global batch indices inside this shard) with ``seeds``, into the reset
-        frame."""
-        frame = self._reset_frame(rows)
-        b, records = self.buffers, []
+        arrays."""
+        arrays = self._reset_arrays(rows)
+        b, steps = self.buffers, []
         for i, seed in zip(rows, seeds):
             self.current = i
             b.term[i] = b.trunc[i] = b.seen[i] = False
-            records.append(self._reset_instance(self.instances[i - self.lo], seed))
-        self._write_rows(frame, rows, records)
-        self._flags(frame)
+            steps.append(self._reset_instance(self.instances[i - self.lo], seed))
+        self._write_rows(arrays, rows, steps)
+        self._flags(arrays)
 
-    def _reset_frame(self, rows: Sequence[int]) -> Frame:
-        """The reset frame, cleared for a reset of ``rows``. A fresh frame gets new arrays only if some row is reset:
+    def _reset_arrays(self, rows: Sequence[int]) -> StepArrays:
+        """The reset arrays, cleared for a reset of ``rows``. A fresh arrays gets new arrays only if some row is reset:
         with none, the wrapper does not read it (and zeroing hundreds of agents' observations is not free)."""
-        frame = self.buffers.reset
-        if rows or not frame.fresh:
-            frame.clear(self.lo, self.hi)
-        return frame
+        arrays = self.buffers.reset
+        if rows or not arrays.fresh:
+            arrays.clear(self.lo, self.hi)
+        return arrays
 
     def _actions(self, decoded: Sequence[Sequence | None] | None) -> list[Sequence]:
         """Each group's actions of this shard's rows, ``[gi][i - lo][j]``, as the instances take them: from the wire
         buffers (``decoded[gi]`` for the groups without one)."""
         lo, hi = self.lo, self.hi
         return [g.codec.unwire(wire[lo:hi].copy()) if wire is not None else decoded[gi]  # the env owns a copy
-                for gi, (g, wire) in enumerate(zip(self.plan.groups, self.buffers.actions))]
+                for gi, (g, wire) in enumerate(zip(self.facts.groups, self.buffers.actions))]
 
     def _wired_by_agent(self) -> np.ndarray:
-        """This shard's rows of the wire buffers, ``(rows, agents)`` in ``plan.agents`` order: for shards whose
+        """This shard's rows of the wire buffers, ``(rows, agents)`` in ``facts.agents`` order: for shards whose
         agents all take discrete actions (indices)."""
-        actions = np.empty((self.hi - self.lo, len(self.plan.agents)), np.int64)
-        for g, wire in zip(self.plan.groups, self.buffers.actions):
+        actions = np.empty((self.hi - self.lo, len(self.facts.agents)), np.int64)
+        for g, wire in zip(self.facts.groups, self.buffers.actions):
             actions[:, g.index] = wire[self.lo:self.hi]
         return actions
 
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
         """Step every instance with the actions in ``buffers.actions`` (``decoded[gi][i - lo][j]`` for the groups
-        without a wire array) into the step frame."""
+        without a wire array) into the step arrays."""
         b, lo, hi = self.buffers, self.lo, self.hi
         actions = self._actions(decoded)
-        frame = b.step
-        frame.clear(lo, hi)
-        records = []
+        arrays = b.step
+        arrays.clear(lo, hi)
+        steps = []
         for i in range(lo, hi):
             self.current = i  # the row a failure is reported for
-            records.append(self._step_instance(self.instances[i - lo], [group[i - lo] for group in actions]))
-        self._write_rows(frame, range(lo, hi), records)
-        self._flags(frame)
+            steps.append(self._step_instance(self.instances[i - lo], [group[i - lo] for group in actions]))
+        self._write_rows(arrays, range(lo, hi), steps)
+        self._flags(arrays)
 
     def step_reset(self, decoded: Sequence[Sequence | None] | None = None,
                    seeds: Sequence[int | None] | None = None) -> None:
-        """``step``, then ``reset`` the rows it ended (by the root done rule: ``plan.done_on_any``) and those
+        """``step``, then ``reset`` the rows it ended (by the root done rule: ``facts.done_on_any``) and those
         ``buffers.ends`` marks, writing them to ``buffers.reset_rows``; ``seeds[i - lo]``: the seed of row ``i``'s
         reset (``seeds`` None: every reset unseeded)."""
         self.step(decoded)
         b, lo, hi = self.buffers, self.lo, self.hi
-        term, trunc = root_ends(b.step.term[lo:hi], b.step.trunc[lo:hi], self.plan.done_on_any)
+        term, trunc = root_ends(b.step.term[lo:hi], b.step.trunc[lo:hi], self.facts.done_on_any)
         rows = done_of(term, trunc) | b.ends[lo:hi]
         b.reset_rows[lo:hi] = rows
         ended = np.flatnonzero(rows).tolist()
         self.reset([lo + i for i in ended], [None] * len(ended) if seeds is None else [seeds[i] for i in ended])
 
-    def _flags(self, frame: Frame) -> None:
-        """The episodes' end flags of this shard's rows as they stand now, into ``frame``."""
+    def _flags(self, arrays: StepArrays) -> None:
+        """The episodes' end flags of this shard's rows as they stand now, into ``arrays``."""
         b, lo, hi = self.buffers, self.lo, self.hi
-        frame.term[lo:hi], frame.trunc[lo:hi] = b.term[lo:hi], b.trunc[lo:hi]
+        arrays.term[lo:hi], arrays.trunc[lo:hi] = b.term[lo:hi], b.trunc[lo:hi]
 
     # -- one instance: PettingZoo's dicts ------------------------------------------------------------
-    def _record(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> Record:
-        acting = env.agents if self.plan.parallel else ([env.agent_selection] if env.agents else [])
-        return Record(obs, rewards, terms, truncs, infos, acting, env)
+    def _instance_step(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> InstanceStep:
+        acting = env.agents if self.facts.parallel else ([env.agent_selection] if env.agents else [])
+        return InstanceStep(obs, rewards, terms, truncs, infos, acting, env)
 
-    def _aec_record(self, env: Any) -> Record:
+    def _aec_instance_step(self, env: Any) -> InstanceStep:
         obs = {agent: env.observe(agent) for agent in env.agents}
-        return self._record(env, obs, env.rewards, env.terminations, env.truncations, env.infos)
+        return self._instance_step(env, obs, env.rewards, env.terminations, env.truncations, env.infos)
 
-    def _reset_instance(self, env: Any, seed: int | None) -> Record:
-        if self.plan.parallel:
+    def _reset_instance(self, env: Any, seed: int | None) -> InstanceStep:
+        if self.facts.parallel:
             obs, infos = env.reset(seed=seed)
-            return self._record(env, obs, {}, {}, {}, infos)
+            return self._instance_step(env, obs, {}, {}, {}, infos)
         env.reset(seed=seed)
-        return self._aec_record(env)
+        return self._aec_instance_step(env)
 
-    def _step_instance(self, env: Any, actions: Sequence[Sequence]) -> Record:
+    def _step_instance(self, env: Any, actions: Sequence[Sequence]) -> InstanceStep:
         slot = self.slot
-        if self.plan.parallel:
+        if self.facts.parallel:
             step = {agent: actions[gi][j] for agent in env.agents for gi, j in (slot[agent],)}
-            return self._record(env, *env.step(step))
+            return self._instance_step(env, *env.step(step))
         agent = env.agent_selection
         gi, j = slot[agent]
         env.step(None if env.terminations[agent] or env.truncations[agent] else actions[gi][j])
-        return self._aec_record(env)
+        return self._aec_instance_step(env)
 
-    def _write_rows(self, f: Frame, rows: Sequence[int], records: Sequence[Record]) -> None:
-        """Rows ``rows`` of frame ``f`` (and of the episode flags) from their instances' records.
+    def _write_rows(self, f: StepArrays, rows: Sequence[int], steps: Sequence[InstanceStep]) -> None:
+        """Rows ``rows`` of arrays ``f`` (and of the episode flags) from their instances' steps.
 
         The rows where every agent is in the episode and observed (the common case) are written together: one
         assignment per entry for all of them, from nested lists of the dicts' values. The others (agents dead or
         gone, an episode's last step of a parallel env) are written one by one (``_write``).
         """
-        plan, b, everyone = self.plan, self.buffers, self.everyone
-        n_agents = len(plan.agents)
+        facts, b, everyone = self.facts, self.buffers, self.everyone
+        n_agents = len(facts.agents)
         full, whole = [], []
-        for i, record in zip(rows, records):
-            if len(record.env.agents) == n_agents and record.obs.keys() >= everyone:
+        for i, step in zip(rows, steps):
+            if len(step.env.agents) == n_agents and step.obs.keys() >= everyone:
                 full.append(i)
-                whole.append(record)
+                whole.append(step)
             else:
-                self._write(f, i, record)
+                self._write(f, i, step)
         if not full:
             return
         at = batch_index(full)
-        agents = plan.agents
+        agents = facts.agents
         b.live[at] = b.seen[at] = True
-        if plan.parallel:  # every agent acts
+        if facts.parallel:  # every agent acts
             f.acting[at] = True
         else:
-            f.acting[full, [self.position[record.env.agent_selection] for record in whole]] = True
-        b.term[at] = [list(map(record.terms.get, agents, repeat(False))) for record in whole]
-        b.trunc[at] = [list(map(record.truncs.get, agents, repeat(False))) for record in whole]
-        f.reward[at] = [list(map(record.rewards.get, agents, repeat(0.0))) for record in whole]
-        for gi, g in enumerate(plan.groups):
+            f.acting[full, [self.position[step.env.agent_selection] for step in whole]] = True
+        b.term[at] = [list(map(step.terms.get, agents, repeat(False))) for step in whole]
+        b.trunc[at] = [list(map(step.truncs.get, agents, repeat(False))) for step in whole]
+        f.reward[at] = [list(map(step.rewards.get, agents, repeat(0.0))) for step in whole]
+        for gi, g in enumerate(facts.groups):
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
                 if leaf.whole:
-                    buf[at] = [list(map(record.obs.__getitem__, g.agents)) for record in whole]
+                    buf[at] = [list(map(step.obs.__getitem__, g.agents)) for step in whole]
                 else:
-                    buf[at] = [[leaf.read(record.obs[agent]) for agent in g.agents] for record in whole]
+                    buf[at] = [[leaf.read(step.obs[agent]) for agent in g.agents] for step in whole]
             if g.info or g.mask_shape is not None:
-                for i, record in zip(full, whole):
-                    present = list(map(record.obs.__getitem__, g.agents))
-                    self._extras(f, gi, g, i, slice(None), g.agents, g.index, present, record.infos)
+                for i, step in zip(full, whole):
+                    present = list(map(step.obs.__getitem__, g.agents))
+                    self._extras(f, gi, g, i, slice(None), g.agents, g.index, present, step.infos)
         if f.state is not None:
-            for i, record in zip(full, whole):
-                f.state[i] = state_of(record.env)
+            for i, step in zip(full, whole):
+                f.state[i] = state_of(step.env)
 
-    def _write(self, f: Frame, i: int, record: Record) -> None:
-        """Row ``i`` of frame ``f`` (and of the episode flags) from one instance's record, whoever is in it.
+    def _write(self, f: StepArrays, i: int, step: InstanceStep) -> None:
+        """Row ``i`` of arrays ``f`` (and of the episode flags) from one instance's step, whoever is in it.
 
         Hundreds of agents in a group (MAgent2), some dead: the dicts are read with ``map`` and each leaf is written
         with one assignment per group.
         """
-        plan, b, index_of = self.plan, self.buffers, self.position.__getitem__
-        agent_obs, rewards, terms, truncs, agent_infos, acting, env = record
+        facts, b, index_of = self.facts, self.buffers, self.position.__getitem__
+        agent_obs, rewards, terms, truncs, agent_infos, acting, env = step
         live, term, trunc, seen = b.live[i], b.term[i], b.trunc[i], b.seen[i]  # row views
         live[:] = False
         live[list(map(index_of, env.agents))] = True
         acts = f.acting[i]
         acts[list(map(index_of, acting))] = True
         reward = f.reward[i]
-        for gi, g in enumerate(plan.groups):
+        for gi, g in enumerate(facts.groups):
             members, ks = g.agents, g.index
             if agent_obs.keys() >= g.names:  # every member observed: the common case
                 js: slice | list[int] = slice(None)
@@ -352,7 +352,7 @@ class Shard:
         if f.state is not None:
             f.state[i] = state_of(env)
 
-    def _extras(self, f: Frame, gi: int, g: Group, i: int, js: slice | list[int], members: Sequence[str],
+    def _extras(self, f: StepArrays, gi: int, g: Group, i: int, js: slice | list[int], members: Sequence[str],
                 ks: np.ndarray, present: list, agent_infos: dict) -> None:
         """Row ``i``'s numeric infos and action masks of group ``g``'s agents ``members`` (at ``js`` in the group,
         ``ks`` in the batch; ``present``: their observations); the acting flags must be written already."""
@@ -382,7 +382,7 @@ class Shard:
             if agent in agent_obs:
                 js.append(j)
                 continue
-            if not self.plan.use_mask:
+            if not self.facts.use_mask:
                 raise ValueError(dead_message(i, [agent]))
             k = g.index[j]
             if seen[k] and not (term[k] or trunc[k]):

@@ -3,7 +3,7 @@
 An agent's observation becomes a list of :class:`Leaf` (one per array inside a possibly nested ``Dict``
 space), each written into a ``(B, n, *shape)`` numpy buffer of its group; an agent's action space becomes an
 :class:`ActionCodec` turning the group's action tensor into the per-instance, per-agent values PettingZoo takes.
-The spaces' specs come from the core's converter (``marl_envs._spaces.space_spec``).
+The spaces' specs come from the core's converter (``marl_envs.backends._spaces.space_spec``).
 """
 
 from __future__ import annotations

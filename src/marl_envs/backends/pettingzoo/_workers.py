@@ -44,7 +44,7 @@ from typing import IO, Any
 import numpy as np
 
 from .._quiet import Filter, ignored_warnings
-from ._shard import BatchPlan, Buffers, Shard
+from ._shard import BatchFacts, Buffers, Shard
 
 __all__ = ["DEFAULT_TIMEOUT_S", "InstanceError", "WorkerError", "WorkerPool", "shared_zeros"]
 
@@ -86,7 +86,7 @@ def shared_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
 
 
 def _serve(conn: Connection, go: int, alive: int, parents_end: int, stderr: int, make: Callable[[], Any], lo: int,
-           hi: int, plan: BatchPlan, buffers: Buffers, shard_class: type[Shard]) -> None:
+           hi: int, facts: BatchFacts, buffers: Buffers, shard_class: type[Shard]) -> None:
     """A worker's loop: build the instances of rows ``[lo, hi)``, then run the commands that come in."""
     os.close(parents_end)  # ``alive`` reads EOF once the parent, the last holder of this end, is gone
     # the file whose tail the parent quotes if this worker fails, for C code (fd 2) and Python (sys.stderr, which
@@ -95,7 +95,7 @@ def _serve(conn: Connection, go: int, alive: int, parents_end: int, stderr: int,
     sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
     faulthandler.enable(sys.stderr)
     try:
-        shard = shard_class([make() for _ in range(hi - lo)], lo, plan, buffers)
+        shard = shard_class([make() for _ in range(hi - lo)], lo, facts, buffers)
     except Exception:
         conn.send(("error", (lo, traceback.format_exc())))
         return
@@ -183,7 +183,7 @@ class WorkerPool:
         make: builds one instance (each worker calls it for each of its rows).
         num_envs: the rows of the batch.
         num_workers: the processes.
-        plan: what the shards know of the batch.
+        facts: what the shards know of the batch.
         buffers: the buffers in shared memory the workers read and write.
         shard_class: what each worker steps its instances with.
         name: the env's name in errors (``"pettingzoo/mpe/simple_spread_v3"``).
@@ -195,7 +195,7 @@ class WorkerPool:
         WorkerError: a worker died, or did not answer within ``timeout`` (then it is killed).
     """
 
-    def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, plan: BatchPlan, buffers: Buffers,
+    def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, facts: BatchFacts, buffers: Buffers,
                  shard_class: type[Shard] = Shard, *, name: str = "PettingZoo envs",
                  timeout: float | None = DEFAULT_TIMEOUT_S):
         if "fork" not in mp.get_all_start_methods():
@@ -204,7 +204,7 @@ class WorkerPool:
         self.slices = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
         self.name, self.timeout = name, timeout
         self._context = mp.get_context("fork")
-        self._build = (make, plan, buffers, shard_class)
+        self._build = (make, facts, buffers, shard_class)
         n = len(self.slices)
         # per worker: its pipe, process, eventfd (its wake-up call) and stderr file; replaced in place by restart()
         self.conns: list = [None] * n
@@ -231,12 +231,12 @@ class WorkerPool:
 
     def _start(self, k: int) -> None:
         """Fork worker ``k``: it builds the instances of its rows and answers once they are built."""
-        make, plan, buffers, shard_class = self._build
+        make, facts, buffers, shard_class = self._build
         lo, hi = self.slices[k]
         parent, child = self._context.Pipe()
         go = os.eventfd(0, os.EFD_NONBLOCK)
         log = tempfile.TemporaryFile()  # unlinked: gone with its last descriptor
-        args = (child, go, self._alive_r, self._alive, log.fileno(), make, lo, hi, plan, buffers, shard_class)
+        args = (child, go, self._alive_r, self._alive, log.fileno(), make, lo, hi, facts, buffers, shard_class)
         process = self._context.Process(target=_serve, args=args, daemon=True, name=f"marl_envs-pettingzoo-{lo}-{hi}")
         self.conns[k], self.gos[k], self.logs[k] = parent, go, log
         with ignored_warnings(*_FORK_WARNINGS):

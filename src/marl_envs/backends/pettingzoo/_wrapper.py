@@ -18,7 +18,7 @@ from .._quiet import quiet_import
 from .._spaces import space_spec
 from ..._core.validate import checked_keywords
 from ...specs import Binary, Composite, Unbounded
-from ._shard import BatchPlan, Buffers, Frame, Group, Shard, dead_message, root_ends, state_of
+from ._shard import BatchFacts, Buffers, StepArrays, Group, Shard, dead_message, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
 from ._tasks import EPISODE_BOUNDS, SWIG_WARNINGS
 from ._workers import DEFAULT_TIMEOUT_S, InstanceError, WorkerPool, shared_zeros
@@ -103,7 +103,7 @@ class PettingZooWrapper(EnvBase):
     #: group agents by name prefix even where all look alike (opposing teams: ``red_*`` and ``blue_*``)
     teams_by_prefix: ClassVar[bool] = False
     #: what steps the instances and writes their results: a family whose results can be written straight into the
-    #: frames, without PettingZoo's dicts (OpenSpiel, MAgent2, the tuple-agent envs), has its own, giving the same data
+    #: arrays, without PettingZoo's dicts (OpenSpiel, MAgent2, the tuple-agent envs), has its own, giving the same data
     shard_class: ClassVar[type[Shard]] = Shard
 
     @checked_keywords
@@ -153,18 +153,18 @@ class PettingZooWrapper(EnvBase):
             state = state_of(first)
             self._state_shape, self._state_dtype = state.shape, (np.float32 if state.dtype.kind == "f" else state.dtype)
         self._groups = self._build_groups(group_map, infos, first)
-        plan = BatchPlan(tuple(self._agents), tuple(self._groups), self.parallel, self.use_mask, self._state_shape,
+        facts = BatchFacts(tuple(self._agents), tuple(self._groups), self.parallel, self.use_mask, self._state_shape,
                          self._state_dtype, self.done_on_any)
         # in this process, one shard writes new arrays at every step, handed to torch as they are
-        self._buffers = Buffers(plan, num_envs, shared_zeros if num_workers else np.zeros, fresh=not num_workers)
-        self._own = (lambda array: array) if self._buffers.fresh else np.copy  # frames are reused: copy them
+        self._buffers = Buffers(facts, num_envs, shared_zeros if num_workers else np.zeros, fresh=not num_workers)
+        self._own = (lambda array: array) if self._buffers.fresh else np.copy  # arrays are reused: copy them
         if num_workers:
             first.close()  # a probe: the workers build the instances
-            self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, plan, self._buffers,
+            self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, facts, self._buffers,
                                                           self.shard_class, name=self._name_in_errors(),
                                                           timeout=worker_timeout)
         else:
-            self._runner = self.shard_class(instances, 0, plan, self._buffers)
+            self._runner = self.shard_class(instances, 0, facts, self._buffers)
         if seed is not None:
             self.set_seed(seed)
 
@@ -384,10 +384,10 @@ class PettingZooWrapper(EnvBase):
         self._check_can_step()
         return decoded
 
-    def _to_tensordict(self, frame: Frame, with_reward: bool = False) -> TensorDictBase:
-        """The one output builder: a frame the shards wrote -> one TensorDict (its arrays copied where the frames are
+    def _to_tensordict(self, arrays: StepArrays, with_reward: bool = False) -> TensorDictBase:
+        """The one output builder: the arrays the shards wrote -> one TensorDict (its arrays copied where they are
         reused: worker processes)."""
-        B, f, cpu = self.num_envs, frame, torch.device("cpu")
+        B, f, cpu = self.num_envs, arrays, torch.device("cpu")
         obs, infos, action_mask, acting = f.obs, f.infos, f.action_mask, f.acting
         reward = f.reward if with_reward else None
         term, trunc = f.term.copy(), f.trunc.copy()

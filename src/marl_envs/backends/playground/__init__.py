@@ -36,6 +36,6 @@ from ...registry import Backend
 BACKEND = Backend(__name__, packages=("jax", "brax", "mujoco_playground"), extra="playground",
                   env_class="PlaygroundEnv", check_env=("playground/CartpoleBalance", {}),
                   host_wait=True,  # CartpoleBalance never waits (only CheetahRun does, by design: SETTLING_RESETS)
-                  title="MuJoCo Playground", distributions=("playground", "brax", "jax", "mujoco"),
+                  title="MuJoCo Playground", distributions=("playground", "brax", "jax", "mujoco", "mujoco-mjx"),
                   builds_on=("jax", "brax"))
 __getattr__, __dir__ = BACKEND.lazy_attributes()
