@@ -187,7 +187,7 @@ def test_keys_follow_what_makes_the_entry_and_the_picture(catalogue, monkeypatch
     assert catalogue.picture_keys(names)["vmas/balance"] != pictures["vmas/balance"]
     assert catalogue.entry_keys(names) == entries  # the entry does not depend on how the env is pictured
     steps_changed = catalogue.picture_keys(names)
-    monkeypatch.setattr(catalogue, "_version", lambda distribution: "0.0.0")  # another vmas, pyglet or torch
+    monkeypatch.setattr(catalogue, "installed_version", lambda distribution: "0.0.0")  # another vmas, pyglet or torch
     assert catalogue.picture_keys(names)["vmas/balance"] != steps_changed["vmas/balance"]
     assert catalogue.entry_keys(names)["vmas/balance"] != entries["vmas/balance"]
 

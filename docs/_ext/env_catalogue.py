@@ -90,11 +90,16 @@ def stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name.partition("/")[2].replace("/", "-"))
 
 
+def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (None if it is not installed)."""
+    from marl_envs._version import installed_version as version
+
+    return version(distribution)
+
+
 def _versions(backend: str) -> dict[str, str]:
     """The installed versions of the distributions that determine ``backend``'s entries (its record's, and
     torch)."""
-    from marl_envs._version import installed_version
-
     record = _record(backend)
     distributions = () if record is None else (*record.distributions, "torch")
     return {d: installed_version(d) or "absent" for d in distributions}

@@ -20,6 +20,7 @@ __all__ = ["Composite", "DONE_KEYS", "complete_done_spec"]
 class Composite:
     """A nested mapping of specs. ``shape`` is the batch shape every entry starts with.
 
+    >>> from marl_envs.specs import Unbounded
     >>> spec = Composite(agents=Composite(observation=Unbounded((2, 3, 4)), shape=(2, 3)), shape=(2,))
     >>> spec["agents", "observation"].shape
     torch.Size([2, 3, 4])

@@ -25,9 +25,9 @@ from ..._core.validate import checked_keywords
 from ...specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
 from ..jax import JaxCore, JaxEnvBase, configure_jax, strong
 from ._drawing import draw, drawing_of
-from ._library import CLASSES, UNAVAILABLE, check, env_names, library_name
+from ._library import CLASSES, UNAVAILABLE, check, env_names, library_name, unavailable
 
-__all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "library_name"]
+__all__ = ["NO_MASK", "UNAVAILABLE", "JaxMarlEnv", "env_names", "library_name", "unavailable"]
 
 _ALWAYS_LEGAL = "JaxMARL's get_avail_actions raises NotImplementedError and every action is legal in every state"
 NO_MASK = {
