@@ -426,7 +426,8 @@ def _env_page(entry: dict, picture: dict | None) -> str:
         parts.append(f":::{{note}}\nNo picture: {no_picture(backend, picture['why'])}\n:::\n")
     else:
         parts.append(":::{note}\nNo picture yet: `make pictures` renders it.\n:::\n")
-    parts.append(f"Built with `marl_envs.make({name!r}, {build})`:\n\n```text\n{entry['repr']}\n```\n")
+    parts.append(f"Built with `marl_envs.make({name!r}, {build})`:\n\n:::{{container}} env-repr\n```text\n"
+                 f"{entry['repr']}\n```\n:::\n")
     parts.append("## Groups\n\n" + _table(*entry["group_table"], code=(0,)) + "\n")
     parts.append("## Keys and specs\n\nWhat `marl-envs info` prints; shapes include the batch "
                  f"(`num_envs={entry['build']['num_envs']}`).\n\n" + _table(*entry["spec_table"], code=(0, 2)) + "\n")

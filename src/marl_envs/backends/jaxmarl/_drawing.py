@@ -48,7 +48,7 @@ def draw(env: Any, state: Any) -> np.ndarray:
         state = state.state  # the SMAX state inside a scripted-enemy env's
     # init_render takes (key, state, actions) as JaxMARL's visualizer replays them; with no action known here,
     # every unit is drawn as moving (0: no shot highlighted)
-    step = int(np.asarray(getattr(state, "time", 0)))
+    step = int(np.asarray(getattr(state, "step", getattr(state, "time", 0))))  # its title: "Step N"
     env.init_render(figure.add_subplot(), (None, state, collections.defaultdict(int)), 0, step)
     return _pixels(FigureCanvasAgg(figure))
 

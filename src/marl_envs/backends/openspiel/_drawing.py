@@ -3,6 +3,8 @@ image in a monospaced font, on matplotlib's Agg canvas (no window, no display ne
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 __all__ = ["text_image"]
@@ -14,11 +16,12 @@ MARGIN, LEAST = 16, (320, 240)
 
 
 def text_image(text: str) -> np.ndarray:
-    """``text`` as black monospaced lines on a light background, at least 320 x 240 pixels."""
+    """``text`` as black monospaced lines on a light background, at least 320 x 240 pixels (the indent its lines
+    share left out)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    lines = text.rstrip("\n").splitlines() or [""]
+    lines = textwrap.dedent(text.rstrip()).splitlines() or [""]  # a board indented as a whole is drawn centred
     if len(lines) > MAX_LINES:
         lines = [*lines[:MAX_LINES - 1], "…"]
     lines = [line if len(line) <= MAX_COLUMNS else f"{line[:MAX_COLUMNS - 1]}…" for line in lines]
