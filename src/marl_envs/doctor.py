@@ -34,9 +34,10 @@ __all__ = ["ENVS", "HOST_WAIT_BATCH", "HOST_WAIT_ENVS", "PACKAGES", "Report", "R
 
 #: The number of envs of the host-wait check (``host_wait``): each backend's record says whether it has one.
 HOST_WAIT_BATCH = 4096
-#: The distributions whose versions are shown besides each backend's (its record's ``distributions``): the core's,
-#: JAX's compiled half, TorchRL's and BenchMARL's.
-CORE_PACKAGES = ("torch", "tensordict", "numpy", "jaxlib", "torchrl", "benchmarl")
+#: The distributions whose versions are shown besides each backend's (its record's ``distributions``): the core's
+#: first, then JAX's compiled half, TorchRL's and BenchMARL's.
+CORE_PACKAGES = ("torch", "tensordict", "numpy")
+INTEROP_PACKAGES = ("jaxlib", "torchrl", "benchmarl")
 PASS, FAIL, NOTE = "ok", "FAIL", "-"
 STEPS = 3
 
@@ -57,10 +58,10 @@ def __getattr__(name: str) -> Any:
 
 
 def _packages() -> tuple[str, ...]:
-    """``PACKAGES``: the core's distributions, each backend's (its record's), then TorchRL's and BenchMARL's."""
+    """``PACKAGES``: the core's distributions, each backend's (its record's), then ``INTEROP_PACKAGES``."""
     records = registry.backends().values()
-    return tuple(dict.fromkeys([*CORE_PACKAGES[:3], *(d for r in records for d in r.distributions),
-                                *CORE_PACKAGES[3:]]))
+    return tuple(dict.fromkeys([*CORE_PACKAGES, *(d for r in records for d in r.distributions),
+                                *INTEROP_PACKAGES]))
 
 
 @dataclass

@@ -9,10 +9,10 @@ from tensordict import TensorDictBase
 
 from groupings import GroupMap, MarlGroupMapType, check_marl_grouping
 
+from .actions import ActionCheck, action_checks
 from .agents import resolve_group_map, specs_by_kind, stack_specs
 from .composite import Composite, complete_done_spec
 from .leaf_specs import NestedKey, TensorSpec
-from .actions import ActionCheck, action_checks
 
 __all__ = ["SpecsAndKeys"]
 

@@ -81,41 +81,28 @@ def item_reader(indices: Sequence[int]) -> Callable[[Sequence[Any]], Sequence[An
 
 
 class Tree:
-    """Builds the nested TensorDict of ``keys`` from a list of leaves (``keys[i]`` at ``leaves[first + i]``),
-    unchecked.
+    """Builds the nested TensorDict of ``keys`` from a list of leaves (``keys[i]`` at ``leaves[at[i]]``; ``at``:
+    ``0, 1, ...`` if not given), unchecked.
 
     A top-level name with nested keys becomes a sub-TensorDict of batch ``batches[name]`` (a group's
     ``(B, n_agents)``), or ``batch`` when the name is no group; deeper levels keep their parent's batch.
     """
 
     def __init__(self, keys: Sequence[Key], batch: torch.Size, device: torch.device,
-                 batches: Mapping[str, torch.Size] | None = None, first: int = 0):
+                 batches: Mapping[str, torch.Size] | None = None, at: Sequence[int] | None = None):
         self.batch, self.device = batch, device
-        self.leaves: list[tuple[str, int]] = []
+        leaves: list[tuple[str, int]] = []
         nested: dict[str, list[tuple[Key, int]]] = {}
-        for index, key in enumerate(keys, first):
+        for key, index in zip(keys, range(len(keys)) if at is None else at, strict=True):
             if len(key) == 1:
-                self.leaves.append((key[0], index))
+                leaves.append((key[0], index))
             else:
                 nested.setdefault(key[0], []).append((key[1:], index))
-        self.subtrees: list[tuple[str, Tree]] = []
-        for name, entries in nested.items():
-            inner = Tree([k for k, _ in entries], (batches or {}).get(name, batch), device)
-            inner._reindex([i for _, i in entries])
-            self.subtrees.append((name, inner))
-        self._readers()
-
-    def _reindex(self, indices: Sequence[int]) -> None:
-        """Read leaf ``indices[i]`` where this tree read leaf ``i`` (a subtree reads its parent's list)."""
-        self.leaves = [(name, indices[i]) for name, i in self.leaves]
-        for _, tree in self.subtrees:
-            tree._reindex(indices)
-        self._readers()
-
-    def _readers(self) -> None:
-        """This level's names, and the reader of their leaves from the list (one C call)."""
-        self._names = tuple(name for name, _ in self.leaves)
-        self._pick = item_reader([i for _, i in self.leaves])
+        self.subtrees: list[tuple[str, Tree]] = [
+            (name, Tree([k for k, _ in entries], (batches or {}).get(name, batch), device, at=[i for _, i in entries]))
+            for name, entries in nested.items()]
+        self._names = tuple(name for name, _ in leaves)  # this level's names, and the reader of their leaves
+        self._pick = item_reader([i for _, i in leaves])  # from the list (one C call)
 
     def __call__(self, leaves: Sequence[Any]) -> TensorDict:
         source = dict(zip(self._names, self._pick(leaves)))

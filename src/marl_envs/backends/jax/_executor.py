@@ -100,13 +100,13 @@ class JaxExecutor(Executor):
         self._reset_tree = Tree(programs.reset_entries.keys, batch, device, batches)
         self._next_tree = Tree(programs.step_entries.keys, batch, device, batches)
         # "next" and the next root from one list: the step's buffers cut, then the actions
-        self._root_tree = Tree(programs.kept + list(actions), batch, device, batches,
-                               first=len(programs.step_entries.keys))
+        root_keys, step_keys = programs.kept + list(actions), programs.step_entries.keys
+        self._root_tree = Tree(root_keys, batch, device, batches,
+                               at=range(len(step_keys), len(step_keys) + len(root_keys)))
         # a step's next root from its own entries (the restarts on the host): the kept entries, then the actions
-        self._step_root_tree = Tree(programs.kept + list(actions), batch, device, batches)
-        step_keys = programs.step_entries.keys
-        self._step_root_tree._reindex([step_keys.index(k) for k in programs.kept]
-                                      + list(range(len(step_keys), len(step_keys) + len(actions))))
+        self._step_root_tree = Tree(root_keys, batch, device, batches,
+                                    at=[step_keys.index(k) for k in programs.kept]
+                                    + list(range(len(step_keys), len(step_keys) + len(actions))))
         limit = NO_LIMIT if facts.limit is None else facts.limit.max_steps
         self._bounds = self._put(np.array([limit, facts.num_envs], np.int32))  # the time limit, the envs
         self._check = facts.deferred
