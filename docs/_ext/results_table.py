@@ -123,7 +123,8 @@ def summary(records: list[dict]) -> str:
     lines += ["", "Each ratio is ours / that loop's time a step; below 1, ours takes less time. The library's own "
               "loop resets as ours does; a loop doing less skips resets (or runs as one `lax.scan`); 2 workers: "
               "ours stepping the same envs in 2 worker processes; the other loop: the raw step driven from torch "
-              "(the JAX families), or SMAX's loop reading its action masks every step. A `-`: no such loop was timed for that row. "
+              "(the JAX families), or SMAX's loop reading its action masks every step. A `-`: no such loop was timed "
+              "for that row. "
               "Devices: " + "; ".join(f"{d}: {h}" for d, h in sorted(hardware.items())) + "."]
     lines += [f"{'†' * (i + 1)} {note}." for i, note in enumerate(notes)]
     return "\n".join(lines) + "\n"
