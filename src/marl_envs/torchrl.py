@@ -18,6 +18,8 @@ torch.Size([4, 5, 3, 1])
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -89,37 +91,45 @@ def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite) -> rl_specs.Tensor
 
 
 class _LiveMask:
-    """The current mask of a masked action: one holder shared by the action's spec and every clone TorchRL makes of
-    it (``RandomPolicy``'s, a ``TransformedEnv``'s), so that each draws from the data the env gave last."""
+    """The current mask of one masked action and the TorchRL specs that carry it: the adapter's own and every clone
+    TorchRL makes of one of them (``RandomPolicy``'s, a ``TransformedEnv``'s, a ``Collector``'s), so that each draws
+    from the data the env gave last.
 
-    __slots__ = ("mask",)
+    The specs stay of TorchRL's own class (``Categorical`` / ``OneHot``), which TorchRL dispatches on by exact type
+    (``QValueModule``'s action space, a ``Stacked`` spec, a batched env's schema): each carries, in its instance
+    dictionary, a ``clone`` that makes TorchRL's clone and hands it the same holder. A spec made otherwise
+    (``spec[0]``, ``expand``) keeps the mask it was made with, as in TorchRL."""
 
-    def __init__(self, mask: torch.Tensor | None = None):
+    def __init__(self):
+        self.mask: torch.Tensor | None = None
+        self._specs: list[weakref.ref] = []  # specs are unhashable (TorchRL's compare by value): no WeakSet
+
+    def carry(self, spec: rl_specs.TensorSpec) -> rl_specs.TensorSpec:
+        """Make ``spec`` carry this mask, and its clones too; ``spec`` itself."""
+        spec.mask = self.mask
+        spec.__dict__["clone"] = functools.partial(_clone_carrying, spec, self)
+        self._specs = [ref for ref in self._specs if ref() is not None]
+        self._specs.append(weakref.ref(spec))
+        return spec
+
+    def set(self, mask: torch.Tensor) -> None:
+        """The env's new mask, for every spec that carries it (no copy, no host read)."""
         self.mask = mask
+        for ref in self._specs:
+            spec = ref()
+            if spec is not None:
+                spec.mask = mask
+
+    def __getstate__(self) -> dict:
+        return {"mask": self.mask, "specs": [spec for ref in self._specs if (spec := ref()) is not None]}
+
+    def __setstate__(self, state: dict) -> None:
+        self.mask, self._specs = state["mask"], [weakref.ref(spec) for spec in state["specs"]]
 
 
-def _live(spec_class: type) -> type:
-    """``spec_class`` (TorchRL's ``Categorical`` or ``OneHot``) whose ``mask`` is read from a ``_LiveMask`` its
-    clones share."""
-
-    def get_mask(self):
-        live = self.__dict__.get("_live")
-        return None if live is None else live.mask
-
-    def set_mask(self, mask):
-        self.__dict__.setdefault("_live", _LiveMask()).mask = mask
-
-    def clone(self):
-        out = spec_class.clone(self)
-        out.__dict__["_live"] = self.__dict__["_live"]
-        return out
-
-    return type(spec_class.__name__, (spec_class,), {
-        "__module__": __name__, "__doc__": f"TorchRL's ``{spec_class.__name__}``, its mask the env's current one.",
-        "mask": property(get_mask, set_mask), "clone": clone})
-
-
-_LIVE = {rl_specs.Categorical: _live(rl_specs.Categorical), rl_specs.OneHot: _live(rl_specs.OneHot)}
+def _clone_carrying(spec: rl_specs.TensorSpec, live: _LiveMask) -> rl_specs.TensorSpec:
+    """TorchRL's clone of ``spec``, carrying ``live``'s mask as ``spec`` does."""
+    return live.carry(type(spec).clone(spec))
 
 
 class TorchRLEnv(_TorchRLEnvBase):
@@ -166,14 +176,12 @@ class TorchRLEnv(_TorchRLEnvBase):
         # (mask key, holder) of each masked discrete action: its spec carries the env's current mask, so that
         # TorchRL's own random draws (RandomPolicy, a Collector with policy=None) are legal
         self._masks: list[tuple[specs.NestedKey, _LiveMask]] = []
-        observed = set(env.observation_keys)
-        for key in env.action_keys:
-            mask = (*key[:-1], "action_mask") if isinstance(key, tuple) else "action_mask"
+        for key, mask in env.action_mask_keys.items():
             spec = self.full_action_spec[key]
-            if mask in observed and type(spec) in _LIVE:
-                live = _LIVE[type(spec)](spec.n, shape=spec.shape, device=spec.device, dtype=spec.dtype)
-                self.full_action_spec[key] = live
-                self._masks.append((mask, self.full_action_spec[key].__dict__["_live"]))
+            if isinstance(spec, (rl_specs.Categorical, rl_specs.OneHot)):
+                live = _LiveMask()
+                live.carry(spec)
+                self._masks.append((mask, live))
         self.is_closed = False  # as TorchRL's wrappers set it once their env is built (its scripts read it)
 
     # -- what TorchRL's multi-agent wrappers expose ---------------------------------------------------
@@ -250,7 +258,7 @@ class TorchRLEnv(_TorchRLEnvBase):
                 mask = specs.legal_choices(mask)
                 if rows is not None and live.mask is not None:
                     mask = torch.where(rows.view(-1, *[1] * (mask.ndim - 1)), mask, live.mask)
-                live.mask = mask
+                live.set(mask)
         return data
 
     def _reset_rows(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:

@@ -301,10 +301,11 @@ class EnvBase(SpecsAndKeys):
         """
         if tensordict is None:
             tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        masks = self._action_masks
         for key in self.action_keys:
             spec = self.full_action_spec[key]
-            mask_key = (*key[:-1], "action_mask") if isinstance(key, tuple) else "action_mask"
-            mask = tensordict.get(mask_key, None) if isinstance(spec, (Categorical, OneHot)) else None
+            masked = key in masks and isinstance(spec, (Categorical, OneHot))
+            mask = tensordict.get(masks[key], None) if masked else None
             if mask is not None:
                 action = spec.rand(generator=self._generator, mask=mask)
             else:

@@ -186,12 +186,13 @@ class SpecsAndKeys:
         observed = set(keys["observation"]) if self._masked_actions else set()
         grouped = [key for key in keys["action"] if isinstance(key, tuple) and len(key) > 1]
         observations = set(keys["observation"])
+        self._action_masks = {key: _mask_key(key) for key in keys["action"] if _mask_key(key) in observations}
         self._action_checks = action_checks(
             [(key, self._specs["action"][key]) for key in keys["action"]],
             # a group's "mask" says whose actions count (acting, alive agents)
             {key: (key[0], "mask") for key in grouped if (key[0], "mask") in observed},
             # a choice its action mask forbids is refused like an out-of-range one
-            {key: _mask_key(key) for key in keys["action"] if _mask_key(key) in observations},
+            self._action_masks,
             {key: self._group_map.get(key[0], ()) for key in grouped})
         self._reset_leaves = [(key, self._specs[kind][key]) for kind in ("observation", "done") for key in keys[kind]]
         self._keys = keys
@@ -202,6 +203,9 @@ class SpecsAndKeys:
     done_keys = property(lambda self: list(self._keys["done"]), doc="Every done/terminated/truncated key.")
     observation_keys = property(lambda self: list(self._keys["observation"]), doc="Every observation key.")
     state_keys = property(lambda self: list(self._keys["state"]), doc="Every non-action input key.")
+    action_mask_keys = property(
+        lambda self: dict(self._action_masks),
+        doc="Action key -> the key of its mask (``(group, 'action_mask')``), for each action whose mask is observed.")
     reset_keys = property(lambda self: list(self._keys["reset"]),
                           doc="'_reset' at the root, plus (group, '_reset') for groups with their own done keys.")
 
