@@ -584,33 +584,6 @@ def test_the_evaluation_rendering_of_torchrls_scripts():
     assert len(env.frames) == 2 and all(frame.shape[2] == 3 and frame.dtype.name == "uint8" for frame in env.frames)
 
 
-MASKED = ["jaxmarl/SMAX", "pettingzoo/classic/tictactoe_v3", "openspiel/tic_tac_toe"]
-
-
-@pytest.mark.parametrize("name", MASKED)
-def test_torchrls_own_random_policy_plays_only_legal_moves(name):
-    """A ``Collector`` with ``policy=None`` draws from a clone of the action spec (TorchRL's ``RandomPolicy``): the
-    adapted spec and its clones carry the env's current mask, so 1,000 frames go by with no refusal, and every
-    action was legal in the data it was drawn for (an acting agent's; a row with no legal choice allows every
-    one)."""
-    if not HAS[name.partition("/")[0]]:
-        pytest.skip(f"{name.partition('/')[0]} is not installed")
-    adapted = to_torchrl(marl_envs.make(name, num_envs=4, seed=0))
-    collector = Collector(adapted, None, frames_per_batch=200, total_frames=1000, **COLLECTOR_KWARGS)
-    frames = 0
-    groups = [key[0] for key in adapted.env.action_keys if (key[0], "action_mask") in adapted.env.observation_keys]
-    assert groups
-    for data in collector:
-        frames += data.numel()
-        for group in groups:
-            mask, action = data[group, "action_mask"], data[group, "action"]
-            legal = specs.legal_choices(mask).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            acting = data.get((group, "mask"), torch.ones_like(legal)).reshape(legal.shape)  # whose actions count
-            assert (legal | ~acting).all(), group
-    collector.shutdown()
-    assert frames == 1000
-
-
 def test_a_transformed_masked_env_draws_legal_actions():
     """The mask is shared with the clone a ``TransformedEnv`` keeps of the spec: its ``rand_action`` and
     TorchRL's ``check_env_specs`` see the same mask as the env."""

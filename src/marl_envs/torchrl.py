@@ -251,11 +251,14 @@ class TorchRLEnv(_TorchRLEnvBase):
     def _masked(self, data: TensorDictBase, rows: torch.Tensor | None = None) -> TensorDictBase:
         """Give the masked actions' specs the masks in ``data`` (what the next actions are drawn for; only those of
         the envs ``rows`` selects, after a partial reset), a row with no legal choice allowing every choice
-        (``marl_envs.specs.legal_choices``); ``data`` as it is."""
+        (``marl_envs.specs.legal_choices``), and write those masks into ``data``: TorchRL's modules read the mask
+        from the data (``QValueModule``, ``EGreedyModule``, ``MaskedCategorical``), and a row of all False would
+        make their argmax a multi-hot action and their sampling fail."""
         for key, live in self._masks:
             mask = data.get(key, None)
             if mask is not None:
                 mask = specs.legal_choices(mask)
+                data.set(key, mask)
                 if rows is not None and live.mask is not None:
                     mask = torch.where(rows.view(-1, *[1] * (mask.ndim - 1)), mask, live.mask)
                 live.set(mask)
