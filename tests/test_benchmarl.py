@@ -2,13 +2,16 @@
 
 These run in .venv-benchmarl (BenchMARL 1.5.2, torchrl 0.11.1, tensordict 0.11.0), where `make test` sets
 MARL_ENVS_REQUIRE_BENCHMARL=1 so that a missing BenchMARL fails instead of skipping. Elsewhere they skip.
-Two iterations of each algorithm on every env of the matrix run with --all; the default run keeps a cover of it.
+Two iterations of each algorithm on every env of the matrix, the cells of docs/benchmarl.md's table, run by default.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,16 +43,18 @@ pytestmark = [
 HAS = {backend: marl_envs.backend_installed(backend) for backend in marl_envs.available_backends()}
 ALGORITHMS = {"mappo": MappoConfig, "ippo": IppoConfig, "masac": MasacConfig, "maddpg": MaddpgConfig,
               "qmix": QmixConfig, "iql": IqlConfig}
-#: The acceptance matrix: each env with the keywords it is trained with (evaluation episodes of max_steps).
+#: The matrix of docs/benchmarl.md's table: each env with the keywords it is trained with (evaluation episodes of
+#: max_steps). Every cell runs by default (two small iterations each); a test checks the table against it.
 ENVS = {
     "vmas/balance": {"max_steps": 50},
     "brax/ant_4x2": {"max_steps": 50},
     "jaxmarl/MPE_simple_spread_v3": {"max_steps": 25},
     "pettingzoo/mpe/simple_spread_v3": {"max_steps": 25},
     "pettingzoo/classic/leduc_holdem_v4": {"max_steps": 10},  # turn-based, with action masks
+    "jaxmarl/SMAX": {"scenario": "3m", "max_steps": 20},  # two teams, with action masks
+    "openspiel/tic_tac_toe": {"flatten_observations": True},  # a board, turn-based, with action masks
 }
-#: What the default run trains: every algorithm on VMAS (both action kinds), MAPPO on every other env.
-COVER = {("vmas/balance", algo) for algo in ALGORITHMS} | {(env, "mappo") for env in ENVS}
+DOCS = Path(__file__).parents[1] / "docs" / "benchmarl.md"
 
 
 def _needs(name: str):
@@ -84,16 +89,14 @@ def _task(tasks: dict, name: str) -> MarlEnvsTask:
     return tasks[name]
 
 
-MATRIX = [pytest.param(env, algo, marks=[_needs(env)] + ([] if (env, algo) in COVER else [pytest.mark.slow]),
-                       id=f"{env}-{algo}") for env in ENVS for algo in ALGORITHMS]
+MATRIX = [pytest.param(env, algo, marks=[_needs(env)], id=f"{env}-{algo}") for env in ENVS for algo in ALGORITHMS]
 
 
 @pytest.mark.parametrize("name, algorithm", MATRIX)
 def test_experiment_runs_two_iterations(name, algorithm, tasks, tmp_path):
     chosen = _task(tasks, name)
     config = ALGORITHMS[algorithm].get_from_yaml()
-    if not any(getattr(chosen, f"supports_{kind}_actions")() and getattr(config, f"supports_{kind}_actions")()
-               for kind in ("continuous", "discrete")):
+    if not _compatible(chosen, algorithm):
         with pytest.raises(ValueError, match="is not compatible with the action space"):
             Experiment(task=chosen, algorithm_config=config, model_config=MlpConfig.get_from_yaml(),
                        critic_model_config=MlpConfig.get_from_yaml(), seed=0, config=small_config(tmp_path))
@@ -108,9 +111,36 @@ def test_experiment_runs_two_iterations(name, algorithm, tasks, tmp_path):
     if chosen.action_mask_spec(experiment.test_env) is not None:  # the trained policy picks legal moves only
         rollout = experiment.test_env.rollout(20, policy=experiment.policy, break_when_any_done=False)
         for group in experiment.group_map:
-            acting = rollout[group, "mask"].squeeze(-1)
             legal = rollout[group, "action_mask"].gather(-1, rollout[group, "action"].unsqueeze(-1)).squeeze(-1)
+            acting = rollout.get((group, "mask"), torch.ones_like(legal.unsqueeze(-1))).squeeze(-1)  # whose count
             assert acting.any() and legal[acting].all()
+
+
+def _compatible(chosen: MarlEnvsTask, algorithm: str) -> bool:
+    config = ALGORITHMS[algorithm].get_from_yaml()
+    return any(getattr(chosen, f"supports_{kind}_actions")() and getattr(config, f"supports_{kind}_actions")()
+               for kind in ("continuous", "discrete"))
+
+
+def test_the_docs_table_states_what_the_matrix_runs(tasks):
+    """Each row of docs/benchmarl.md's table is an env of the matrix, each column an algorithm; a cell says "ok"
+    exactly where BenchMARL takes the pair (trained by test_experiment_runs_two_iterations), "-" where it refuses
+    it (the refusal checked there)."""
+    lines = DOCS.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| env | MAPPO"))
+    columns = [cell.strip().lower() for cell in lines[start].strip("|").split("|")[1:]]
+    assert columns == list(ALGORITHMS)
+    stated = {}
+    for row in itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:]):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        stated[re.match(r"`([^`]+)`", cells[0]).group(1)] = dict(zip(columns, cells[1:], strict=True))
+    assert set(stated) == set(ENVS)
+    for name, cells in stated.items():
+        if not HAS[name.partition("/")[0]]:
+            continue
+        for algorithm, cell in cells.items():
+            assert cell.startswith("ok") == _compatible(_task(tasks, name), algorithm), (name, algorithm, cell)
+            assert cell.startswith("ok") or cell == "-", (name, algorithm, cell)
 
 
 @_needs("vmas/balance")

@@ -60,9 +60,9 @@ def _backends(arguments: list[str]) -> list[str]:
 
 
 def test_the_page_shows_the_commands():
-    assert len(COMMANDS) == 5 and all(len(_backends(arguments)) == 1 for arguments in COMMANDS)
-    assert {a for arguments in COMMANDS for a in arguments if a.startswith("algorithm=")} == {"algorithm=mappo",
-                                                                                            "algorithm=iql"}
+    assert len(COMMANDS) == 6 and all(len(_backends(arguments)) == 1 for arguments in COMMANDS)
+    assert {a for arguments in COMMANDS for a in arguments if a.startswith("algorithm=")} == {
+        "algorithm=mappo", "algorithm=iql", "algorithm=qmix"}
 
 
 @pytest.mark.parametrize("arguments", [pytest.param(a, marks=_needs(*_backends(a)), id=" ".join(a[:2]) + (
