@@ -1,20 +1,4 @@
-"""Use any marl-envs env from TorchRL: collectors, transforms, batched envs and losses.
-
-``to_torchrl(env)`` wraps a marl-envs env (a built-in backend's or a user's env on the ``EnvBase`` hook) in
-``TorchRLEnv``, a ``torchrl.envs.EnvBase``. It has the same keys, group map, batch size ``(num_envs,)`` and
-device; its specs are the env's, converted to ``torchrl.data`` classes. Steps and resets are handed to the
-wrapped env as they come: the TensorDicts pass through, and TorchRL's ``_reset`` entries (root or per group)
-reach the env's vectorized partial reset.
-
-Needs the ``torchrl`` extra (``pip install 'marl-envs[torchrl]'``; TorchRL 0.14 runs on tensordict 0.14).
-``import marl_envs`` never imports TorchRL; importing this module does.
-
->>> import marl_envs
->>> from marl_envs.torchrl import to_torchrl
->>> env = to_torchrl(marl_envs.make("vmas/balance", num_envs=4, n_agents=3))
->>> env.rollout(5, break_when_any_done=False)["next", "agents", "reward"].shape
-torch.Size([4, 5, 3, 1])
-"""
+"""The adapter: ``to_torchrl``, ``TorchRLEnv`` and the spec conversion (see ``marl_envs.torchrl``)."""
 
 from __future__ import annotations
 
@@ -26,7 +10,7 @@ import torch
 from packaging.version import Version
 from tensordict import TensorDictBase
 
-from ._core.messages import missing_library
+from .._core.messages import missing_library
 
 try:
     import torchrl.data as rl_specs
@@ -41,12 +25,10 @@ except ImportError as err:  # pragma: no cover - exercised by the import test in
 
 from groupings import GroupMap
 
-from . import specs
-from ._core.env import EnvBase
-from .registry import available_envs, backend_module
+from .. import specs
+from .._core.env import EnvBase
 
-__all__ = ["COLLECTOR_KWARGS", "PettingZooEnv", "PettingZooWrapper", "TorchRLEnv", "VmasEnv", "VmasWrapper",
-           "check_batch_size", "to_torchrl", "to_torchrl_spec"]
+__all__ = ["COLLECTOR_KWARGS", "TorchRLEnv", "check_batch_size", "to_torchrl", "to_torchrl_spec"]
 
 #: Keywords for TorchRL's ``Collector`` that give it the same behaviour on every TorchRL we support (0.11 to 0.14):
 #: 0.14 asks whether to append the transforms a policy needs (and warns while it is not told), 0.11 has no such
@@ -361,84 +343,3 @@ def to_torchrl(env: EnvBase, *, batch_size: Sequence[int] | torch.Size | None = 
     adapter = TorchRLEnv(env)
     check_batch_size(batch_size, env.num_envs, "marl-envs")
     return adapter
-
-
-# ----------------------------------------------------------------------------------------------------
-# TorchRL's wrapper classes, by name: change the import, keep the code
-# ----------------------------------------------------------------------------------------------------
-class _EnvNames:
-    """A class attribute listing a backend's env names (without the ``backend/`` prefix), read when asked."""
-
-    def __init__(self, backend: str):
-        self.backend = backend
-
-    def __get__(self, obj, cls=None) -> list[str]:
-        prefix = f"{self.backend}/"
-        return [name.removeprefix(prefix) for name in available_envs(self.backend)]
-
-
-class VmasWrapper(TorchRLEnv):
-    """``torchrl.envs.VmasWrapper``'s arguments, our ``VmasWrapper`` inside: ``VmasWrapper(vmas.make_env(...))``.
-
-    Keywords are ``marl_envs.backends.vmas.VmasWrapper``'s (``group_map`` may be TorchRL's ``MarlGroupMapType``);
-    ``batch_size`` as ``to_torchrl``'s. The differences from TorchRL's class are listed in ``docs/torchrl.md``.
-    """
-
-    available_envs = _EnvNames("vmas")
-
-    def __init__(self, env=None, *, batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
-        check_batch_size(batch_size, getattr(env, "num_envs", 0), "vmas")
-        super().__init__(backend_module("vmas").VmasWrapper(env, **kwargs))
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_envs={self.num_envs}, n_agents={self.n_agents}, "
-                f"batch_size={self.batch_size}, device={self.device})")
-
-
-class VmasEnv(VmasWrapper):
-    """``torchrl.envs.VmasEnv``'s arguments, our VMAS env inside: ``VmasEnv(scenario="balance", num_envs=32)``
-    is ``to_torchrl(marl_envs.make("vmas/balance", num_envs=32))``."""
-
-    def __init__(self, scenario, num_envs: int, continuous_actions: bool = True, max_steps: int | None = None,
-                 categorical_actions: bool = True, seed: int | None = None, group_map=None, *,
-                 batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
-        check_batch_size(batch_size, num_envs, "vmas")
-        env = backend_module("vmas").VmasEnv(scenario, num_envs=num_envs, continuous_actions=continuous_actions,
-                                             max_steps=max_steps, categorical_actions=categorical_actions,
-                                             seed=seed, group_map=group_map, **kwargs)
-        TorchRLEnv.__init__(self, env)
-
-    def __repr__(self) -> str:
-        return f"{super().__repr__()} (scenario={self.scenario_name})"
-
-
-class PettingZooWrapper(TorchRLEnv):
-    """``torchrl.envs.PettingZooWrapper``'s arguments, our ``PettingZooWrapper`` inside (batch ``(num_envs,)``,
-    ``num_envs=1`` by default: see ``docs/torchrl.md``)."""
-
-    def __init__(self, env=None, return_state: bool = False, group_map=None, use_mask: bool = False,
-                 categorical_actions: bool = True, seed: int | None = None, done_on_any: bool | None = None, *,
-                 batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
-        check_batch_size(batch_size, kwargs.get("num_envs", 1), "pettingzoo")
-        env = backend_module("pettingzoo").PettingZooWrapper(
-            env, return_state=return_state, group_map=group_map, use_mask=use_mask,
-            categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any, **kwargs)
-        super().__init__(env)
-
-
-class PettingZooEnv(TorchRLEnv):
-    """``torchrl.envs.PettingZooEnv``'s arguments, our PettingZoo env inside: ``PettingZooEnv(task="pistonball_v6",
-    parallel=True)`` is ``to_torchrl(marl_envs.make("pettingzoo/butterfly/pistonball_v6", parallel=True))``."""
-
-    available_envs = _EnvNames("pettingzoo")
-
-    def __init__(self, task: str, parallel: bool | None = None, return_state: bool = False, group_map=None,
-                 use_mask: bool | None = None, categorical_actions: bool = True, seed: int | None = None,
-                 done_on_any: bool | None = None, *, batch_size: Sequence[int] | torch.Size | None = None,
-                 **kwargs):
-        check_batch_size(batch_size, kwargs.get("num_envs", 1), "pettingzoo")
-        env = backend_module("pettingzoo").PettingZooEnv(
-            task, parallel=parallel, return_state=return_state, group_map=group_map,
-            use_mask=use_mask, categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any,
-            **kwargs)
-        super().__init__(env)

@@ -1,0 +1,297 @@
+"""TorchRL's wrapper classes by name, our batched envs inside: change the import, keep the code.
+
+Each class takes the constructor keywords of TorchRL's class of the same name (``batch_size=``,
+``categorical_actions=``, ``group_map=``, ``return_state=``, ``seed=``, ``device=`` as that class has them) and
+builds the marl-envs env of that library, adapted (a ``TorchRLEnv``). The batch is always ``(num_envs,)``:
+``batch_size=(N,)`` (or ``num_envs=N``) asks for N envs, batched where TorchRL's class is not (OpenSpiel, Level-Based
+Foraging); ``batch_size=()`` gives one env, batch ``(1,)``. ``docs/torchrl.md`` lists what differs from TorchRL's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from groupings import MarlGroupMapType
+
+from ..registry import available_envs, backend_module
+from ._adapter import TorchRLEnv, check_batch_size, rl_specs
+
+__all__ = ["BraxEnv", "BraxWrapper", "JumanjiEnv", "LBForagingEnv", "LBForagingWrapper", "MujocoPlaygroundEnv",
+           "OpenSpielEnv", "OpenSpielWrapper", "PettingZooEnv", "PettingZooWrapper", "VmasEnv", "VmasWrapper"]
+
+BatchSize = Sequence[int] | torch.Size | None
+
+
+def _num_envs(batch_size: BatchSize, num_envs: int | None, library: str) -> int:
+    """The number of envs a TorchRL-style constructor asks for: ``batch_size=(N,)``, else ``num_envs``, else 1
+    (``check_batch_size``'s messages for a batch of more than one dim, or one that contradicts ``num_envs``)."""
+    if batch_size is not None and len(batch_size) == 1 and num_envs is None:
+        return int(batch_size[0])
+    check_batch_size(batch_size, 1 if num_envs is None else num_envs, library)
+    return 1 if num_envs is None else num_envs
+
+
+class _EnvNames:
+    """A class attribute listing a backend's env names (without the ``backend/`` prefix), read when asked."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+
+    def __get__(self, obj, cls=None) -> list[str]:
+        prefix = f"{self.backend}/"
+        return [name.removeprefix(prefix) for name in available_envs(self.backend)]
+
+
+class VmasWrapper(TorchRLEnv):
+    """``torchrl.envs.VmasWrapper``'s arguments, our ``VmasWrapper`` inside: ``VmasWrapper(vmas.make_env(...))``.
+
+    Keywords are ``marl_envs.backends.vmas.VmasWrapper``'s (``group_map`` may be TorchRL's ``MarlGroupMapType``);
+    ``batch_size`` as ``to_torchrl``'s. The differences from TorchRL's class are listed in ``docs/torchrl.md``.
+    """
+
+    available_envs = _EnvNames("vmas")
+
+    def __init__(self, env=None, *, batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
+        check_batch_size(batch_size, getattr(env, "num_envs", 0), "vmas")
+        super().__init__(backend_module("vmas").VmasWrapper(env, **kwargs))
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(num_envs={self.num_envs}, n_agents={self.n_agents}, "
+                f"batch_size={self.batch_size}, device={self.device})")
+
+
+class VmasEnv(VmasWrapper):
+    """``torchrl.envs.VmasEnv``'s arguments, our VMAS env inside: ``VmasEnv(scenario="balance", num_envs=32)``
+    is ``to_torchrl(marl_envs.make("vmas/balance", num_envs=32))``."""
+
+    def __init__(self, scenario, num_envs: int, continuous_actions: bool = True, max_steps: int | None = None,
+                 categorical_actions: bool = True, seed: int | None = None, group_map=None, *,
+                 batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
+        check_batch_size(batch_size, num_envs, "vmas")
+        env = backend_module("vmas").VmasEnv(scenario, num_envs=num_envs, continuous_actions=continuous_actions,
+                                             max_steps=max_steps, categorical_actions=categorical_actions,
+                                             seed=seed, group_map=group_map, **kwargs)
+        TorchRLEnv.__init__(self, env)
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()} (scenario={self.scenario_name})"
+
+
+class PettingZooWrapper(TorchRLEnv):
+    """``torchrl.envs.PettingZooWrapper``'s arguments, our ``PettingZooWrapper`` inside (batch ``(num_envs,)``,
+    ``num_envs=1`` by default: see ``docs/torchrl.md``)."""
+
+    def __init__(self, env=None, return_state: bool = False, group_map=None, use_mask: bool = False,
+                 categorical_actions: bool = True, seed: int | None = None, done_on_any: bool | None = None, *,
+                 batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
+        check_batch_size(batch_size, kwargs.get("num_envs", 1), "pettingzoo")
+        env = backend_module("pettingzoo").PettingZooWrapper(
+            env, return_state=return_state, group_map=group_map, use_mask=use_mask,
+            categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any, **kwargs)
+        super().__init__(env)
+
+
+class PettingZooEnv(TorchRLEnv):
+    """``torchrl.envs.PettingZooEnv``'s arguments, our PettingZoo env inside: ``PettingZooEnv(task="pistonball_v6",
+    parallel=True)`` is ``to_torchrl(marl_envs.make("pettingzoo/butterfly/pistonball_v6", parallel=True))``."""
+
+    available_envs = _EnvNames("pettingzoo")
+
+    def __init__(self, task: str, parallel: bool | None = None, return_state: bool = False, group_map=None,
+                 use_mask: bool | None = None, categorical_actions: bool = True, seed: int | None = None,
+                 done_on_any: bool | None = None, *, batch_size: Sequence[int] | torch.Size | None = None,
+                 **kwargs):
+        check_batch_size(batch_size, kwargs.get("num_envs", 1), "pettingzoo")
+        env = backend_module("pettingzoo").PettingZooEnv(
+            task, parallel=parallel, return_state=return_state, group_map=group_map,
+            use_mask=use_mask, categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any,
+            **kwargs)
+        super().__init__(env)
+
+
+class OpenSpielEnv(TorchRLEnv):
+    """``torchrl.envs.OpenSpielEnv``'s arguments, our OpenSpiel env inside, batched:
+    ``OpenSpielEnv("tic_tac_toe", batch_size=(8,))`` is ``to_torchrl(marl_envs.make("openspiel/tic_tac_toe",
+    num_envs=8, categorical_actions=False))``. One-hot actions by default, as TorchRL's; ``parameters`` are the
+    game's (``{"players": 3}``)."""
+
+    available_envs = _EnvNames("openspiel")
+
+    def __init__(self, game_string: str, *, group_map=MarlGroupMapType.ALL_IN_ONE_GROUP,
+                 categorical_actions: bool = False, return_state: bool = False, parameters: dict | None = None,
+                 batch_size: BatchSize = None, num_envs: int | None = None, seed: int | None = None,
+                 device: torch.device | str | None = None, **kwargs):
+        env = backend_module("openspiel").OpenSpielEnv(
+            game_string, num_envs=_num_envs(batch_size, num_envs, "openspiel"), group_map=group_map,
+            categorical_actions=categorical_actions, return_state=return_state, seed=seed, device=device or "cpu",
+            **(parameters or {}), **kwargs)
+        super().__init__(env)
+        # TorchRL's root "current_player": the player whose turn it is, read off the groups' "mask" (one acting
+        # player), else pyspiel's ids for a simultaneous move (-2) and an ended game (-4, where "done" is set)
+        groups = [group for group in env.group_map if (group, "mask") in env.observation_keys]
+        players = [int(name.rpartition("_")[2]) for group in groups for name in env.group_map[group]]
+        self._turns = (groups, torch.tensor(players, dtype=torch.int32, device=self.device))
+        observations = self.full_observation_spec.clone()
+        observations["current_player"] = rl_specs.Unbounded(shape=self.batch_size, dtype=torch.int32,
+                                                            device=self.device)
+        self.full_observation_spec = observations
+
+    def _with_current_player(self, data):
+        groups, players = self._turns
+        acting = torch.cat([data[group, "mask"].reshape(self.num_envs, -1) for group in groups], -1)
+        count = acting.sum(-1)
+        turn = torch.where(count == 1, players[acting.int().argmax(-1)], -2)
+        ended = data["done"].reshape(self.num_envs) | (count == 0)
+        return data.set("current_player", torch.where(ended, -4, turn).int())
+
+    def _step(self, tensordict):
+        return self._with_current_player(super()._step(tensordict))
+
+    def _reset(self, tensordict=None, **kwargs):
+        return self._with_current_player(super()._reset(tensordict, **kwargs))
+
+
+class OpenSpielWrapper(OpenSpielEnv):
+    """``torchrl.envs.OpenSpielWrapper``'s arguments: ``OpenSpielWrapper(pyspiel.load_game("chess")
+    .new_initial_state())`` builds our OpenSpiel env of that game, with its parameters, batched as
+    ``OpenSpielEnv``.
+
+    Raises:
+        TypeError: ``env`` is not a ``pyspiel.State``.
+        ValueError: the state is not the game's initial one (every env starts there and resets there).
+    """
+
+    def __init__(self, env=None, **kwargs):
+        if not (hasattr(env, "get_game") and hasattr(env, "history")):
+            raise TypeError(f"OpenSpielWrapper takes a pyspiel.State (pyspiel.load_game(name).new_initial_state()), "
+                            f"got {type(env).__name__}")
+        if env.history():
+            raise ValueError(f"OpenSpielWrapper starts every env at the game's initial state; this state is "
+                             f"{len(env.history())} moves in: pass game.new_initial_state()")
+        game = env.get_game()
+        parameters = {**game.get_parameters(), **kwargs.pop("parameters", {})}
+        super().__init__(game.get_type().short_name, parameters=parameters, **kwargs)
+
+
+class LBForagingEnv(TorchRLEnv):
+    """``torchrl.envs.LBForagingEnv``'s arguments, our Level-Based Foraging env inside, batched:
+    ``LBForagingEnv("Foraging-8x8-2p-2f-coop-v3", batch_size=(8,))``; other keywords are the task's."""
+
+    available_envs = _EnvNames("lbforaging")
+
+    def __init__(self, env_name: str, *, categorical_actions: bool = True, seed: int | None = None,
+                 batch_size: BatchSize = None, num_envs: int | None = None, device: torch.device | str | None = None,
+                 **kwargs):
+        env = backend_module("lbforaging").LBForagingEnv(
+            env_name, num_envs=_num_envs(batch_size, num_envs, "lbforaging"), categorical_actions=categorical_actions,
+            seed=seed, device=device or "cpu", **kwargs)
+        super().__init__(env)
+
+
+class LBForagingWrapper(LBForagingEnv):
+    """``torchrl.envs.LBForagingWrapper``'s arguments: ``LBForagingWrapper(gymnasium.make("Foraging-8x8-2p-2f-coop-v3"))``
+    builds our env of that registered id, batched as ``LBForagingEnv``.
+
+    Raises:
+        TypeError: ``env`` is not a Gymnasium env made from a registered id (it has no ``spec.id``).
+    """
+
+    def __init__(self, env=None, **kwargs):
+        env_id = getattr(getattr(env, "spec", None), "id", None)
+        if env_id is None:
+            raise TypeError(f"LBForagingWrapper takes an env made by gymnasium.make('Foraging-...'), got "
+                            f"{type(env).__name__} with no spec.id")
+        super().__init__(env_id, **kwargs)
+
+
+class BraxEnv(TorchRLEnv):
+    """``torchrl.envs.BraxEnv``'s arguments, our Brax env inside: ``BraxEnv("ant", batch_size=(128,))``; a single
+    robot keeps TorchRL's single-agent keys, a split (``"ant_4x2"``) has its agents' group."""
+
+    available_envs = _EnvNames("brax")
+
+    def __init__(self, env_name: str, *, categorical_action_encoding: bool = False, requires_grad: bool = False,
+                 cache_clear_frequency: int | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
+                 device: torch.device | str | None = None, seed: int | None = None, **kwargs):
+        env = backend_module("brax").BraxEnv(
+            env_name, num_envs=_num_envs(batch_size, num_envs, "brax"), device=device or "cpu",
+            requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency,
+            seed=0 if seed is None else seed, **kwargs)
+        super().__init__(env)
+
+
+class BraxWrapper(TorchRLEnv):
+    """``torchrl.envs.BraxWrapper``'s arguments, our ``BraxWrapper`` inside: ``BraxWrapper(brax.envs.get_environment(
+    "ant"), batch_size=(128,))``."""
+
+    def __init__(self, env=None, *, categorical_action_encoding: bool = False, requires_grad: bool = False,
+                 cache_clear_frequency: int | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
+                 device: torch.device | str | None = None, seed: int | None = None, **kwargs):
+        env = backend_module("brax").BraxWrapper(
+            env, num_envs=_num_envs(batch_size, num_envs, "brax"), device=device or "cpu", requires_grad=requires_grad,
+            cache_clear_frequency=cache_clear_frequency, seed=0 if seed is None else seed, **kwargs)
+        super().__init__(env)
+
+
+class JumanjiEnv(TorchRLEnv):
+    """``torchrl.envs.JumanjiEnv``'s arguments, our Jumanji env inside: ``JumanjiEnv("RobotWarehouse-v0",
+    batch_size=(8,))``; the agents in their group, the shared fields at the root.
+
+    Raises:
+        ValueError: ``categorical_action_encoding=False``: our Jumanji actions are categorical (one per agent).
+    """
+
+    available_envs = _EnvNames("jumanji")
+
+    def __init__(self, env_name: str, *, categorical_action_encoding: bool = True, jit: bool = True,
+                 batch_size: BatchSize = None, num_envs: int | None = None, device: torch.device | str | None = None,
+                 seed: int | None = None, **kwargs):
+        if not categorical_action_encoding:
+            raise ValueError("JumanjiEnv(categorical_action_encoding=False): our Jumanji envs take categorical "
+                             "actions (one choice per agent); leave it True and one-hot encode in the policy")
+        env = backend_module("jumanji").JumanjiEnv(
+            env_name, num_envs=_num_envs(batch_size, num_envs, "jumanji"), device=device or "cpu",
+            seed=0 if seed is None else seed, **kwargs)
+        super().__init__(env)
+
+
+class MujocoPlaygroundEnv(TorchRLEnv):
+    """``torchrl.envs.MujocoPlaygroundEnv``'s arguments, our Playground env inside: ``MujocoPlaygroundEnv(
+    "CheetahRun", batch_size=(64,))``, and with ``agent_mapping="halfcheetah_6x1"`` our split of that robot
+    (``playground/CheetahRun_6x1``); ``config`` / ``config_overrides`` are the env's config entries.
+
+    Raises:
+        TypeError: ``agent_mapping`` is a ``MujocoPlaygroundAgentMapping``: our splits are chosen by name.
+        ValueError: no split of ``env_name`` has the mapping's agent layout (the splits there are named).
+    """
+
+    available_envs = _EnvNames("playground")
+
+    def __init__(self, env_name: str, *, config=None, config_overrides: dict | None = None,
+                 agent_mapping: str | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
+                 device: torch.device | str | None = None, seed: int | None = None, **kwargs):
+        name = env_name if agent_mapping is None else _playground_split(env_name, agent_mapping)
+        overrides = {**(config.to_dict() if hasattr(config, "to_dict") else config or {}), **(config_overrides or {})}
+        env = backend_module("playground").PlaygroundEnv(
+            name, num_envs=_num_envs(batch_size, num_envs, "mujoco_playground"), device=device or "cpu",
+            seed=0 if seed is None else seed, config=overrides or None, **kwargs)
+        super().__init__(env)
+
+
+def _playground_split(env_name: str, agent_mapping) -> str:
+    """Our split of ``env_name`` with the agent layout of TorchRL's mapping name (``"walker2d_2x3"`` -> ``2x3``)."""
+    if not isinstance(agent_mapping, str):
+        raise TypeError(f"agent_mapping={type(agent_mapping).__name__}: our Playground splits are chosen by name "
+                        f"(agent_mapping='halfcheetah_6x1', or make('playground/<Env>_<split>'))")
+    layout = agent_mapping.rpartition("_")[2].replace("|", "-")
+    name = f"{env_name}_{layout}"
+    ours = [n.removeprefix("playground/") for n in available_envs("playground")]
+    if name in ours:
+        return name
+    splits = [n for n in ours if n.startswith(f"{env_name}_")]
+    where = (f"the splits of {env_name!r} here: {splits}" if splits else
+             f"{env_name!r} has no split here; the envs that have one: {[n for n in ours if '_' in n]}")
+    raise ValueError(f"agent_mapping={agent_mapping!r} on {env_name!r}: no env {name!r}; {where} (pass the "
+                     f"split's name as env_name, without agent_mapping)")
