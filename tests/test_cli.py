@@ -230,3 +230,39 @@ def test_info_of_a_user_env_lists_its_class_keywords(capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[-1].split() == ["n_predators", "2", "PredatorPreyCount"]
     assert "not declared" not in out
+
+
+@pytest.mark.parametrize("argv", [["info", "meltingpot/clean_up"], ["info", "smac/3m"], ["info", "jaxmarl/smax"],
+                                  ["info", "vmas/balance", "n_agents='3'"]])
+def test_info_refuses_what_make_refuses_in_its_words(capsys, argv):
+    name, kwargs = argv[1], cli.parse_kwargs(argv[2:])
+    if "/" in name and name.partition("/")[0] in BACKENDS and not registry.backend_installed(name.partition("/")[0]):
+        pytest.skip(f"{name.partition('/')[0]} is not installed")
+    with pytest.raises((ValueError, TypeError)) as err:
+        marl_envs.make(name, num_envs=1, **kwargs)
+    assert cli.main(argv) == 1
+    assert capsys.readouterr().err == f"error: {err.value}\n"
+
+
+def test_info_refuses_a_name_before_importing_torch_or_a_backend():
+    """``marl-envs info`` on a name of no family, or one its family's check refuses (a name, a value), answers as
+    ``marl-envs list`` does: nothing heavy imported."""
+    import subprocess
+    import sys
+
+    argvs = [["info", "meltingpot/clean_up"], ["info", "smac/3m"], ["info", "vmass/balance"]]
+    if registry.backend_installed("jaxmarl"):
+        argvs += [["info", "jaxmarl/smax"]]
+    if registry.backend_installed("vmas"):
+        argvs += [["info", "vmas/balanse"], ["info", "vmas/balance", "n_agents='3'"]]
+    code = (
+        "import contextlib, io, sys\n"
+        "from marl_envs import cli\n"
+        f"for argv in {argvs!r}:\n"
+        "    with contextlib.redirect_stderr(io.StringIO()) as err:\n"
+        "        assert cli.main(argv) == 1, argv\n"
+        "    assert err.getvalue().startswith('error: unknown') or 'takes an int' in err.getvalue(), err.getvalue()\n"
+        "heavy = {'torch', 'tensordict', 'numpy', 'jax', 'vmas', 'jaxmarl'} & {m.split('.')[0] for m in sys.modules}\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -234,3 +234,63 @@ def test_an_undeclared_version_is_said_once_and_the_env_still_builds(other_vmas)
         with pytest.raises(TypeError, match=r"VMAS scenario 'balance' got an unexpected keyword argument 'n_agent'; "
                                             r".* and the scenario's keywords \['package_mass'\]"):
             marl_envs.make("vmas/balance", num_envs=2, n_agent=2, package_mass=4)
+
+
+# backend, name, a keyword given a value of the wrong type, and what the message says of it (no num_envs: the value
+# is refused before anything is imported or bound, where the backend checks its keywords before the build)
+WRONG_TYPES = [
+    ("vmas", "vmas/balance", {"n_agents": "3"}, r"VMAS scenario 'balance' got n_agents='3' \(a str\); n_agents takes "
+                                                r"an int, like its default 3: pass n_agents=3, without the quotes$"),
+    ("vmas", "vmas/balance", {"random_package_pos_on_line": 1},
+     r"VMAS scenario 'balance' got random_package_pos_on_line=1 \(an int\); random_package_pos_on_line takes a bool "
+     r"\(True or False\), like its default True: pass random_package_pos_on_line=True$"),
+    ("brax", "brax/ant", {"ctrl_cost_weight": "0.5"},
+     r"the Brax env 'ant' got ctrl_cost_weight='0.5' \(a str\); ctrl_cost_weight takes a float \(or an int\), like its "
+     r"default 0.5: pass ctrl_cost_weight=0.5, without the quotes$"),
+    ("jaxmarl", "jaxmarl/SMAX", {"walls_cause_death": "yes"},
+     r"JaxMARL env 'SMAX' got walls_cause_death='yes' \(a str\); walls_cause_death takes a bool \(True or False\), "
+     r"like its default True: pass e.g. walls_cause_death=True$"),
+    ("jaxmarl", "jaxmarl/MPE_simple_spread_v3", {"env_kwargs": {"local_ratio": "0.3"}},  # env_kwargs' too
+     r"JaxMARL env 'MPE_simple_spread_v3' got local_ratio='0.3' \(a str\); local_ratio takes a float \(or an int\), "
+     r"like its default 0.5: pass local_ratio=0.3, without the quotes$"),
+    ("jumanji", "jumanji/Connector-v3", {"time_limit": "50"},
+     r"Jumanji env 'Connector-v3' got time_limit='50' \(a str\); time_limit takes an int, like its default 50: pass "
+     r"time_limit=50, without the quotes$"),
+    ("pettingzoo", "pettingzoo/mpe/simple_spread_v3", {"N": "3"},
+     r"pettingzoo task 'mpe/simple_spread_v3' got N='3' \(a str\); N takes an int, like its default 3: pass N=3, "
+     r"without the quotes$"),
+    ("openspiel", "openspiel/kuhn_poker", {"players": "3"},
+     r"openspiel task 'kuhn_poker' got players='3' \(a str\); players takes an int, like its default 2: pass "
+     r"players=3, without the quotes$"),
+]
+
+
+@pytest.mark.parametrize("backend, name, kwargs, message", WRONG_TYPES, ids=[f"{n}-{next(iter(k))}" for _, n, k, _ in
+                                                                             WRONG_TYPES])
+def test_a_value_of_the_wrong_type_is_refused_by_us_naming_the_keyword_the_type_taken_and_the_fix(backend, name, kwargs,
+                                                                                               message):
+    if not marl_envs.backend_installed(backend):
+        pytest.skip(f"{backend} is not installed")
+    with pytest.raises(TypeError, match=rf"^{message}"):
+        marl_envs.make(name, **kwargs)
+
+
+def test_a_vmas_scenario_built_directly_checks_its_values_too():
+    _class("vmas")
+    from marl_envs.backends.vmas import VmasEnv
+
+    with pytest.raises(TypeError, match=r"^VMAS scenario 'balance' got package_mass='heavy' \(a str\); package_mass "
+                                        r"takes an int, like its default 5: pass e.g. package_mass=5$"):
+        VmasEnv("balance", num_envs=2, package_mass="heavy")
+
+
+def test_values_of_the_type_a_keyword_takes_are_taken_by_every_backend():
+    """What the library takes is not refused: a float for an int default (VMAS writes ``package_mass=5`` for a
+    mass), an int for a float default, NumPy scalars; a keyword whose default is not a constant takes anything."""
+    import numpy as np
+
+    _class("vmas")
+    marl_envs.make("vmas/balance", num_envs=2, n_agents=np.int64(2), package_mass=4.5,
+                   random_package_pos_on_line=np.bool_(False)).close()
+    if marl_envs.backend_installed("brax"):
+        marl_envs.make("brax/ant", num_envs=1, ctrl_cost_weight=1, healthy_z_range=[0.2, 1.0]).close()

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._core import names as _names
-from ._core.messages import UnknownEnvName, shell_safe, unknown_env, unknown_full_name
+from ._core.messages import UnknownEnvName, shell_safe, unknown_env, unknown_family, unknown_full_name
 
 if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names (marl-envs list)
     from ._core.env import EnvBase
@@ -67,6 +67,10 @@ class Backend:
         distributions: the third-party distributions whose versions decide what its envs do (beside torch): the
             bench's records, the catalogue's entries and the doctor's versions name them.
         builds_on: the packages of ``marl_envs.backends`` whose code its envs run besides its own (``("jax",)``).
+        counterpart: ``"<python module>:<function>"``, ``function(family, name)`` saying what of its envs comes
+            nearest to ``<family>/<name>``, an env of a library that is no family here (``smac/3m``: SMAX's map
+            ``3m``), or None; in a module importing neither torch nor JAX nor the library: ``make`` asks it when it
+            refuses a name of an unknown family.
     """
 
     module: str
@@ -83,6 +87,7 @@ class Backend:
     docs: str = ""
     distributions: tuple[str, ...] = ()
     builds_on: tuple[str, ...] = ()
+    counterpart: str = ""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -106,6 +111,13 @@ class Backend:
             module, _, function = self.check.partition(":")
             getattr(importlib.import_module(module), function)(name, kwargs)
         return getattr(self.implementation(), self.env_class)(name, **kwargs)
+
+    def nearest(self, family: str, name: str) -> str | None:
+        """What of its envs comes nearest to ``<family>/<name>`` of another library (``counterpart``), or None."""
+        if not self.counterpart:
+            return None
+        module, _, function = self.counterpart.partition(":")
+        return getattr(importlib.import_module(module), function)(family, name)
 
     def references(self) -> Any:
         """Its ``marl_envs.bench.References`` (``bench``), imported now."""
@@ -267,7 +279,15 @@ def available_envs(backend: str | None = None) -> list[str]:
     return sorted(names)
 
 
-def _unknown(name: str, candidates: list[str]) -> UnknownEnvName:
+def _unknown(name: str) -> UnknownEnvName:
+    """The refusal of a name of no backend's family: among the names registered in its family (``register``); a
+    name of no family (``balance``), among every name; else the families, and what they have nearest to it."""
+    family, slash, rest = name.partition("/")
+    registered = [user for user in _USER_ENVS if slash and user.partition("/")[0] == family]
+    if slash and not registered:
+        nearest = [found for record in _BACKENDS.values() if (found := record.nearest(family, rest))]
+        return unknown_family(name, list(_BACKENDS), nearest)
+    candidates = sorted(registered) or available_envs()
     shown = ", ".join(candidates[:12]) + (", ..." if len(candidates) > 12 else "")
     return unknown_env("env", name, candidates, f"{shown} (marl_envs.available_envs() lists them all)")
 
@@ -285,9 +305,10 @@ def make(name: str, **kwargs: Any) -> EnvBase:
             keywords ...).
 
     Raises:
-        ValueError: unknown name (the message lists close matches).
+        ValueError: unknown name (the message lists close matches; for a family that is not one of
+            ``available_backends()``, the families and what they have nearest: ``smac/3m``, SMAX's map ``3m``).
         ImportError: the backend's library is not installed (the message names the pip extra).
-        TypeError: a keyword the env does not take.
+        TypeError: a keyword the env does not take, or a value of a type its keyword does not take.
     """
     if not isinstance(name, str):
         raise TypeError(f"env name must be a str like 'vmas/balance', got {name!r}")
@@ -306,7 +327,7 @@ def make(name: str, **kwargs: Any) -> EnvBase:
             return record.make_env(env_name, **kwargs)  # its env class, or its declared check, refuses a name
         except UnknownEnvName as error:  # said in the backend's terms: say it again in the names make takes
             raise unknown_full_name(backend, name, error, f"marl_envs.available_envs({backend!r})") from None
-    raise _unknown(name, available_envs())
+    raise _unknown(name)  # neither torch nor a backend's library imported to refuse a name of no family
 
 
 def register(name: str, factory: Callable[..., EnvBase], *, overwrite: bool = False) -> None:

@@ -520,9 +520,18 @@ def test_openspiel_draws_the_state_text_when_asked():
     _installed("openspiel")
     env = marl_envs.make("openspiel/kuhn_poker", num_envs=2)
     assert not env.renders
-    with pytest.raises(ValueError, match=r"render\(\) draws PettingZoo envs built with render_mode='rgb_array'; "
-                                         r"these have render_mode=None"):
+    with pytest.raises(ValueError, match=r"^render\(\) draws OpenSpiel envs built with render_mode='rgb_array'; "
+                                         r"these have render_mode=None: build them with marl_envs.make\("
+                                         r"'openspiel/kuhn_poker', ..., render_mode='rgb_array'\)$"):
         env.render()
+    text = marl_envs.make("openspiel/tic_tac_toe", num_envs=1, render_mode="ansi")
+    text.reset()
+    with pytest.raises(ValueError, match=r"^render\(\) draws OpenSpiel envs built with render_mode='rgb_array'; "
+                                         r"these have render_mode='ansi': build them with marl_envs.make\("
+                                         r"'openspiel/tic_tac_toe', ..., render_mode='rgb_array'\)$"):
+        text.render()
+    with pytest.raises(ValueError, match=r"^turn-based \(AEC\) OpenSpiel envs need use_mask=True"):
+        marl_envs.make("openspiel/tic_tac_toe", num_envs=1, use_mask=False)
     drawn = marl_envs.make("openspiel/tic_tac_toe", num_envs=2, seed=0, render_mode="rgb_array")
     drawn.reset()
     empty = drawn.render(0)

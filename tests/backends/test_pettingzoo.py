@@ -416,9 +416,9 @@ def test_render_draws_envs_built_for_it_and_names_render_mode_otherwise():
     env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0)
     env.reset()
     assert not env.renders  # what a trainer reads before asking for frames (BenchMARL's has_render)
-    with pytest.raises(ValueError, match=r"render\(\) draws PettingZoo envs built with render_mode='rgb_array'; these "
-                                         r"have render_mode=None: build them with marl_envs.make\(name, ..., "
-                                         r"render_mode='rgb_array'\)"):
+    with pytest.raises(ValueError, match=r"^render\(\) draws PettingZoo envs built with render_mode='rgb_array'; these "
+                                         r"have render_mode=None: build them with marl_envs.make\("
+                                         r"'pettingzoo/mpe/simple_spread_v3', ..., render_mode='rgb_array'\)$"):
         env.render(0)
     for workers in (0, 1):
         env = marl_envs.make("pettingzoo/mpe/simple_spread_v3", num_envs=2, seed=0, render_mode="rgb_array",

@@ -19,6 +19,7 @@ and process, naming the versions and the fix, and the env is built without the c
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import warnings
@@ -27,7 +28,7 @@ from pathlib import Path
 from . import names
 from .._version import installed_version
 
-__all__ = ["SNAPSHOT_FILE", "Keywords", "declared", "installed", "snapshot"]
+__all__ = ["SNAPSHOT_FILE", "Keywords", "declared", "defaults", "installed", "snapshot"]
 
 #: The declaration shipped in the package: ``{backend: {"versions": Stamp, "envs": {env: Keywords | None}}}``.
 SNAPSHOT_FILE = Path(__file__).with_name("keywords_snapshot.json")
@@ -81,3 +82,11 @@ def declared(backend: str, env: str) -> Keywords | None:
     told): the caller builds the env without the check."""
     envs = installed(backend)
     return None if envs is None else envs.get(env)
+
+
+def defaults(keywords: Keywords | None) -> dict[str, object] | None:
+    """``keywords`` (``declared``'s) with each default read back as a value (``"3"`` -> ``3``; None where the source
+    gives none): what ``marl_envs._core.messages.check_kwargs`` reads the type each keyword takes from."""
+    if keywords is None:
+        return None
+    return {name: None if default is None else ast.literal_eval(default) for name, default in keywords.items()}

@@ -86,9 +86,10 @@ def _cmd_list(args: argparse.Namespace) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> None:
+    # make first: a name of no family, or a name or value its family's check refuses, is refused without torch
+    env = registry.make(args.name, **{"num_envs": 1, **dict(args.kwargs)})
     from .format import group_table, keyword_table, spec_table  # imported here: list, --help and --version need none
 
-    env = registry.make(args.name, **{"num_envs": 1, **dict(args.kwargs)})
     try:
         print(f"{args.name}: {env}\n")
         print(group_table(env) + "\n")

@@ -32,7 +32,8 @@ def check(env_name: str, kwargs: dict[str, Any]) -> None:
 
     Raises:
         ValueError: an unknown physics backend (with close matches), or one given to an env without a pipeline.
-        TypeError: a keyword neither the env nor the Brax env takes (with the close match).
+        TypeError: a keyword neither the env nor the Brax env takes (with the close match), or a value of a type
+            its keyword does not take (its default's).
     """
     backend = kwargs.get("backend")
     if backend is not None and backend not in PHYSICS_BACKENDS:
@@ -46,8 +47,7 @@ def check(env_name: str, kwargs: dict[str, Any]) -> None:
 
     scene = SCENES.get(env_name)
     robot = scene.robot if scene else env_name
-    declared = library_keywords(robot)  # None: not declared (an env of your own), not checked
-    accepted = None if declared is None else list(declared)
+    accepted = keywords.defaults(library_keywords(robot))  # None: not declared (an env of your own), not checked
     if backend is not None and accepted is not None and "backend" not in accepted:
         raise ValueError(f"the Brax env {robot!r} has no physics pipeline to choose (backend={backend!r}): leave "
                          "backend out")

@@ -46,5 +46,6 @@ from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("jax", "jaxmarl"), extra="jaxmarl", env_class="JaxMarlEnv",
                   check_env=("jaxmarl/MPE_simple_spread_v3", {}), host_wait=True, check=f"{__name__}._library:check",
-                  title="JaxMARL", distributions=("jaxmarl", "jax"), builds_on=("jax",))
+                  counterpart=f"{__name__}._library:counterpart", title="JaxMARL", distributions=("jaxmarl", "jax"),
+                  builds_on=("jax",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -12,12 +12,15 @@ installed JaxMARL (``jaxmarl.registered_envs``, ``jaxmarl.make``'s source, ``MAP
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 from ..._core import keywords
-from ..._core.messages import check_kwargs, check_name, unknown_name
+from ..._core.messages import check_kwargs, check_name, close_matches, unknown_name
 
-__all__ = ["CLASSES", "ENV_KEYWORDS", "SMAX_MAPS", "UNAVAILABLE", "check", "env_names", "library_name", "unavailable"]
+__all__ = ["CLASSES", "ENV_KEYWORDS", "OVERCOOKED_LAYOUTS", "SMAX_MAPS", "UNAVAILABLE", "check", "counterpart",
+           "env_names", "library_name", "unavailable"]
 
 _MPE, _SMAX, _MABRAX = "jaxmarl.environments.mpe", "jaxmarl.environments.smax", "jaxmarl.environments.mabrax"
 CLASSES: dict[str, str] = {
@@ -76,6 +79,11 @@ SMAX_MAPS = ("3m", "2s3z", "25m", "3s5z", "8m", "5m_vs_6m", "10m_vs_11m", "27m_v
 """The SMAX maps a ``scenario`` names (``MAP_NAME_TO_SCENARIO`` of ``jaxmarl.environments.smax.smax_env``)."""
 
 
+OVERCOOKED_LAYOUTS = ("cramped_room", "asymm_advantages", "coord_ring", "forced_coord", "counter_circuit")
+"""Overcooked-AI's five layouts as the ``layout`` of ``overcooked_v2`` names them (among its
+``overcooked_v2_layouts``; ``overcooked`` takes a layout dict): ``counterpart`` offers them for ``overcooked/<layout>``
+(``tests/test_registry.py`` builds the envs its messages name)."""
+
 ENV_KEYWORDS = ("num_envs", "device", "max_steps", "seed", "group_map", "env_kwargs")
 """``JaxMarlEnv``'s own keywords, in its signature's order (a test checks them against it): every other keyword of
 a build is the JaxMARL env's."""
@@ -106,8 +114,8 @@ def check(env_name: str, kwargs: dict[str, Any]) -> None:
     Raises:
         ValueError: an env that cannot be built here (with the reason), an unknown env name or SMAX map (with close
             matches), a keyword given both in ``env_kwargs`` and on its own.
-        TypeError: ``env_kwargs`` is not a dict, or a keyword neither the env nor JaxMARL's env takes (with the
-            close match).
+        TypeError: ``env_kwargs`` is not a dict, a keyword neither the env nor JaxMARL's env takes (with the
+            close match), or a value of a type its keyword does not take (its default's).
     """
     check_name("JaxMARL", env_name.replace("|", "-"), env_names(), unavailable())
     inner = kwargs.get("env_kwargs")
@@ -122,5 +130,57 @@ def check(env_name: str, kwargs: dict[str, Any]) -> None:
     if isinstance(scenario, str) and scenario not in SMAX_MAPS:
         raise unknown_name("SMAX map", scenario, list(SMAX_MAPS))
     accepted = keywords.declared("jaxmarl", env_name) if library else None  # None: not declared, not checked
-    check_kwargs(f"JaxMARL env {env_name!r}", None if accepted is None else list(accepted), library,
+    check_kwargs(f"JaxMARL env {env_name!r}", keywords.defaults(accepted), library,
                  env=ENV_KEYWORDS, kind="the env's")
+
+
+def _nearest(what: str, name: str, choices: list[str] | tuple[str, ...]) -> tuple[str | None, str]:
+    """``name`` if it is one of ``choices``, else its close match, or None; and the words that say it is a match."""
+    if name in choices:
+        return name, ""
+    close = close_matches(name, choices, n=1)
+    return (close[0], f"; the nearest {what} to {name!r} is {close[0]!r}") if close else (None, "")
+
+
+def _smac(name: str) -> str:
+    maps = [m for m in SMAX_MAPS if not m.startswith("smacv2_")]
+    chosen, nearest = _nearest("map", name, maps)
+    said = "JaxMARL's SMAX plays SMAC's maps in JAX, HeuristicEnemySMAX against a scripted enemy as SMAC's built-in AI"
+    if chosen is None:
+        return f"{said}: marl_envs.make('jaxmarl/HeuristicEnemySMAX', scenario=MAP), MAP one of {', '.join(maps)}"
+    return (f"{said}{nearest}: marl_envs.make('jaxmarl/HeuristicEnemySMAX', scenario={chosen!r}) (marl-envs info "
+            f"jaxmarl/HeuristicEnemySMAX scenario={chosen})")
+
+
+def _smacv2(name: str) -> str:
+    maps = [m for m in SMAX_MAPS if m.startswith("smacv2_")]
+    units = re.search(r"(\d+)_vs_\d+", name)
+    chosen = f"smacv2_{units.group(1)}_units" if units else None
+    said = ("JaxMARL's SMAX has SMACv2's maps in JAX, drawing the units' start positions and types as SMACv2 does "
+            "(their types from SMAX's six, of every race)")
+    if chosen not in maps:
+        return (f"{said}: marl_envs.make('jaxmarl/HeuristicEnemySMAX', scenario=MAP), MAP one of {', '.join(maps)} (N "
+                f"units a side)")
+    return (f"{said}: marl_envs.make('jaxmarl/HeuristicEnemySMAX', scenario={chosen!r}) ({units.group(1)} units a "
+            f"side; marl-envs info jaxmarl/HeuristicEnemySMAX scenario={chosen})")
+
+
+def _overcooked(name: str) -> str:
+    chosen, nearest = _nearest("layout", name, OVERCOOKED_LAYOUTS)
+    said = "JaxMARL's Overcooked has Overcooked-AI's layouts in JAX"
+    if chosen is None:
+        return (f"{said}: marl_envs.make('jaxmarl/overcooked_v2', layout=LAYOUT), LAYOUT one of "
+                f"{', '.join(OVERCOOKED_LAYOUTS)} (or jaxmarl/overcooked)")
+    return (f"{said}{nearest}: marl_envs.make('jaxmarl/overcooked_v2', layout={chosen!r}) (marl-envs info "
+            f"jaxmarl/overcooked_v2 layout={chosen}; or jaxmarl/overcooked)")
+
+
+_COUNTERPARTS: dict[str, Callable[[str], str]] = {"smac": _smac, "smacv2": _smacv2, "overcooked": _overcooked}
+
+
+def counterpart(family: str, name: str) -> str | None:
+    """What JaxMARL has nearest to ``<family>/<name>`` of a library that is no family here
+    (``marl_envs.registry.Backend.counterpart``): SMAC's and SMACv2's maps are SMAX's, Overcooked-AI's layouts
+    ``overcooked_v2``'s; None for another family."""
+    nearest = _COUNTERPARTS.get(family.lower())
+    return None if nearest is None else nearest(name)

@@ -275,7 +275,8 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
     Raises:
         ValueError: unknown env name (with close matches), one not offered (with the reason), or a ``max_steps``
             beyond the env's ``time_limit``.
-        TypeError: a keyword the env class does not take (with close matches).
+        TypeError: a keyword the env class does not take (with close matches), or a value of a type its keyword
+            does not take (its default's).
     """
 
     @checked_keywords
@@ -285,7 +286,7 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         if env_name not in CLASSES:  # not offered: the reason or close matches, from Jumanji's registry
             check_name("Jumanji", env_name, env_names(), unavailable())
         accepted = keywords.declared("jumanji", env_name) if env_kwargs else None  # None: not declared, not checked
-        check_kwargs(f"Jumanji env {env_name!r}", None if accepted is None else list(accepted), env_kwargs,
+        check_kwargs(f"Jumanji env {env_name!r}", keywords.defaults(accepted), env_kwargs,
                      env=env_keywords(JumanjiEnv), kind="the env's")
         env = _make(env_name, env_kwargs)
         self.env_name, self.jumanji_env = env_name, env

@@ -12,6 +12,7 @@ import torch
 from groupings import GroupMap, MarlGroupMapType
 
 from ..._core.validate import checked_keywords, env_keywords
+from ...registry import backends
 from ._spaces import ACTION_MASK
 from ._tasks import Task, resolve_task, tasks
 from ._workers import DEFAULT_TIMEOUT_S, InstanceError, WorkerError
@@ -96,6 +97,13 @@ class PettingZooEnv(PettingZooWrapper):
 
     def _name_in_errors(self) -> str:
         return f"{self.family}/{self.task}"
+
+    def _family_title(self) -> str:
+        record = backends().get(self.family)  # a family of your own may have no record
+        return record.title if record is not None else self.family
+
+    def _built_with(self, keyword: str) -> str:
+        return f"marl_envs.make({self._name_in_errors()!r}, ..., {keyword})"
 
     @property
     def library_keywords(self) -> dict[str, str | None] | None:

@@ -26,6 +26,7 @@ from ._workers import DEFAULT_TIMEOUT_S, InstanceError, WorkerPool, shared_zeros
 __all__ = ["PettingZooWrapper", "cycle_steps"]
 
 Factory = Callable[[], Any]
+RGB_ARRAY = "render_mode='rgb_array'"  # what render() needs the instances built with
 
 
 
@@ -131,8 +132,8 @@ class PettingZooWrapper(EnvBase):
         self.parallel = isinstance(first, pettingzoo.ParallelEnv)
         if not self.parallel and not use_mask:
             raise ValueError(
-                f"turn-based (AEC) PettingZoo envs need use_mask=True, so that (group, 'mask') says which agent "
-                f"acts; got use_mask=False for {type(first).__name__}"
+                f"turn-based (AEC) {self._family_title()} envs need use_mask=True, so that (group, 'mask') says which "
+                f"agent acts; got use_mask=False for {type(first).__name__}"
             )
         self.use_mask = bool(use_mask)
         self.render_mode = getattr(first, "render_mode", None)  #: the instances' (``"rgb_array"`` to render)
@@ -174,6 +175,14 @@ class PettingZooWrapper(EnvBase):
     def _name_in_errors(self) -> str:
         """How the workers' errors name this env."""
         return type(self).__name__
+
+    def _family_title(self) -> str:
+        """How messages name the library of these envs (``PettingZooEnv``: its family's, ``"OpenSpiel"``)."""
+        return "PettingZoo"
+
+    def _built_with(self, keyword: str) -> str:
+        """How to build these envs again with ``keyword`` (``"render_mode='rgb_array'"``), for a message's fix."""
+        return f"a factory passing {keyword} to the {self._family_title()} env"
 
     @staticmethod
     def _build(factory: Any, i: int, kinds: tuple[type, ...]) -> Any:
@@ -445,9 +454,8 @@ class PettingZooWrapper(EnvBase):
         frame = self._runner.render(env_index) if self.renders else None
         if frame is None:  # "human" draws in a window of its own; None: the env was not built for frames
             raise ValueError(
-                f"render() draws PettingZoo envs built with render_mode='rgb_array'; these have render_mode="
-                f"{self.render_mode!r}: build them with marl_envs.make(name, ..., render_mode='rgb_array') (or a "
-                f"factory passing it)"
+                f"render() draws {self._family_title()} envs built with render_mode='rgb_array'; these have "
+                f"render_mode={self.render_mode!r}: build them with {self._built_with(RGB_ARRAY)}"
             )
         return frame
 

@@ -20,19 +20,32 @@ Data of a group ``g`` of ``n`` agents (``B = num_envs``)::
 The scenario's own ``done`` is ``terminated``; ``max_steps`` is ``truncated`` (VMAS never sees it).
 """
 
+from collections.abc import Mapping
 from typing import Any
 
-from ..._core.messages import unknown_env
+from ..._core import keywords
+from ..._core.messages import check_kwargs, unknown_env
 from ...registry import Backend, available_envs
 
 
 def check(scenario: str, kwargs: dict[str, Any]) -> None:
-    """Refuse a scenario name VMAS does not have before anything is imported or a keyword is bound
-    (``marl_envs.registry.Backend.check``): ``make("vmas/navigatoin")`` names the scenario, not a missing
-    ``num_envs``."""
+    """Refuse a scenario name VMAS does not have, or a value of a type its keyword does not take, before anything
+    is imported or a keyword is bound (``marl_envs.registry.Backend.check``): ``make("vmas/navigatoin")`` names the
+    scenario, and ``make("vmas/balance", n_agents="3")`` the value, not a missing ``num_envs``."""
     names = [name.partition("/")[2] for name in available_envs("vmas")]
-    if scenario.removesuffix(".py") not in names:
+    name = scenario.removesuffix(".py")
+    if name not in names:
         raise unknown_env("VMAS scenario", scenario, names)
+    check_values(name, keywords.declared("vmas", name), kwargs)
+
+
+def check_values(label: str, declared: keywords.Keywords | None, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a value of a type its keyword does not take (``check_kwargs``), for the keywords ``declared`` says the
+    scenario reads (None: a scenario of your own, not checked). A keyword it does not name is VMAS's to refuse,
+    once the scenario is built and VMAS says it was left unread (``VmasEnv``)."""
+    defaults = keywords.defaults(declared)
+    if defaults:
+        check_kwargs(f"VMAS scenario {label!r}", defaults, {k: v for k, v in kwargs.items() if k in defaults})
 
 
 BACKEND = Backend(__name__, packages=("vmas",), extra="vmas", env_class="VmasEnv",

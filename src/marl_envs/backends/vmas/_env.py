@@ -17,6 +17,7 @@ from ..._core.env import EnvBase
 from .._spaces import space_spec
 from ..._core.validate import checked_keywords, env_keywords
 from ...specs import Categorical, Composite, OneHot, Unbounded
+from . import check_values
 from ._rng import RngStreams
 from ._scenarios import (check_scenario_kwargs, env_names, load_scenario, make_vmas_env, scenario_keywords,
                          scenario_label)
@@ -378,7 +379,8 @@ class VmasEnv(VmasWrapper):
 
     Raises:
         ValueError: unknown scenario name; a bad ``group_map``.
-        TypeError: a keyword the scenario does not use, or a ``vmas.make_env`` option VmasEnv does not take.
+        TypeError: a keyword the scenario does not use, a value of a type its keyword does not take (its
+            default's), or a ``vmas.make_env`` option VmasEnv does not take.
     """
 
     @checked_keywords
@@ -402,6 +404,7 @@ class VmasEnv(VmasWrapper):
         if multidiscrete_actions and continuous_actions:
             raise ValueError("multidiscrete_actions=True needs continuous_actions=False")
         scenario = load_scenario(scenario)
+        check_values(scenario_label(scenario), scenario_keywords(scenario), scenario_kwargs)  # before VMAS reads them
         if seed is not None:
             seed %= 2**32
         env = make_vmas_env(scenario, scenario_kwargs, env_level=env_keywords(VmasEnv), num_envs=num_envs, device=device,
