@@ -19,6 +19,7 @@ prepare_mujoco_gl()
 # 0.11). Each entry is a node-id prefix and the reason it depends on those versions.
 VERSIONS = {
     "tests/test_torchrl.py": "the TorchRL interop: TorchRL's EnvBase, specs and transforms move between its minors",
+    "tests/test_torchrl_classes.py": "TorchRL's class names compared with TorchRL's own classes",
     "tests/test_torchrl_value_based.py": "TorchRL's Q-value modules, losses and spec dispatch on masked envs",
     "tests/test_benchmarl.py": "BenchMARL's tasks and Experiment, with the TorchRL they pin",
     "tests/test_benchmarl_cli.py": "BenchMARL's command line (Hydra) with our tasks",

@@ -123,10 +123,14 @@ class OpenSpielEnv(TorchRLEnv):
                  categorical_actions: bool = False, return_state: bool = False, parameters: dict | None = None,
                  batch_size: BatchSize = None, num_envs: int | None = None, seed: int | None = None,
                  device: torch.device | str | None = None, **kwargs):
+        if return_state:
+            raise ValueError("OpenSpielEnv(return_state=True): TorchRL's 'state' is the game's serialized state, to "
+                             "reset one game to; our envs are batched and reset from the game's start, and OpenSpiel "
+                             "games have no global state tensor: leave return_state=False")
         env = backend_module("openspiel").OpenSpielEnv(
             game_string, num_envs=_num_envs(batch_size, num_envs, "openspiel"), group_map=group_map,
-            categorical_actions=categorical_actions, return_state=return_state, seed=seed, device=device or "cpu",
-            **(parameters or {}), **kwargs)
+            categorical_actions=categorical_actions, seed=seed, device=device or "cpu", **(parameters or {}),
+            **kwargs)
         super().__init__(env)
         # TorchRL's root "current_player": the player whose turn it is, read off the groups' "mask" (one acting
         # player), else pyspiel's ids for a simultaneous move (-2) and an ended game (-4, where "done" is set)

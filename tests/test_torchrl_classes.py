@@ -1,0 +1,153 @@
+"""TorchRL's class names in ``marl_envs.torchrl`` (OpenSpiel, Level-Based Foraging, Brax, Jumanji, MuJoCo
+Playground), each built with the keywords of TorchRL's own docstring example and compared, key by key, with
+TorchRL's class on the same library: every key TorchRL's class writes is there with the same per-env shape and
+dtype, but for the differences named in ``DIFFERENT`` (listed in docs/torchrl.md too).
+
+These run in the TorchRL virtualenvs (``make test``); elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+import marl_envs
+
+if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") != "1":
+    pytest.importorskip("torchrl", reason="the TorchRL interop is tested in .venv-torchrl (make test)")
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated", category=DeprecationWarning)
+    import torchrl.envs as torchrl_envs
+    from torchrl.envs.utils import check_env_specs as torchrl_check_env_specs
+
+import marl_envs.torchrl as ours  # noqa: E402
+
+HAS = {backend: marl_envs.backend_installed(backend) for backend in marl_envs.available_backends()}
+
+#: Our class -> (backend, TorchRL's docstring example: args and keywords, the keywords TorchRL's class is given here).
+#: Ours is batched where TorchRL's OpenSpiel and LBF are not (batch (1,) for their examples); the Brax example's
+#: keywords on Brax's test env "fast" (its "ant" takes minutes to compile on a CPU in TorchRL's default pipeline).
+EXAMPLES = {
+    "OpenSpielEnv": ("openspiel", ("chess",), {}, {}),
+    "LBForagingEnv": ("lbforaging", ("Foraging-8x8-2p-3f-v3",), {"categorical_actions": False},
+                      {"categorical_actions": False}),
+    "BraxEnv": ("brax", ("fast",), {"batch_size": [10], "requires_grad": True, "cache_clear_frequency": 100},
+                {"batch_size": [10], "requires_grad": True, "cache_clear_frequency": 100}),
+    "MujocoPlaygroundEnv": ("playground", ("CartpoleBalance",), {"batch_size": [4], "device": "cpu"},
+                            {"batch_size": [4], "device": "cpu"}),
+}
+#: Keys TorchRL's class writes that ours does not, and why.
+DIFFERENT = {
+    # the Brax pipeline state stays in JAX (docs/torchrl.md, "Brax: state")
+    "BraxEnv": {"state"},
+}
+
+
+def _layout(env, steps: int = 3) -> dict:
+    """Each key of a rollout (TorchRL's rollout, random actions) -> (per-env shape, dtype)."""
+    with warnings.catch_warnings():  # Brax's generalized pipeline reads a field MuJoCo deprecates
+        warnings.simplefilter("ignore", DeprecationWarning)
+        data = env.rollout(steps, break_when_any_done=False)
+    out = {}
+    for key in data.keys(True, True):
+        value = data.get(key)
+        if isinstance(value, torch.Tensor):
+            out[key] = (tuple(value.shape[env.batch_dims + 1:]), value.dtype)
+    return out
+
+
+def _skipped(key, names: set) -> bool:
+    key = key[1:] if isinstance(key, tuple) and key[0] == "next" else key
+    return (key if isinstance(key, str) else key[0]) in names
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_each_class_takes_torchrls_example_keywords_and_writes_torchrls_keys(name):
+    backend, args, kwargs, theirs_kwargs = EXAMPLES[name]
+    if not HAS[backend]:
+        pytest.skip(f"the {backend} backend is not installed")
+    env = getattr(ours, name)(*args, **kwargs)
+    assert isinstance(env, ours.TorchRLEnv) and env.batch_size == torch.Size(kwargs.get("batch_size") or [1])
+    torchrl_check_env_specs(env)
+    if not hasattr(torchrl_envs, name):  # LBForagingEnv is new in TorchRL 0.14.1, MujocoPlaygroundEnv in 0.12
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = getattr(torchrl_envs, name)(*args, **theirs_kwargs)
+    mine = _layout(env)
+    expected = {key: layout for key, layout in _layout(theirs).items() if not _skipped(key, DIFFERENT.get(name, set()))}
+    assert expected and {key: layout for key, layout in expected.items() if mine.get(key) != layout} == {}
+
+
+def _needs(backend: str) -> None:
+    if not HAS[backend]:
+        pytest.skip(f"the {backend} backend is not installed")
+
+
+def test_the_wrappers_take_the_library_env_torchrls_wrappers_take():
+    _needs("openspiel")
+    import pyspiel
+
+    game = pyspiel.load_game("tic_tac_toe")
+    wrapped = ours.OpenSpielWrapper(game.new_initial_state(), batch_size=[3], categorical_actions=True)
+    assert _layout(wrapped) == _layout(ours.OpenSpielEnv("tic_tac_toe", batch_size=[3], categorical_actions=True))
+    state = game.new_initial_state()
+    state.apply_action(4)
+    with pytest.raises(ValueError, match="OpenSpielWrapper starts every env at the game's initial state; this state "
+                                         "is 1 moves in: pass game.new_initial_state()"):
+        ours.OpenSpielWrapper(state)
+    with pytest.raises(TypeError, match=r"OpenSpielWrapper takes a pyspiel.State \(pyspiel.load_game\(name\)"):
+        ours.OpenSpielWrapper(game)
+
+
+def test_the_lbforaging_and_brax_wrappers():
+    _needs("lbforaging")
+    import gymnasium
+    import lbforaging  # noqa: F401 - registers the Foraging ids
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        raw = gymnasium.make("Foraging-8x8-2p-3f-v3")
+    wrapped = ours.LBForagingWrapper(raw, categorical_actions=False, batch_size=[2])
+    assert _layout(wrapped) == _layout(ours.LBForagingEnv("Foraging-8x8-2p-3f-v3", categorical_actions=False,
+                                                          batch_size=[2]))
+    _needs("brax")
+    import brax.envs
+
+    mine = ours.BraxWrapper(brax.envs.get_environment("fast"), batch_size=[4])
+    theirs = torchrl_envs.BraxWrapper(brax.envs.get_environment("fast"), batch_size=[4], device="cpu")
+    reference = {key: layout for key, layout in _layout(theirs).items() if not _skipped(key, {"state"})}
+    assert {key: layout for key, layout in reference.items() if _layout(mine).get(key) != layout} == {}
+
+
+def test_jumanji_and_playground_splits_by_torchrls_keywords():
+    _needs("jumanji")
+    warehouse = ours.JumanjiEnv("RobotWarehouse-v0", batch_size=[2])
+    assert warehouse.batch_size == (2,) and "agents" in warehouse.group_map
+    with pytest.raises(ValueError, match=r"JumanjiEnv\(categorical_action_encoding=False\): our Jumanji envs take "
+                                         r"categorical actions"):
+        ours.JumanjiEnv("RobotWarehouse-v0", categorical_action_encoding=False)
+    _needs("playground")
+    cheetah = ours.MujocoPlaygroundEnv("CheetahRun", agent_mapping="halfcheetah_6x1", batch_size=[2])
+    assert cheetah.env.env_name == "CheetahRun_6x1" and cheetah.n_agents == 6
+    with pytest.raises(ValueError, match=r"agent_mapping='hopper_3x1' on 'HopperHop': no env 'HopperHop_3x1'; the "
+                                         r"splits of 'HopperHop' here: \['HopperHop_4x1'\]"):
+        ours.MujocoPlaygroundEnv("HopperHop", agent_mapping="hopper_3x1")
+
+
+def test_what_our_classes_refuse_names_the_reason():
+    _needs("openspiel")
+    with pytest.raises(ValueError, match=r"OpenSpielEnv\(return_state=True\): TorchRL's 'state' is the game's "
+                                         r"serialized state"):
+        ours.OpenSpielEnv("chess", return_state=True)
+    with pytest.raises(TypeError, match=r"Batch size used in constructor is not compatible with openspiel. "
+                                        r"batch_size=\(2, 3\)"):
+        ours.OpenSpielEnv("tic_tac_toe", batch_size=[2, 3])
+    with pytest.raises(TypeError, match=r"Batch size used in constructor does not match openspiel batch size. "
+                                        r"batch_size=\(2,\) but num_envs=3"):
+        ours.OpenSpielEnv("tic_tac_toe", batch_size=[2], num_envs=3)
+    assert "tic_tac_toe" in ours.OpenSpielEnv.available_envs
