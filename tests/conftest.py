@@ -26,6 +26,7 @@ VERSIONS = {
     "tests/test_torchrl_scripts.py": "what TorchRL's multi-agent example scripts ask of an env",
     "tests/test_examples.py::test_mappo_torchrl": "the TorchRL example's losses, collectors and checkpoints",
     "tests/test_docs.py::test_doc_blocks_run[docs/torchrl.md]": "the TorchRL page's code",
+    "tests/test_docs.py::test_doc_blocks_run[docs/torchrl_classes.md]": "the TorchRL class names page's code",
     "tests/test_docs.py::test_doc_blocks_run[docs/torchrl_scripts.md]": "the TorchRL scripts page's code",
     "tests/test_docs.py::test_doc_blocks_run[docs/benchmarl.md]": "the BenchMARL page's code",
     "tests/test_doctests.py::test_docstring_examples[marl_envs.torchrl]": "the TorchRL interop's docstring examples",

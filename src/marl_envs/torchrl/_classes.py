@@ -9,6 +9,7 @@ Foraging); ``batch_size=()`` gives one env, batch ``(1,)``. ``docs/torchrl.md`` 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 
 import torch
@@ -31,6 +32,16 @@ def _num_envs(batch_size: BatchSize, num_envs: int | None, library: str) -> int:
         return int(batch_size[0])
     check_batch_size(batch_size, 1 if num_envs is None else num_envs, library)
     return 1 if num_envs is None else num_envs
+
+
+class _Library:
+    """A class attribute giving the wrapped library's module, imported when read (TorchRL's ``Wrapper.lib``)."""
+
+    def __init__(self, module: str):
+        self.module = module
+
+    def __get__(self, obj, cls=None):
+        return importlib.import_module(self.module)
 
 
 class _EnvNames:
@@ -118,6 +129,7 @@ class OpenSpielEnv(TorchRLEnv):
     game's (``{"players": 3}``)."""
 
     available_envs = _EnvNames("openspiel")
+    lib = _Library("pyspiel")
 
     def __init__(self, game_string: str, *, group_map=MarlGroupMapType.ALL_IN_ONE_GROUP,
                  categorical_actions: bool = False, return_state: bool = False, parameters: dict | None = None,
@@ -144,10 +156,14 @@ class OpenSpielEnv(TorchRLEnv):
 
     def _with_current_player(self, data):
         groups, players = self._turns
-        acting = torch.cat([data[group, "mask"].reshape(self.num_envs, -1) for group in groups], -1)
-        count = acting.sum(-1)
-        turn = torch.where(count == 1, players[acting.int().argmax(-1)], -2)
-        ended = data["done"].reshape(self.num_envs) | (count == 0)
+        ended = data["done"].reshape(self.num_envs)
+        if groups:
+            acting = torch.cat([data[group, "mask"].reshape(self.num_envs, -1) for group in groups], -1)
+            count = acting.sum(-1)
+            turn = torch.where(count == 1, players[acting.int().argmax(-1)], -2)
+            ended = ended | (count == 0)
+        else:  # every player acts at every step: one player, or simultaneous moves
+            turn = torch.full_like(ended, 0 if self.n_agents == 1 else -2, dtype=torch.int32)
         return data.set("current_player", torch.where(ended, -4, turn).int())
 
     def _step(self, tensordict):
@@ -184,6 +200,7 @@ class LBForagingEnv(TorchRLEnv):
     ``LBForagingEnv("Foraging-8x8-2p-2f-coop-v3", batch_size=(8,))``; other keywords are the task's."""
 
     available_envs = _EnvNames("lbforaging")
+    lib = _Library("lbforaging")
 
     def __init__(self, env_name: str, *, categorical_actions: bool = True, seed: int | None = None,
                  batch_size: BatchSize = None, num_envs: int | None = None, device: torch.device | str | None = None,
@@ -215,6 +232,7 @@ class BraxEnv(TorchRLEnv):
     robot keeps TorchRL's single-agent keys, a split (``"ant_4x2"``) has its agents' group."""
 
     available_envs = _EnvNames("brax")
+    lib = _Library("brax")
 
     def __init__(self, env_name: str, *, categorical_action_encoding: bool = False, requires_grad: bool = False,
                  cache_clear_frequency: int | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
@@ -248,6 +266,7 @@ class JumanjiEnv(TorchRLEnv):
     """
 
     available_envs = _EnvNames("jumanji")
+    lib = _Library("jumanji")
 
     def __init__(self, env_name: str, *, categorical_action_encoding: bool = True, jit: bool = True,
                  batch_size: BatchSize = None, num_envs: int | None = None, device: torch.device | str | None = None,
@@ -272,6 +291,7 @@ class MujocoPlaygroundEnv(TorchRLEnv):
     """
 
     available_envs = _EnvNames("playground")
+    lib = _Library("mujoco_playground")
 
     def __init__(self, env_name: str, *, config=None, config_overrides: dict | None = None,
                  agent_mapping: str | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
