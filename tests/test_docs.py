@@ -42,6 +42,7 @@ def test_docs_have_code():
 #: Pages that need an optional library: page -> (its module, the variable make test sets where it is installed, the
 #: virtualenv that has it).
 NEEDS = {"torchrl.md": ("torchrl", "MARL_ENVS_REQUIRE_TORCHRL", ".venv-torchrl"),
+         "torchrl_classes.md": ("torchrl", "MARL_ENVS_REQUIRE_TORCHRL", ".venv-torchrl"),
          "torchrl_scripts.md": ("torchrl", "MARL_ENVS_REQUIRE_TORCHRL", ".venv-torchrl"),
          "benchmarl.md": ("benchmarl", "MARL_ENVS_REQUIRE_BENCHMARL", ".venv-benchmarl")}
 
