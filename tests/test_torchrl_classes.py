@@ -20,7 +20,8 @@ if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") != "1":
     pytest.importorskip("torchrl", reason="the TorchRL interop is tested in .venv-torchrl (make test)")
 
 with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated",
+                            category=DeprecationWarning)
     import torchrl.envs as torchrl_envs
     from torchrl.envs.utils import check_env_specs as torchrl_check_env_specs
 

@@ -27,7 +27,8 @@ if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") != "1":
     pytest.importorskip("torchrl", reason="the TorchRL interop is tested in .venv-torchrl (make test)")
 
 with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated",
+                            category=DeprecationWarning)
     import torchrl.data as rl
     from torchrl.collectors import Collector
     from torchrl.envs import ActionMask, SerialEnv, StepCounter, TransformedEnv
@@ -285,6 +286,7 @@ def test_qmix_update_from_a_collector_never_picks_a_forbidden_action(env):
                   global_value="chosen_action_value", action=key)
     loss.make_value_estimator(ValueEstimators.TD0, gamma=0.9)
     data["next", "reward"] = data["next", group, "reward"].mean(-2)
+    state_key = (state,) if isinstance(state, str) else state
     for at in ((), ("next",)):  # QMixer's hypernetworks read a float state
-        data[(*at, *((state,) if isinstance(state, str) else state))] = data[(*at, *((state,) if isinstance(state, str) else state))].float()
+        data[(*at, *state_key)] = data[(*at, *state_key)].float()
     assert torch.isfinite(torch.tensor(_update(loss, data)))

@@ -3,8 +3,9 @@
 Each class takes the constructor keywords of TorchRL's class of the same name (``batch_size=``,
 ``categorical_actions=``, ``group_map=``, ``return_state=``, ``seed=``, ``device=`` as that class has them) and
 builds the marl-envs env of that library, adapted (a ``TorchRLEnv``). The batch is always ``(num_envs,)``:
-``batch_size=(N,)`` (or ``num_envs=N``) asks for N envs, batched where TorchRL's class is not (OpenSpiel, Level-Based
-Foraging); ``batch_size=()`` gives one env, batch ``(1,)``. ``docs/torchrl.md`` lists what differs from TorchRL's.
+``batch_size=(N,)`` (or ``num_envs=N``) asks for N envs, batched where TorchRL's class is not (OpenSpiel,
+Level-Based Foraging); ``batch_size=()`` gives one env, batch ``(1,)``. ``docs/torchrl_classes.md`` lists what
+differs from TorchRL's.
 """
 
 from __future__ import annotations
@@ -212,8 +213,8 @@ class LBForagingEnv(TorchRLEnv):
 
 
 class LBForagingWrapper(LBForagingEnv):
-    """``torchrl.envs.LBForagingWrapper``'s arguments: ``LBForagingWrapper(gymnasium.make("Foraging-8x8-2p-2f-coop-v3"))``
-    builds our env of that registered id, batched as ``LBForagingEnv``.
+    """``torchrl.envs.LBForagingWrapper``'s arguments: ``LBForagingWrapper(gymnasium.make(
+    "Foraging-8x8-2p-2f-coop-v3"))`` builds our env of that registered id, batched as ``LBForagingEnv``.
 
     Raises:
         TypeError: ``env`` is not a Gymnasium env made from a registered id (it has no ``spec.id``).
