@@ -175,5 +175,7 @@ def test_a_masked_env_that_is_not_deterministic_is_told_from_an_illegal_action()
 
 def test_a_step_that_omits_the_root_terminated_is_refused():
     with pytest.raises(AssertionError, match=r"^'terminated': entry of what NeverTerminates._step returns: expected "
-                                             r"present \(all False for an env that never ends on its own"):
+                                             r"present \(all False for an env that never ends on its own: the library "
+                                             r"cannot tell an omission from 'never'\), observed absent; it gave the "
+                                             r"done entries \[\]$"):
         check_env_specs(NeverTerminates(num_envs=4))

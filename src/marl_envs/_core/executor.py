@@ -108,6 +108,12 @@ class Executor:
         """Steps since each env's last reset, ``(B,)`` int64 (a copy)."""
         raise NotImplementedError
 
+    def given_done_keys(self) -> list[tuple[NestedKey, ...]] | None:
+        """The done entries each kind of step output of the backend hook gave since the env was configured (None:
+        the executor's backend is one of ours, whose outputs are made by the library). ``check_env_specs`` reads it
+        to refuse a user's ``_step`` that omits ``"terminated"``."""
+        return None
+
 
 class TensorDictExecutor(Executor):
     """The executor of backends whose ``_step`` and ``_reset`` return TensorDicts (see the module docstring).
@@ -130,6 +136,9 @@ class TensorDictExecutor(Executor):
 
     def step_counts(self) -> torch.Tensor:
         return self.count.clone()
+
+    def given_done_keys(self) -> list[tuple[NestedKey, ...]]:
+        return [given for step, given in self._plans if step]
 
     def _plan(self, data: TensorDictBase, step: bool) -> tuple[DonePlan, list[tuple[Key, slice]]]:
         facts = self.facts

@@ -8,7 +8,8 @@
   columns), made once per output and run by ``fill``, the one interpreter of the plan for NumPy, torch and JAX
   blocks; every done entry is a view of its rows.
 - **The next root** (``next_root``): a step's outputs without the rewards, plus the actions taken.
-- **The reset merge** (``merge_rows``): envs reset take the reset's entries, the others keep theirs.
+- **The reset merge** (``merge_rows``, by entry ``where_rows``): envs reset take the reset's entries, the others
+  keep theirs.
 
 The executors (``marl_envs._core.executor``, ``marl_envs.backends.jax``) apply them.
 """
@@ -23,7 +24,7 @@ import torch
 from tensordict import TensorDictBase
 
 __all__ = ["Block", "DonePlan", "RowView", "TimeLimit", "block_device", "cut_rows", "done_of", "merge_rows",
-           "new_block", "next_root", "row_view"]
+           "new_block", "next_root", "row_view", "where_rows"]
 
 Key = tuple[str, ...]
 Block = "np.ndarray | torch.Tensor"  # (rows, B) bool: NumPy on the CPU, torch on a device
@@ -178,6 +179,17 @@ def merge_rows(tensordict: TensorDictBase, result: TensorDictBase, mask: torch.T
     present = set(tensordict.keys(True, True))
     for key, value in result.items(True, True):
         if mask is not None and key in present:
-            value = torch.where(mask.view(-1, *([1] * (value.ndim - 1))), value, tensordict.get(key))
+            value = where_rows(mask, value, tensordict.get(key))
         tensordict.set(key, value)
     return tensordict
+
+
+def where_rows(rows: Any, new: Any, old: Any) -> Any:
+    """``new``'s rows where ``rows`` ``(B,)`` is set, ``old``'s elsewhere: the merge by env of two torch tensors or
+    two JAX arrays of any trailing shape (a reset's data into a step's, a fresh state into a carried one)."""
+    shape = (-1,) + (1,) * (new.ndim - 1)
+    if isinstance(new, torch.Tensor):
+        return torch.where(rows.reshape(shape), new, old)
+    import jax.numpy as jnp  # only JAX arrays come here, so JAX is imported already
+
+    return jnp.where(rows.reshape(shape), new, old)

@@ -226,6 +226,9 @@ class SpecsAndKeys:
         return "done"
 
     def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
+        """The envs a reset of ``tensordict`` selects, ``(B,)`` bool (None: all), from its ``_reset`` entries: the
+        root's supersedes the groups' (``reset_keys`` lists it first), an env is selected where any of its flags is
+        set. The one reading of ``_reset`` (the TorchRL adapter calls it too); a bad flag is refused."""
         if tensordict is None:
             return None
         masks = []

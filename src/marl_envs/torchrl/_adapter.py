@@ -27,6 +27,7 @@ from groupings import GroupMap
 
 from .. import specs
 from .._core.env import EnvBase
+from .._core.rules import merge_rows, where_rows
 
 __all__ = ["COLLECTOR_KWARGS", "TorchRLEnv", "check_batch_size", "to_torchrl", "to_torchrl_spec"]
 
@@ -242,21 +243,9 @@ class TorchRLEnv(_TorchRLEnvBase):
                 mask = specs.legal_choices(mask)
                 data.set(key, mask)
                 if rows is not None and live.mask is not None:
-                    mask = torch.where(rows.view(-1, *[1] * (mask.ndim - 1)), mask, live.mask)
+                    mask = where_rows(rows, mask, live.mask)
                 live.set(mask)
         return data
-
-    def _reset_rows(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
-        """The envs a reset of ``tensordict`` resets (None: all), read from its ``_reset`` entries as the wrapped
-        env reads them (the root's supersedes the groups')."""
-        if tensordict is None:
-            return None
-        flags = [flag for key in self.env.reset_keys if (flag := tensordict.get(key, None)) is not None]
-        if not flags:
-            return None
-        root = tensordict.get("_reset", None)
-        picked = [root] if root is not None else flags
-        return torch.stack([f.reshape(self.env.num_envs, -1).any(-1) for f in picked]).any(0)
 
     def _restart_skipped(self, tensordict: TensorDictBase, skipped: torch.Tensor) -> TensorDictBase:
         """Every env steps (a backend steps its envs together), and TorchRL keeps its own copy of the data of the
@@ -265,13 +254,8 @@ class TorchRLEnv(_TorchRLEnvBase):
         actions from their fresh data (the policy's action was meant for the ended episode)."""
         carried = tensordict.select(*self.env.observation_keys, *self.env.done_keys, strict=False)
         fresh = self.env.rand_action(self.env.reset(carried.set("_reset", skipped.unsqueeze(-1))))
-        out = tensordict.clone(recurse=False)
-        for key in fresh.keys(True, True):
-            if key in self.env.action_keys or key in self.env.observation_keys:
-                old = tensordict.get(key, None)
-                rows = skipped.view(-1, *[1] * (fresh.get(key).ndim - 1))
-                out.set(key, fresh.get(key) if old is None else torch.where(rows, fresh.get(key), old))
-        return out
+        return merge_rows(tensordict, fresh.select(*self.env.action_keys, *self.env.observation_keys, strict=False),
+                          skipped)
 
     def _reset(self, tensordict: TensorDictBase | None = None, *, seed: int | None = None,
                **kwargs) -> TensorDictBase:
@@ -280,7 +264,7 @@ class TorchRLEnv(_TorchRLEnvBase):
                 f"reset() got keyword arguments {sorted(kwargs)}; marl-envs envs take only seed= (select envs "
                 f"with a '_reset' entry)"
             )
-        return self._masked(self.env.reset(tensordict, seed=seed), self._reset_rows(tensordict))
+        return self._masked(self.env.reset(tensordict, seed=seed), self.env._reset_mask(tensordict))
 
     def _set_seed(self, seed: int | None) -> None:
         if seed is not None:
