@@ -204,8 +204,8 @@ class TorchRLEnv(_TorchRLEnvBase):
     @property
     def has_action_mask(self) -> dict[str, bool]:
         """Group -> whether its data carry an ``action_mask``."""
-        keys = self.env.full_observation_spec.keys(True)
-        return {group: (group, "action_mask") in keys for group in self.group_map}
+        masked = {key[0] for key in self.env.action_mask_keys.values() if isinstance(key, tuple)}
+        return {group: group in masked for group in self.group_map}
 
     def __getattr__(self, name: str):
         env = self.__dict__.get("env")
