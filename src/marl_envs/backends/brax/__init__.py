@@ -54,8 +54,7 @@ opts out. An env built by name (``BraxEnv``, ``make("brax/...")``) also saves it
 ``jax.export`` modules in that directory's ``marl_envs-exported/`` folder; a later process building it with the
 same arguments loads them and finds their compiled code in JAX's cache, so it neither imports Brax nor traces
 (``benchmarks/compile_once.py`` measures it; ``_exports`` says what the saved files are keyed on). The modules take
-any ``num_envs``; XLA compiles them once for each batch size the envs are compiled for (static shapes:
-``marl_envs.backends.jax.compiled_rows``), and the cache keeps each.
+any ``num_envs``; XLA compiles them once for each batch size (static shapes), and the cache keeps each.
 
 **Rendering** uses MuJoCo's renderer; on a Linux machine without a display but with EGL's library, ``MUJOCO_GL=egl``
 is set before MuJoCo is first imported by this backend (unless MUJOCO_GL is set or MuJoCo was already imported). EGL
@@ -70,7 +69,7 @@ it is silenced here (only that one).
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("jax", "brax"), extra="brax", env_class="BraxEnv",
-                  check_env=("brax/fast", {}), exports=("BraxEnv", "BraxWrapper"), host_wait=True,
+                  check_env=("brax/fast", {}), example=("brax/ant_4x2", {"backend": "spring"}), exports=("BraxEnv", "BraxWrapper"), host_wait=True,
                   check=f"{__name__}._library:check",
                   title="Brax", distributions=("brax", "jax", "mujoco"), builds_on=("jax",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -26,7 +26,7 @@ from . import _scenes as scenes
 from ._compat import (
     checked_env, import_brax, is_playground_env, jax_device, prepare_mujoco_gl, quiet_brax_build,
 )
-from ._core import BraxCore, CoreInfo, Differentiable, Split, Step
+from ._model import BraxModel, Differentiable, ModelInfo, Split, Step
 from ._library import PHYSICS_BACKENDS, check, library_keywords as declared_keywords
 
 __all__ = ["BraxEnv", "BraxWrapper", "PHYSICS_BACKENDS", "enable_compilation_cache", "env_names"]
@@ -64,6 +64,7 @@ class BraxWrapper(JaxEnvBase):
         observation_indices: agent name -> indices into the robot's observation vector (same agents).
         group_map: groups of the split's agents (dict or ``MarlGroupMapType``); default: all in ``"agents"``
             when they drive equally many action dims, else ``groupings.default_group_map``.
+        device_path: as ``JaxEnvBase``'s (the device code path on the CPU too).
 
     Attributes:
         action_indices, observation_indices: the split in use (agent -> tuple of indices), or None.
@@ -98,6 +99,7 @@ class BraxWrapper(JaxEnvBase):
         action_indices: Mapping[str, Sequence[int]] | None = None,
         observation_indices: Mapping[str, Sequence[int]] | None = None,
         group_map: GroupMap | MarlGroupMapType | None = None,
+        device_path: bool | None = None,
     ):
         if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
             raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
@@ -114,9 +116,10 @@ class BraxWrapper(JaxEnvBase):
             raise ValueError("pass both action_indices and observation_indices for a multi-agent split, or neither")
         if action_indices is None and group_map is not None:
             raise ValueError("group_map needs a multi-agent split: pass action_indices and observation_indices too")
-        program = env if isinstance(env, exports.Program) else exports.Program(env, CoreInfo.of(checked_env(env)))
+        program = env if isinstance(env, exports.Program) else exports.Program(env, ModelInfo.of(checked_env(env)))
         horizon = None if program.exported is not None else self._library_horizon(program.env, frame_skip)
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=horizon)
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=horizon,
+                         device_path=device_path)
         jdevice = self.jax_device
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
@@ -139,18 +142,16 @@ class BraxWrapper(JaxEnvBase):
             group_map,
         )
         split = None if mapping is None else self._split_tables(mapping, info.flat_observation_size)
-        self._core = BraxCore(program.env, info, num_envs=num_envs, frame_skip=frame_skip, split=split,
-                              device=jdevice, differentiable=self.requires_grad, export=program.export,
-                              exported=program.exported)
-        self._diff = Differentiable(self._core) if self.requires_grad else None
-        if self._diff is not None:  # the hook's differentiable variant, chosen once
-            self._reset, self._step = self._differentiable_reset, self._differentiable_step
+        model = BraxModel(program.env, info, num_envs=num_envs, frame_skip=frame_skip, split=split, device=jdevice,
+                          differentiable=self.requires_grad, export=program.export, exported=program.exported,
+                          resets_when_needed=self._resets_when_needed())
         if self.cache_clear_frequency is not None:
             self._after_step = self._clear_caches
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
         self._steps_since_clear = 0
         self._renderers: dict = {}
-        self._build_specs(groups)
+        self._build_specs(groups, model)
+        self._diff = Differentiable(self._model) if self.requires_grad else None
         self.set_seed(seed)
 
     def _library_horizon(self, env: Any, frame_skip: int) -> tuple[int, str] | None:
@@ -166,13 +167,18 @@ class BraxWrapper(JaxEnvBase):
         per_step = int(layer.action_repeat) * frame_skip
         return -(-int(layer.episode_length) // per_step), "EpisodeWrapper(env, episode_length=N)"
 
+    def _resets_when_needed(self) -> bool:
+        """Whether the auto-reset computes fresh starts only at steps where some env ended (``JaxModel``'s
+        attribute): False, a Brax reset costs a fraction of a step (Playground's CheetahRun says True)."""
+        return False
+
     export_file = None  # BraxEnv: the file of its exported reset and step (see _exports)
     from_export = False  # BraxEnv: built from that file (no Brax import, no tracing)
 
     @property
     def brax_env(self):
         """The wrapped ``brax.envs.Env`` (for an env loaded from the compile cache, built on first access)."""
-        return self._core.env
+        return self._model.env
 
     # -- construction helpers -------------------------------------------------------------------------
     def _split_tables(self, mapping: scenes.AgentMapping, obs_size: int) -> Split:
@@ -189,12 +195,13 @@ class BraxWrapper(JaxEnvBase):
                 table[row, : len(mapping.observation_indices[agent])] = mapping.observation_indices[agent]
             gathers.append(table)
         self._action_source = torch.as_tensor(source, dtype=torch.int64, device=self.device)
-        return Split(action_source=source, gathers=tuple(gathers))
+        return Split(groups=tuple(self.group_map), action_source=source, gathers=tuple(gathers))
 
-    def _build_specs(self, groups: dict[str, Composite] | None) -> None:
-        """Specs, and so the columns of the buffers the compiled reset and step return."""
+    def _build_specs(self, groups: dict[str, Composite] | None, model: BraxModel) -> None:
+        """Specs, and so the named outputs of the model; the executor (the differentiable env's hook runs through the
+        default one, its TensorDicts carrying gradients, merged by torch.where)."""
         B, dev = self.num_envs, self.device
-        core = self._core
+        core = model
         if groups is None:
             obs = Composite(shape=(B,), device=dev)
             for path, shape in core.info.obs_leaves:
@@ -210,8 +217,8 @@ class BraxWrapper(JaxEnvBase):
             for (group, spec), table in zip(groups.items(), core.split.gathers):
                 spec["observation"] = Unbounded((*spec.shape, table.shape[1]), device=dev)
             self._declare_specs(groups, state=Unbounded((B, core.observation_size), device=dev))
-        self._set_columns()
-        if self.requires_grad:  # the hook's TensorDicts carry gradients: the default executor, merged by torch.where
+        self._set_model(model, compiled=not self.requires_grad)
+        if self.requires_grad:
             batches = {g: torch.Size((self.num_envs, len(m))) for g, m in self.group_map.items()}
             self._tree = {name: (Tree([c[0] for c in columns], self.batch_size, self.device, batches), columns)
                           for name, columns in (("reset", self._reset_columns), ("step", self._step_columns))}
@@ -223,8 +230,9 @@ class BraxWrapper(JaxEnvBase):
         flat = self._flat_action(tensordict)
         return flat if self.action_indices is None else flat[:, self._action_source]
 
-    # -- the hook: the shared JAX path (JaxEnvBase), or the differentiable one (set in __init__) -------
-    def _differentiable_reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+    # -- the hook of the differentiable env (requires_grad=True), run by the default executor; the compiled
+    # programs (JaxExecutor) never call it -------------------------------------------------------------
+    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         io = self._io
         jmask = io.to_jax(torch.ones(self.num_envs, dtype=torch.bool) if mask is None else mask)
         previous = None if self._flat is None or mask is None else io.to_jax(self._flat)
@@ -235,9 +243,7 @@ class BraxWrapper(JaxEnvBase):
         self._flat = flat
         return self._columns_data("reset", out)
 
-    def _differentiable_step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if self._flat is None:
-            raise RuntimeError("step() before reset(): reset the env first")
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._flat, out, flags = Step.apply(self._diff, self._io, self._flat, self._flat_action(tensordict))
         return self._columns_data("step", torch.cat([out, flags.to(out.dtype)], dim=1))
 
@@ -374,6 +380,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
         seed: int = 0,
         group_map: GroupMap | MarlGroupMapType | None = None,
         mapping: str | Mapping[str, Mapping[str, Sequence[int]]] | None = None,
+        device_path: bool | None = None,
         **env_kwargs: Any,
     ):
         env_name = shell_safe(env_name, "Brax env")
@@ -386,7 +393,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
         scenes.check_mapping(env_name, scene, mapping)
         common = dict(num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
                       requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
-                      group_map=group_map)
+                      group_map=group_map, device_path=device_path)
         configure_jax()  # before anything below starts JAX
         key = None if requires_grad else exports.env_key(
             env_name, robot, jax_device(torch.device(device)), env_kwargs=env_kwargs, frame_skip=frame_skip,
@@ -394,7 +401,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
         saved = exports.load(key) if key else None
         if saved is not None:  # built before with these arguments: no Brax import, no tracing
             meta, exported = saved
-            info = CoreInfo.from_json(meta["info"])
+            info = ModelInfo.from_json(meta["info"])
             saved_split = lambda: scenes.AgentMapping(  # noqa: E731
                 *({agent: tuple(v) for agent, v in meta["derived"][i].items()} for i in (0, 1)))
             indices = scenes.resolve_mapping(env_name, scene, mapping, info.action_size, info.flat_observation_size,
@@ -408,7 +415,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
         if env_name not in names:
             raise unknown_env("Brax env", env_name, names)
         brax_env = self._brax_env(robot, env_kwargs)
-        info = CoreInfo.of(brax_env)
+        info = ModelInfo.of(brax_env)
         derived: list[scenes.AgentMapping] = []
 
         def derive() -> scenes.AgentMapping:
@@ -421,10 +428,10 @@ class BraxEnv(NamedRepr, BraxWrapper):
                                          derive)
         program = exports.Program(brax_env, info, export=key is not None)
         super().__init__(program, action_indices=indices[0], observation_indices=indices[1], **common)
-        if key is not None and self._core.exported:
+        if key is not None and self._model.exported:
             meta = {"env": env_name, "info": info.to_json(),
                     "derived": [derived[0].action_indices, derived[0].observation_indices] if derived else None}
-            self.export_file = exports.save(key, meta, self._core.exported)
+            self.export_file = exports.save(key, meta, self._model.exported)
 
     @staticmethod
     def _brax_env(robot: str, env_kwargs: dict[str, Any]):

@@ -1,9 +1,9 @@
-"""The Brax adapter of the JAX core (``backends.jax``): a Brax env's reset and step as the core's per-env functions.
+"""The Brax model (``backends.jax.JaxModel``): a Brax env's reset and step as one env's functions, outputs named.
 
-Per env step (inside the core's one compiled ``jit(vmap(...))`` call): the agent actions are scattered into the
+Per env step (inside the one compiled ``jit(vmap(...))`` call): the agent actions are scattered into the
 robot's action, the env is stepped ``frame_skip`` times with ``lax.scan`` (rewards summed, an env that ends
 mid-skip stays frozen), and the agent observations are gathered. Brax's step is deterministic, so it takes no
-key; resets draw fresh per-env keys (the core's masked reset).
+key; resets draw fresh per-env keys (the model's masked reset).
 
 The differentiable variant (``Differentiable``) hands the float32 buffer (the part gradients flow through) to
 the caller, so a ``torch.autograd.Function`` can carry it between steps; its backward is a second compiled
@@ -24,10 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from ..jax import JaxCore, StateMismatch, StatePacking, Transfer, export_platform, quiet_tracing, strong, tree_paths
+from ..jax import JaxModel, ModelLayout, StateMismatch, StatePacking, Transfer, quiet_tracing, strong, tree_paths
 
-__all__ = ["BraxCore", "CoreInfo", "Differentiable", "Split", "Step", "export_platform", "quiet_tracing", "reset_struct",
-           "tree_paths"]
+__all__ = ["BraxModel", "Differentiable", "ModelInfo", "Split", "Step", "reset_struct"]
 
 _RESET_STRUCTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -37,12 +36,14 @@ class Split:
     """Static tables of a multi-agent split, in data order (groups in group_map order).
 
     Attributes:
+        groups: the groups' names, in group_map order.
         action_source: ``(action_size,)``: for each robot action dim, its column in the flat agent action
             ``concat([group_action.reshape(B, -1) for each group])``.
         gathers: per group, ``(n_agents, width)`` indices into the robot observation with one zero appended
             (index ``observation_size`` reads that zero: the padding of agents with fewer entries).
     """
 
+    groups: tuple[str, ...]
     action_source: np.ndarray
     gathers: tuple[np.ndarray, ...]
 
@@ -74,7 +75,7 @@ def _step_errors(env) -> Iterator[None]:
 
 
 @dataclass(frozen=True)
-class CoreInfo:
+class ModelInfo:
     """What is known of a Brax env without running it: the shapes the compiled functions take and return.
 
     Plain data (``to_json`` / ``from_json``), so it can be saved with the exported functions.
@@ -93,7 +94,7 @@ class CoreInfo:
     dtypes: tuple[str, ...]
 
     @classmethod
-    def of(cls, env) -> CoreInfo:
+    def of(cls, env) -> ModelInfo:
         """Trace ``env.reset`` for shapes (see ``reset_struct``)."""
         one = reset_struct(env)
         packing = StatePacking(strong(one))
@@ -117,7 +118,7 @@ class CoreInfo:
                 "has_truncation": self.has_truncation, "widths": list(self.widths), "dtypes": list(self.dtypes)}
 
     @classmethod
-    def from_json(cls, data: dict) -> CoreInfo:
+    def from_json(cls, data: dict) -> ModelInfo:
         return cls(
             action_size=int(data["action_size"]),
             obs_leaves=tuple((tuple(p), tuple(int(n) for n in s)) for p, s in data["obs_leaves"]),
@@ -127,8 +128,8 @@ class CoreInfo:
         )
 
 
-class BraxCore(JaxCore):
-    """The core over ``num_envs`` copies of a Brax env (see ``backends.jax.JaxCore``).
+class BraxModel(JaxModel):
+    """The model of a Brax env, over ``num_envs`` copies (see ``backends.jax.JaxModel``).
 
     The reset and step are traced from the env (``env`` a ``brax.envs.Env``), or come ready as ``jax.export``
     modules (``exported``, with ``env`` a zero-argument callable that builds the env, called only if something
@@ -137,41 +138,54 @@ class BraxCore(JaxCore):
     that process finds the compiled code in JAX's persistent cache.
 
     Args:
-        env: a ``brax.envs.Env`` (unbatched: the core vmaps it), or a callable returning one (``exported``).
-        info: the env's shapes (``CoreInfo.of(env)``).
+        env: a ``brax.envs.Env`` (unbatched: the model vmaps it), or a callable returning one (``exported``).
+        info: the env's shapes (``ModelInfo.of(env)``).
         num_envs: batch size.
         frame_skip: env steps per call, rewards summed (``lax.scan``).
         split: multi-agent tables, or None for the single-agent layout.
         device: the JAX device holding the state.
-        differentiable: a ``Differentiable`` will drive this core (it compiles its own step).
+        differentiable: a ``Differentiable`` will drive this model (it compiles its own step).
         export: trace reset and step as ``jax.export`` modules (falls back to plain tracing if export fails).
         exported: ``{"batched_reset": Exported, "batched_step": Exported}`` to compile instead of tracing.
+        resets_when_needed: as ``JaxModel``'s (Playground's CheetahRun).
 
     Raises:
-        ValueError: tracing the env's reset or step fails, or its step changes the state's structure.
+        ValueError: (``bind``) tracing the env's reset or step fails, or its step changes the state's structure.
     """
 
     step_uses_key = False  # Brax steps are deterministic
     costly_reset = True  # a reset runs the pipeline's init
 
     def __init__(
-        self, env, info: CoreInfo, *, num_envs: int, frame_skip: int, split: Split | None, device,
+        self, env, info: ModelInfo, *, num_envs: int, frame_skip: int, split: Split | None, device,
         differentiable: bool = False, export: bool = False, exported: Mapping[str, Any] | None = None,
+        resets_when_needed: bool = False,
     ):
         self.info, self.frame_skip, self.split = info, frame_skip, split
-        self.widths, self.dtypes, self.action_size = info.widths, info.dtypes, info.action_size
+        self.resets_when_needed = resets_when_needed
+        self.widths, self.dtypes = info.widths, info.dtypes
         self._env, self._env_factory = (None, env) if exported else (env, None)
         self.observation_size = info.flat_observation_size if split is not None else None  # the wrapper checked it
+        self._differentiable, self._export_now = differentiable, export
         self._setup(num_envs=num_envs, device=device, exported=exported)
-        if not differentiable and not self.exported:
-            # trace the step now: a broken custom env fails here, and compiling reuses the trace
-            with _step_errors(self.env):
-                if not (export and self._export()):
-                    self._trace("batched_step", *self._signature("batched_step"))
+
+    def bind(self, layout: ModelLayout, *, check: bool = True) -> None:
+        """``JaxModel.bind``; the step traced now (a broken custom env fails here, and compiling reuses the trace),
+        as ``jax.export`` modules with ``export``. A model loaded from its exported modules is not traced."""
+        self.layout = layout
+        if self.exported:
+            return
+        with _step_errors(self.env):
+            if self._differentiable:
+                super().bind(layout, check=check)
+            elif not (self._export_now and self._export()):
+                with quiet_tracing():
+                    jax.eval_shape(self.keyed_reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
+                self._trace("batched_step", *self._signature("batched_step"))
 
     @property
     def env(self):
-        """The Brax env (built now if this core came from exported modules)."""
+        """The Brax env (built now if this model came from exported modules)."""
         if self._env is None:
             self._env = self._env_factory()
         return self._env
@@ -203,43 +217,42 @@ class BraxCore(JaxCore):
         (state, total, _), _ = jax.lax.scan(body, start, None, length=self.frame_skip)
         return state, total
 
-    def _float_vector(self, state: Any, reward: jax.Array | None) -> jax.Array:
-        """One env's float vector: observations (state + per-group gathers for a split), then rewards."""
+    def observe_one(self, state: Any, reward: jax.Array | None = None) -> dict:
+        """One env's observations (the robot's own, or its ``state`` and each group's gathers for a split) and,
+        given, its rewards."""
         if self.split is None:
-            parts = [leaf.reshape(-1).astype(jnp.float32) for _, leaf in tree_paths(state.obs)]
+            out = {("observation", *path): leaf.astype(jnp.float32) for path, leaf in tree_paths(state.obs)}
             if reward is not None:
-                parts.append(reward.reshape(1))
-        else:
-            obs = state.obs.reshape(-1).astype(jnp.float32)
-            padded = jnp.concatenate([obs, jnp.zeros((1,), jnp.float32)])
-            parts = [obs] + [padded[table.reshape(-1)] for table in self.split.gathers]
-            if reward is not None:
-                parts += [jnp.broadcast_to(reward.reshape(1), (len(t),)) for t in self.split.gathers]
-        return jnp.concatenate(parts)
+                out["reward"] = reward.reshape(1)
+            return out
+        obs = state.obs.reshape(-1).astype(jnp.float32)
+        padded = jnp.concatenate([obs, jnp.zeros((1,), jnp.float32)])
+        out = {"state": obs}
+        out.update({(g, "observation"): padded[table] for g, table in zip(self.split.groups, self.split.gathers)})
+        if reward is not None:
+            out.update({(g, "reward"): jnp.broadcast_to(reward.reshape(1, 1), (len(table), 1))
+                        for g, table in zip(self.split.groups, self.split.gathers)})
+        return out
 
-    def _flags(self, state: Any) -> jax.Array:
-        done = state.done > 0
-        truncated = (state.info["truncation"] > 0) & done if self.info.has_truncation else jnp.zeros_like(done)
-        return jnp.stack([done & ~truncated, truncated])
-
-    def reset_one(self, key: jax.Array) -> tuple[Any, jax.Array]:
+    def reset_one(self, key: jax.Array) -> tuple[Any, dict]:
         state = self._cast(self.env.reset(key))
-        return state, self._float_vector(state, None)
+        return state, self.observe_one(state)
 
-    def observe_one(self, state: Any) -> jax.Array:
-        return self._float_vector(state, None)
-
-    def step_one(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
+    def step_one(self, key: jax.Array, state: Any, actions: Mapping) -> tuple[Any, dict]:
         del key  # Brax steps are deterministic
-        action = action.astype(jnp.float32)
-        if self.split is not None:
+        if self.split is None:
+            action = actions["action"]
+        else:
+            action = jnp.concatenate([actions[g, "action"].reshape(-1) for g in self.split.groups])
             action = action[self.split.action_source]
         state, reward = self._advance(state, action)
-        return state, self._float_vector(state, reward), self._flags(state)
+        done = state.done > 0
+        truncated = (state.info["truncation"] > 0) & done if self.info.has_truncation else jnp.zeros_like(done)
+        return state, {**self.observe_one(state, reward), "terminated": done & ~truncated, "truncated": truncated}
 
 
 class Differentiable:
-    """The differentiable variant of a ``BraxCore``.
+    """The differentiable variant of a ``BraxModel``.
 
     The state's float32 buffer (``flat``, ``(B, S)``: the part gradients flow through) is handed to the caller,
     who keeps it as a torch tensor carrying the autograd history; the other buffers (``aux``: integer and
@@ -247,19 +260,19 @@ class Differentiable:
     outputs and what ``vjp`` needs to recompute the step under ``jax.vjp``: its inputs, nothing else.
     """
 
-    def __init__(self, core: BraxCore):
-        self.core = core
-        self.flat_size = core.info.widths[0]
+    def __init__(self, model: BraxModel):
+        self.model = model
+        self.flat_size = model.info.widths[0]
         self.aux: tuple | None = None
-        structs = core.state_structs()
+        structs = model.state_structs()
         self._flat_struct, self._aux_struct = structs[0], structs[1:]
-        args = (self._flat_struct, self._aux_struct, core.keys_struct(), core.action_struct())
-        with quiet_tracing(), _step_errors(core.env):  # also checks the env's step, as BraxCore does
+        args = (self._flat_struct, self._aux_struct, model.keys_struct(), model.action_struct())
+        with quiet_tracing(), _step_errors(model.env):  # also checks the env's step, as BraxModel.bind does
             self.out_width = jax.eval_shape(self._forward, *args)[3].shape[1]
 
     # -- compiled functions ---------------------------------------------------------------------------
     def _forward(self, flat, aux, keys, action):
-        buffers, keys, out, flags = self.core.batch_step((flat, *aux), keys, action)
+        buffers, keys, out, flags = self.model.batch_step((flat, *aux), keys, action)
         return buffers[0], buffers[1:], keys, out, flags
 
     def _backward(self, flat, aux, keys, action, grad_flat, grad_out):
@@ -270,19 +283,19 @@ class Differentiable:
         return jax.vjp(differentiable, flat, action)[1]((grad_flat, grad_out))
 
     def batch_reset(self, flat, aux, keys, mask):
-        buffers, keys, out = self.core.batch_reset((flat, *aux), keys, mask)
+        buffers, keys, out = self.model.batch_reset((flat, *aux), keys, mask)
         return buffers[0], buffers[1:], keys, out
 
     # -- the public calls -----------------------------------------------------------------------------
     def reset(self, flat: jax.Array | np.ndarray | None, mask) -> tuple[jax.Array, jax.Array]:
         """Reset where ``mask``; ``flat=None`` starts from zeros. Returns the new flat state and the outputs."""
-        core = self.core
+        model = self.model
         if flat is None or self.aux is None:
-            flat, *aux = core.zero_state()
+            flat, *aux = model.zero_state()
             self.aux = tuple(aux)
-        fn = core.compiled("grad_reset", self.batch_reset, lambda: (
-            self._flat_struct, self._aux_struct, core.keys_struct(), core.struct((core.num_envs,), jnp.bool_)))
-        flat, self.aux, core.keys, out = fn(flat, self.aux, core.keys, mask)
+        fn = model.compiled("grad_reset", self.batch_reset, lambda: (
+            self._flat_struct, self._aux_struct, model.keys_struct(), model.struct((model.num_envs,), jnp.bool_)))
+        flat, self.aux, model.keys, out = fn(flat, self.aux, model.keys, mask)
         return flat, out
 
     def step(self, flat, action) -> tuple[jax.Array, jax.Array, jax.Array, tuple]:
@@ -291,26 +304,26 @@ class Differentiable:
         ``saved`` is the rest of the step's input (``aux`` and the keys, JAX arrays that nothing mutates); with
         ``flat`` and ``action`` it is all ``vjp`` needs.
         """
-        core = self.core
-        fn = core.compiled("grad_step", self._forward, lambda: (
-            self._flat_struct, self._aux_struct, core.keys_struct(), core.action_struct()))
-        saved = (self.aux, core.keys)
-        new_flat, self.aux, core.keys, out, flags = fn(flat, *saved, action)
+        model = self.model
+        fn = model.compiled("grad_step", self._forward, lambda: (
+            self._flat_struct, self._aux_struct, model.keys_struct(), model.action_struct()))
+        saved = (self.aux, model.keys)
+        new_flat, self.aux, model.keys, out, flags = fn(flat, *saved, action)
         return new_flat, out, flags, saved
 
     def vjp(self, flat, saved: tuple, action, grad_flat, grad_out) -> tuple[jax.Array, jax.Array]:
         """Gradients w.r.t. the step's flat state and action, given those of its next flat state and outputs."""
-        core = self.core
-        fn = core.compiled("grad_vjp", self._backward, lambda: (
-            self._flat_struct, self._aux_struct, core.keys_struct(), core.action_struct(), self._flat_struct,
-            core.struct((core.num_envs, self.out_width), jnp.float32)))
+        model = self.model
+        fn = model.compiled("grad_vjp", self._backward, lambda: (
+            self._flat_struct, self._aux_struct, model.keys_struct(), model.action_struct(), self._flat_struct,
+            model.struct((model.num_envs, self.out_width), jnp.float32)))
         return fn(flat, *saved, action, grad_flat, grad_out)
 
     def env_state(self, flat: np.ndarray, index: int) -> Any:
         """The Brax state of env ``index`` (NumPy arrays), its float32 buffer given."""
         if self.aux is None:
             raise RuntimeError("the env has no state yet: reset it first")
-        return self.core.env_state(index, (flat, *self.aux))
+        return self.model.env_state(index, (flat, *self.aux))
 
 
 class Step(torch.autograd.Function):

@@ -15,8 +15,8 @@ from .._named import NamedRepr
 from .._quiet import EVERY_WARNING, ignored_warnings, quiet_import
 from .._spaces import space_spec
 from ..._core.validate import checked_keywords, did_you_mean
-from ...specs import Categorical, Unbounded
-from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong
+from ...specs import Unbounded
+from ..jax import JaxEnvBase, JaxModel, check_name, configure_jax
 from ._drawing import DRAWN, draw
 
 __all__ = ["GymnaxEnv", "UNAVAILABLE", "env_names"]
@@ -93,33 +93,23 @@ def _horizon(params: Any) -> tuple[int, str] | None:
     return math.ceil(float(limit)), 'env_params={"max_steps_in_episode": N}'
 
 
-class _GymnaxCore(JaxCore):
-    """The gymnax adapter: ``reset_env(key, params)`` and ``step_env(key, state, action, params)``."""
+class _GymnaxModel(JaxModel):
+    """The gymnax model: ``reset_env(key, params)`` and ``step_env(key, state, action, params)``."""
 
-
-    def __init__(self, env, params, *, name: str, discrete: bool, action_size: int, num_envs: int, device):
-        self.env, self.params, self.label, self._discrete = env, params, f"gymnax {name}", discrete
-        self.action_size = action_size
-        self._action_shape = tuple(env.action_space(params).shape)
-        self._setup_packed(num_envs=num_envs, device=device)
-
-    @functools.cached_property
-    def _reference(self) -> Any:
-        return strong(jax.eval_shape(self.env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), self.params)[1])
+    def __init__(self, env, params, *, name: str, num_envs: int, device):
+        self.env, self.params, self.label = env, params, f"gymnax {name}"
+        self._setup(num_envs=num_envs, device=device)
 
     def reset_one(self, key):
         obs, state = self.env.reset_env(key, self.params)
-        return self._cast(state), jnp.asarray(obs, jnp.float32).reshape(-1)
+        return state, {"observation": jnp.asarray(obs, jnp.float32)}
 
-    def step_one(self, key, state, action):
-        action = action[0].astype(jnp.int32) if self._discrete else action.reshape(self._action_shape)
-        obs, state, reward, done, _ = self.env.step_env(key, state, action, self.params)
-        state = self._cast(state)
+    def step_one(self, key, state, actions):
+        obs, state, reward, done, _ = self.env.step_env(key, state, actions["action"], self.params)
         terminated = jnp.asarray(done).reshape(()) > 0  # gymnax 1.0: step_env's done is the natural end only
-        truncated = jnp.asarray(self.env.is_truncated(state, self.params)).reshape(()) & ~terminated
-        out = jnp.concatenate([jnp.asarray(obs, jnp.float32).reshape(-1),
-                               jnp.asarray(reward, jnp.float32).reshape(1)])
-        return state, out, jnp.stack([terminated, truncated])
+        truncated = jnp.asarray(self.env.is_truncated(self._cast(state), self.params)).reshape(()) & ~terminated
+        return state, {"observation": jnp.asarray(obs, jnp.float32), "reward": jnp.asarray(reward, jnp.float32
+                       ).reshape(1), "terminated": terminated, "truncated": truncated}
 
 
 class GymnaxEnv(NamedRepr, JaxEnvBase):
@@ -133,6 +123,7 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
             ``max_steps_in_episode``; a shorter one is taken, a longer one refused.
         seed: seed of the per-env keys.
         env_params: fields of the env's ``EnvParams`` to override (``{"max_steps_in_episode": 200}``).
+        device_path: as ``JaxEnvBase``'s (the device code path on the CPU too).
 
     Raises:
         ValueError: unknown env name (with close matches), unknown ``env_params`` field, or a ``max_steps``
@@ -141,7 +132,8 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
 
     @checked_keywords
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
-                 max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None):
+                 max_steps: int | None = None, seed: int = 0, env_params: dict[str, Any] | None = None,
+                 device_path: bool | None = None):
         env, params = _make(env_name)
         if env_params:
             fields = set(getattr(params, "__dataclass_fields__", {}))
@@ -151,17 +143,15 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
                                  f"its parameters are {sorted(fields)}")
             params = params.replace(**env_params)
         self.env_name, self.gymnax_env, self.env_params = env_name, env, params
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(params))
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(params),
+                         device_path=device_path)
         B, dev = self.num_envs, self.device
         obs_shape = tuple(jax.eval_shape(env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), params)[0].shape)
         action = space_spec(env.action_space(params), dev, where=f"gymnax {env_name}'s action")
-        discrete, width = isinstance(action, Categorical), math.prod(action.shape)
         action = action.expand(B, *action.shape)
-        self._core = _GymnaxCore(env, params, name=env_name, discrete=discrete, action_size=width,
-                                 num_envs=num_envs, device=self.jax_device)
         self._declare_specs({}, observation=Unbounded((B, *obs_shape), device=dev), action=action,
                             reward=Unbounded((B, 1), device=dev))
-        self._set_columns()
+        self._set_model(_GymnaxModel(env, params, name=env_name, num_envs=num_envs, device=self.jax_device))
         self.set_seed(seed)
 
     @property

@@ -1,14 +1,14 @@
-"""The one core of every JAX env family (Brax, JaxMARL, gymnax), and what those families share.
+"""What every JAX env family (Brax, JaxMARL, gymnax, Jumanji, Playground) shares, and a user's JAX env uses.
 
-- ``JaxCore``: the per-env adapter protocol and its compiled ``jit(vmap)`` reset and step (``_core``).
-- ``JaxEnvBase``: the ``EnvBase`` hook over a ``JaxCore``, with ``jax_functions()`` (``_env``).
+- ``JaxModel``: one env as pure JAX functions with named outputs (the hook), batched by ``jit(vmap)`` (``_model``).
+- ``JaxEnvBase``: the ``EnvBase`` over a ``JaxModel``, with ``jax_functions()`` (``_env``).
 - The executor (``_executor``): a reset or step as one compiled call (``_programs``), its outputs one buffer per
   dtype (``_packing``), read by torch as views; and the torch <-> JAX hand-off of the differentiable Brax env
   (``_transfer``).
 - JAX settings applied when the first env is built: the compilation cache, the CPU dispatch and the GPU memory
   shared with torch (``_runtime``).
 
-A family adapter (``marl_envs.backends.gymnax``, ``jaxmarl``, ``brax``) imports from this package only.
+A family (``marl_envs.backends.gymnax``, ``jaxmarl``, ``brax``, ...) imports from this package only.
 """
 
 from .. import lazy_names
@@ -16,13 +16,12 @@ from .. import lazy_names
 #: Each public name and the module that defines it, imported when the name is first read: the registry walks
 #: ``marl_envs.backends`` importing every package, and a helper package imports nothing heavy (JAX, torch) then.
 _SOURCES = {
-    "._core": ("JaxCore", "StateMismatch", "compiled_rows", "env_keys", "export_platform", "quiet_tracing",
-               "split_key", "straight_threefry", "strong", "tree_paths"),
+    "._model": ("JaxModel", "ModelLayout", "StateMismatch", "env_keys", "export_platform", "quiet_tracing",
+                "split_key", "strong", "tree_paths"),
     "._packing": ("StatePacking",),
     "._env": ("FunctionalState", "JaxEnvBase", "JaxFunctions", "check_name"),
-    "._runtime": ("ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "EXACT_BATCH_VAR", "JAX_GPU_MEMORY_VARS",
-                  "OPT_OUT_VAR", "PREALLOCATE_VAR", "caching_enabled", "configure_jax", "enable_compilation_cache",
-                  "env_flag", "inline_cpu_dispatch", "jax_started", "share_gpu_memory"),
+    "._runtime": ("ASYNC_VAR", "CACHE_DIR_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR",
+                  "caching_enabled", "configure_jax", "enable_compilation_cache", "env_flag", "inline_cpu_dispatch", "jax_started", "share_gpu_memory"),
     "._transfer": ("Transfer",),
 }
 __all__ = sorted(name for names in _SOURCES.values() for name in names)

@@ -1,10 +1,10 @@
-"""The torch side shared by every JAX env family.
+"""The torch side shared by every JAX env family, and by a user's JAX env.
 
-``JaxEnvBase`` is the ``EnvBase`` of the Brax, JaxMARL, gymnax, Jumanji and Playground envs. A family's env
-calls ``JaxEnvBase.__init__``, builds its ``JaxCore`` adapter and declares its specs; ``_set_columns`` reads the
-columns of the core's float vector from those specs and sets the env's executor (``JaxExecutor``): each reset and
-step is one compiled call whose buffers (one per dtype) torch reads as views. ``jax_functions()`` is the functional
-JAX face of the same env.
+``JaxEnvBase`` is the ``EnvBase`` of the Brax, JaxMARL, gymnax, Jumanji and Playground envs. An env calls
+``JaxEnvBase.__init__``, declares its specs, builds its ``JaxModel`` and hands it to ``_set_model``, which reads the
+model's named outputs and actions from the specs (``ModelLayout``), checks the model's outputs against them once and
+sets the env's executor (``JaxExecutor``): each reset and step is one compiled call whose buffers (one per dtype)
+torch reads as views. ``jax_functions()`` is the functional JAX face of the same env.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from ..._core.env import EnvBase
 from ..._core.messages import check_name  # the families' own name checks, shared with their light modules
 from ...distributed import jax_device
 from ...specs import Composite
-from ._core import JaxCore, env_keys, quiet_tracing
 from ._executor import JaxExecutor
-from ._programs import NO_LIMIT, CoreDescription, Programs
-from ._runtime import DEVICE_PATH_VAR, configure_jax, env_flag
+from ._model import JaxModel, ModelLayout, env_keys, quiet_tracing
+from ._programs import NO_LIMIT, ModelDescription, Programs
+from ._runtime import configure_jax
 from ._transfer import Transfer
 
 __all__ = ["FunctionalState", "JaxEnvBase", "JaxFunctions", "check_name"]
@@ -92,8 +92,8 @@ def _slices(entries: Sequence[Entry]) -> list[tuple]:
 
 
 def _entries(spec: Composite, group_map: dict[str, list[str]]) -> list[Entry]:
-    """``(key, shape, dtype)`` of each leaf of ``spec``, in the order a core's vector holds them: the root's leaves
-    first, in the spec's order, then the groups' fields, field by field (in the order they first appear), each
+    """``(key, shape, dtype)`` of each leaf of ``spec``, in the order the programs' vector holds them: the root's
+    leaves first, in the spec's order, then the groups' fields, field by field (in the order they first appear), each
     group by group (``("agents", "observation")``, then ``("agents", "action_mask")``, ...)."""
     leaves = [(key if isinstance(key, tuple) else (key,)) for key in spec.keys(True, True)]
     root = [key for key in leaves if key[0] not in group_map]
@@ -102,59 +102,83 @@ def _entries(spec: Composite, group_map: dict[str, list[str]]) -> list[Entry]:
     return [(key, tuple(spec[key].shape), spec[key].dtype) for key in [*root, *grouped]]
 
 
+_JAX_DTYPES = {torch.float32: jnp.float32, torch.bool: jnp.bool_}  # else int32: JAX's integers (x64 off)
+
+
 def _one(entries: dict) -> dict:
     """The entries of a batch of one env, without the batch dim."""
     return {key: value[0] for key, value in entries.items()}
 
 
 class JaxEnvBase(EnvBase):
-    """``EnvBase`` over a ``JaxCore``. Subclasses call ``__init__``, set ``self._core`` and call ``_set_columns``.
+    """``EnvBase`` over a ``JaxModel``. Subclasses call ``__init__``, declare their specs and call ``_set_model``.
 
     Args:
         num_envs, device, max_steps: as ``EnvBase``'s.
+        device_path: run the code path written for a device (DLPack hand-offs both ways) on the CPU too, for
+            tests that count host reads and for debugging the GPU path without a GPU; default (None): on a GPU only.
 
     Attributes:
         jax_device: the JAX device of ``device``.
-        device_path: the env runs the code path written for a device (DLPack hand-offs, actions checked inside
-            the step): on a GPU, or on the CPU with ``MARL_ENVS_DEVICE_PATH=1`` (for tests and debugging).
+        device_path: the env runs the device code path (on a GPU, or ``device_path=True``).
+        compiled: the env steps through its compiled programs (``JaxExecutor``); False for an env whose hook steps
+            through torch (a differentiable Brax env), set when the env is built.
     """
 
-    _core: JaxCore
-    _programs_executor: JaxExecutor | None = None  # set by _set_columns
+    _model: JaxModel
+    compiled = False  # set by _set_model
 
     def __init__(self, *, num_envs: int, device: torch.device | str = "cpu", max_steps: int | None = None,
-                 horizon: tuple[int, str] | None = None):
+                 horizon: tuple[int, str] | None = None, device_path: bool | None = None):
         configure_jax()  # before anything below can start JAX's backends
         self.jax_device = jax_device(torch.device(device))  # checked before the base class allocates on it
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=horizon)
-        self.device_path = self.device.type != "cpu" or env_flag(DEVICE_PATH_VAR, "0")
+        if device_path not in (None, True, False):
+            raise TypeError(f"device_path must be None, True or False, got {device_path!r}")
+        self.device_path = bool(device_path) or self.device.type != "cpu"
         self._io = Transfer(self.device, dlpack=self.device_path, jax_device=self.jax_device)
 
     _after_step: Callable[[], None] | None = None  # called after each step (Brax: cache_clear_frequency)
 
-    def _set_columns(self) -> None:
-        """The columns of the core's vectors, read from the env's specs (so the executor follows them): a reset
-        gives the observation entries (``_entries(full_observation_spec)``); a step gives them, then the
-        rewards, then each group's own ``terminated`` where the group has one, then the root's ``terminated`` and
-        ``truncated``. The core's action is the ``action_keys``' values, flattened per env in that order and cast
-        to float32. A core emits its vector in this order."""
+    def _set_model(self, model: JaxModel, *, compiled: bool = True, check: bool = True) -> None:
+        """Bind ``model`` to the env's specs and set the executor.
+
+        The model's outputs are named by the specs' keys: a reset gives the observation entries; a step gives them,
+        the rewards, each group's own ``terminated`` where the group has one, and the root ``terminated`` (and
+        ``truncated``). Its actions are the ``action_keys``' values, each in its spec's shape without the batch dim.
+        With ``check``, the model's functions are traced once here and outputs unlike the specs refused.
+
+        Args:
+            compiled: set the ``JaxExecutor`` (else the env's hook runs through the default executor: ``_reset`` /
+                ``_step``, a differentiable Brax env).
+
+        Raises:
+            ValueError: an output missing, not declared, or of another shape than its spec's (named).
+        """
         B = self.num_envs
-        flags = [(("terminated",), (B, 1), torch.bool), (("truncated",), (B, 1), torch.bool)]
         own_ends = [(g, "terminated") for g in self.group_map if (g, "terminated") in self.done_keys]
         observations = _entries(self.full_observation_spec, self.group_map)
         rewards = _entries(self.full_reward_spec, self.group_map)
         ends = [(key, tuple(self.full_done_spec[key].shape), torch.bool) for key in own_ends]
+        flags = [(("terminated",), (B, 1), torch.bool), (("truncated",), (B, 1), torch.bool)]
         self._reset_columns = _slices(observations)
         self._step_columns = _slices([*observations, *rewards, *ends, *flags])
         self._action_keys = [tuple(k) if isinstance(k, tuple) else (k,) for k in self.action_keys]
-        self._programs_executor = JaxExecutor(self._core_description(), self._facts(), io=self._io,
-                                              device_path=self.device_path)
-        self._set_executor(self._programs_executor)
+        actions = tuple((k, tuple(self.full_action_spec[k].shape[1:]),
+                         _JAX_DTYPES.get(self.full_action_spec[k].dtype, jnp.int32)) for k in self._action_keys)
+        model.bind(ModelLayout(reset=tuple((k, s[1:]) for k, s, _ in observations),
+                               step=tuple((k, s[1:]) for k, s, _ in [*observations, *rewards, *ends]),
+                               actions=actions), check=check)
+        self._model = model
+        self.compiled = compiled
+        if compiled:
+            self._set_executor(JaxExecutor(self._model_description(), self._facts(), io=self._io,
+                                           device_path=self.device_path))
 
-    def _core_description(self) -> CoreDescription:
-        """What the programs and the executor are handed besides the env's facts (``_set_columns``' columns)."""
-        return CoreDescription(self._core, tuple(self._reset_columns), tuple(self._step_columns),
-                               tuple(self._action_keys), tuple(self.full_action_spec[k] for k in self._action_keys))
+    def _model_description(self) -> ModelDescription:
+        """What the programs and the executor are handed besides the env's facts (``_set_model``'s columns)."""
+        return ModelDescription(self._model, tuple(self._reset_columns), tuple(self._step_columns),
+                                tuple(self._action_keys), tuple(self.full_action_spec[k] for k in self._action_keys))
 
     def _flat_action(self, tensordict: TensorDictBase) -> torch.Tensor:
         parts = [tensordict.get(key).reshape(self.num_envs, -1) for key in self._action_keys]
@@ -162,14 +186,14 @@ class JaxEnvBase(EnvBase):
         return flat.to(torch.float32)
 
     def _set_seed(self, seed: int) -> None:
-        if self._executor is self._programs_executor:  # its carry holds the keys
-            self._programs_executor.seed(seed)
-        else:  # an env stepping through torch (a differentiable Brax env) keeps them in the core
-            self._core.seed(seed)
+        if self.compiled:  # the executor's carry holds the keys
+            self._executor.seed(seed)
+        else:  # an env stepping through torch (a differentiable Brax env) keeps them in the model
+            self._model.seed(seed)
 
     def _env_state(self, index: int) -> Any:
         """The state of env ``index`` as NumPy arrays (for rendering)."""
-        return self._core.env_state(index, self._programs_executor.carried()[0])
+        return self._model.env_state(index, self._executor.carried()[0])
 
     def export_program(self, name: str = "step_reset", *, platform: str = "cuda") -> Any:
         """The env's compiled ``name`` (``"reset"``, ``"step"``, ``"step_reset"``), as its executor runs it (with the
@@ -180,22 +204,22 @@ class JaxEnvBase(EnvBase):
         Raises:
             TypeError: the env steps through torch (a differentiable Brax env): it has no compiled programs.
         """
-        if self._executor is not self._programs_executor:
+        if not self.compiled:
             raise TypeError(f"{type(self).__name__} has no compiled programs (a differentiable env steps through torch)")
-        return self._programs_executor.export(name, platform)
+        return self._executor.export(name, platform)
 
     @property
     def compile_seconds(self) -> dict[str, float]:
         """Seconds spent compiling (or loading from the persistent cache) each compiled function so far."""
-        return dict(self._core.compile_seconds)
+        return dict(self._model.compile_seconds)
 
     # -- the functional JAX face ----------------------------------------------------------------------
     def jax_functions(self) -> JaxFunctions:
         """This env's pure per-env ``reset``, ``step`` and ``step_autoreset`` (see ``JaxFunctions``): the same
         compiled scene, key chain, output plan and ``max_steps`` as the torch-facing env, for a JAX training loop
         (``jit``, ``vmap``, ``lax.scan``)."""
-        keyed_reset, keyed_step = self._core.functions()
-        programs = Programs(self._core_description(), self._facts())
+        keyed_reset, keyed_step = self._model.keyed_reset, self._model.keyed_step
+        programs = Programs(self._model_description(), self._facts())
         limit = NO_LIMIT if self.max_steps is None else self.max_steps
         action_keys = self._action_keys
 

@@ -1,27 +1,20 @@
-"""The one jit-vmapped core of every JAX env family (Brax, JaxMARL, gymnax).
+"""``JaxModel``: one env written in JAX, the hook every JAX family implements and a user's JAX env can too.
 
-A family plugs in through a small adapter: a subclass of ``JaxCore`` giving three pure per-env functions,
+A model gives two pure per-env functions whose outputs are named by the env's keys (see ``docs/custom_env.md``):
 
-- ``reset_one(key) -> (state, out)``: a fresh state and its outputs (``out``: one float32 vector),
-- ``step_one(key, state, action) -> (state, out, flags)``: one step from the flat float32 action vector;
-  ``out`` holds every output side by side (observations, rewards, masks, per-agent ends) and ``flags`` the
-  root ``(terminated, truncated)`` as two bools,
-- ``observe_one(state) -> out`` (optional): ``reset_one``'s outputs for a state kept by a partial reset,
+- ``reset_one(key) -> (state, outputs)``: a fresh state and its observations,
+- ``step_one(key, state, actions) -> (state, outputs)``: one step; ``actions`` maps each action key to one env's
+  action, ``outputs`` holds the observations, rewards, the root ``"terminated"`` (and ``"truncated"``), and each
+  group's own ``terminated`` where the env declares one,
+- ``observe_one(state) -> outputs`` (optional): ``reset_one``'s outputs for a state a partial reset kept.
 
-and the state's structure (``_reference``). This class owns the batched pieces once: the state of ``num_envs``
-envs kept in JAX, packed into one ``(B, n)`` buffer per dtype (``StatePacking``: every buffer costs a dispatch of
-its own, and a state has tens of leaves); the batched ``jit(vmap(...))`` step whose outputs and flags come back as
-one float32 ``(B, K)`` array; the masked reset drawing fresh starts with per-env keys (``fold_in(PRNGKey(seed),
-i)``, split at every reset and, for families whose step is random, at every step) and keeping every other env's
-state bit for bit; and the same two functions traced as ``jax.export`` modules when asked (``export=True``), of a
-symbolic batch size (one module for every ``num_envs``). The env's executor (``_programs.Programs``) compiles its
-reset and step programs over these, with donated buffers, for the batch size ``compiled_rows`` gives.
-
-The key chain is written once, per env (``keyed_reset``, ``keyed_step``): each env carries a key, a reset splits
-it and uses the second half (keeping the first), a step of a family whose step is random does the same. The
-compiled batch functions vmap these, and ``functions()`` returns them, pure, for ``jit`` / ``vmap`` /
-``lax.scan`` in a JAX training loop (``JaxEnvBase.jax_functions`` adds the outputs' columns, the step count and
-the auto-reset).
+The env binds a ``ModelLayout`` (``JaxModel.bind``) read from its specs: each named output is checked against its
+spec once, when the env is built, and from then on laid into one float32 vector per env for the compiled programs.
+This class owns the batched pieces once: the state of ``num_envs`` envs kept in JAX, packed into one ``(B, n)``
+buffer per dtype (``StatePacking``: every buffer costs a dispatch of its own, and a state has tens of leaves); the
+batched ``jit(vmap(...))`` step and masked reset with per-env keys (``fold_in(PRNGKey(seed), i)``, split at every
+reset and, for a model whose step is random, at every step); and the same functions traced as ``jax.export``
+modules of a symbolic batch size when asked (Brax's saved envs).
 """
 
 from __future__ import annotations
@@ -30,6 +23,7 @@ import contextlib
 import functools
 import time
 import warnings
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,8 +34,8 @@ import numpy as np
 from ._packing import StatePacking
 
 
-__all__ = ["JaxCore", "StateMismatch", "compiled_rows", "env_keys", "export_platform", "quiet_tracing",
-           "split_key", "straight_threefry", "strong", "tree_paths"]
+__all__ = ["JaxModel", "ModelLayout", "StateMismatch", "env_keys", "export_platform", "quiet_tracing", "split_key",
+           "strong", "tree_paths"]
 
 
 @contextlib.contextmanager
@@ -54,32 +48,6 @@ def quiet_tracing() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r"Accessing `\w+` directly from `(Data|Model)` is deprecated",
                                 category=DeprecationWarning)
         yield
-
-
-@contextlib.contextmanager
-def straight_threefry() -> Iterator[None]:
-    """Lower JAX's random bits (the Threefry hash) as straight-line code on the CPU too, while in the block.
-
-    On the CPU, JAX lowers the hash as a loop of five rounds; XLA runs each round of a batched draw as a handful of
-    kernels handed between threads, a large share of a small env's compiled step. The straight-line
-    form, the one JAX lowers for GPUs, computes the same bits. Only this block's lowering is changed: JAX's CPU rule
-    is back when it ends, for the user's own programs (one another thread lowers meanwhile gets the straight form,
-    the same bits). A JAX that moved its lowering tables gets its default.
-    """
-    try:
-        from jax._src.interpreters import mlir
-        from jax.extend.random import threefry2x32_p
-
-        table = mlir._platform_specific_lowerings["cpu"]
-    except (ImportError, AttributeError, KeyError):
-        yield
-        return
-    rule = table.pop(threefry2x32_p, None)  # the rule for every platform then applies: the straight-line one
-    try:
-        yield
-    finally:
-        if rule is not None:
-            table[threefry2x32_p] = rule
 
 
 def tree_paths(tree: Any) -> list[tuple[tuple[str, ...], Any]]:
@@ -132,24 +100,6 @@ def _env_keys(root: jax.Array, num_envs: int) -> jax.Array:
     return jax.vmap(lambda i: jax.random.fold_in(root, i))(jnp.arange(num_envs, dtype=jnp.uint32))
 
 
-def compiled_rows(num_envs: int) -> int:
-    """The batch size the programs of ``num_envs`` envs are compiled for: XLA compiles each batch size apart (static
-    shapes), so batch sizes share a few sizes and the rows past ``num_envs`` are stepped and never read.
-
-    One env is compiled as it is (a single env, for evaluation or debugging, keeps the raw library's bits at one env);
-    2 to 8 envs share 8 (a small batch steps in about the time of one, physics aside); past 8, four sizes in each
-    doubling (8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ...): at most a quarter more rows than envs, and every power of
-    two is its own size.
-
-    >>> [compiled_rows(n) for n in (1, 2, 4, 8, 9, 100, 1000, 1024, 4097)]
-    [1, 8, 8, 8, 10, 112, 1024, 1024, 5120]
-    """
-    if num_envs <= 8:
-        return 1 if num_envs == 1 else 8
-    step = 1 << ((num_envs - 1).bit_length() - 3)  # a quarter of the power of two below num_envs
-    return -(-num_envs // step) * step
-
-
 def env_keys(seed: int, num_envs: int) -> jax.Array:
     """The per-env keys of ``seed``: ``fold_in(PRNGKey(seed), i)``, so env i's starts do not depend on ``B``."""
     return _env_keys(jax.random.PRNGKey(seed), num_envs)
@@ -162,28 +112,120 @@ def export_platform(device) -> str:
     return "rocm" if "rocm" in device.client.platform_version.lower() else "cuda"
 
 
-class JaxCore:
-    """Compiled reset / step of ``num_envs`` copies of one functional JAX env (the env's executor carries their
-    batched state: ``_packing.Carry``).
+Key = tuple[str, ...]
 
-    Subclasses (the family adapters) set ``action_size``, ``step_uses_key`` and ``_reference`` and define
-    ``reset_one``, ``step_one`` (and ``observe_one``); then call ``_setup_packed`` (or set ``widths`` / ``dtypes``,
-    the packed state's buffers, themselves and call ``_setup``: an env loaded from its export).
+
+def as_key(key: str | Sequence[str]) -> Key:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _name(key: Key) -> str | Key:
+    """How a model reads a key: a root key as a string (``"action"``), a nested one as a tuple."""
+    return key[0] if len(key) == 1 else key
+
+
+FLAGS = (("terminated",), ("truncated",))  # the root ends of a step, one bool scalar each ("truncated" optional)
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """The named outputs and actions of a model, read from the env's specs (``JaxEnvBase._set_model``).
+
+    Attributes:
+        reset: ``(key, per-env shape)`` of each output of a reset (the observation entries), in vector order.
+        step: the same for a step: the observation entries, the rewards, each group's own ``terminated``.
+        actions: ``(key, per-env shape, dtype)`` of each action, in the order of the flat action the programs take.
     """
 
-    step_uses_key = True  # split a fresh key per env for every step (False: the step is deterministic)
-    #: the auto-reset computes fresh starts only at steps where some env ended (one conditional over the batch),
-    #: for envs whose reset costs many steps (Playground's CheetahRun settles the model): else a fresh start for every
-    #: env at every step, selected where the episode ended (no conditional: nothing read on the host on a GPU)
+    reset: tuple[tuple[Key, tuple[int, ...]], ...]
+    step: tuple[tuple[Key, tuple[int, ...]], ...]
+    actions: tuple[tuple[Key, tuple[int, ...], Any], ...]
+
+    def named_actions(self, flat: jax.Array) -> dict:
+        """One env's flat float32 action as the model reads it: each key's value in its shape and dtype."""
+        out, start = {}, 0
+        for key, shape, dtype in self.actions:
+            size = int(np.prod(shape))
+            out[_name(key)] = flat[start:start + size].reshape(shape).astype(dtype)
+            start += size
+        return out
+
+    @staticmethod
+    def vector(outputs: Mapping, entries: Sequence[tuple[Key, tuple[int, ...]]]) -> jax.Array:
+        """The outputs of ``entries`` side by side, as float32 (bools as 0 / 1)."""
+        named = {as_key(k): v for k, v in outputs.items()}
+        parts = [jnp.asarray(named[key]).reshape(-1).astype(jnp.float32) for key, _ in entries]
+        return jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float32)
+
+    @staticmethod
+    def flags(outputs: Mapping) -> jax.Array:
+        """``(terminated, truncated)`` of a step's outputs, as two bools (``truncated`` False if not given)."""
+        named = {as_key(k): v for k, v in outputs.items()}
+        return jnp.stack([jnp.asarray(named.get(key, False)).reshape(()).astype(bool) for key in FLAGS])
+
+    def check(self, label: str, method: str, outputs: Mapping) -> None:
+        """Refuse ``outputs`` (of ``method``, traced) unlike the layout: a missing, undeclared or misshapen entry.
+
+        Raises:
+            ValueError: naming the entry, its shape, the expected one and the fix.
+        """
+        entries = dict(self.step if method == "step_one" else self.reset)
+        if method == "step_one":
+            entries.update({key: () for key in FLAGS})
+        named = {}
+        for key, value in outputs.items():
+            if not isinstance(key, (str, tuple)):
+                raise ValueError(f"{label}.{method} returns an output keyed {key!r}; key each output by the env's "
+                                 f"key, a string at the root (\"observation\") or a tuple (\"agents\", \"reward\")")
+            named[as_key(key)] = value
+        expected = ", ".join(repr(_name(k)) for k in entries)
+        for key in entries:
+            if key not in named and key != FLAGS[1]:
+                raise ValueError(f"{label}.{method} returns no {_name(key)!r}; it must return every entry the env's "
+                                 f"specs declare for it: {expected}")
+        for key, value in named.items():
+            if key not in entries:
+                raise ValueError(f"{label}.{method} returns {_name(key)!r}, which the env's specs do not declare for "
+                                 f"it; declare it in the specs or drop it (expected: {expected})")
+            shape, want = tuple(jnp.shape(value)), entries[key]
+            if key in FLAGS and int(np.prod(shape)) != 1:
+                raise ValueError(f"{label}.{method}'s {_name(key)!r} has shape {shape}; expected one bool per env "
+                                 f"(shape ())")
+            if key not in FLAGS and shape != want:
+                raise ValueError(f"{label}.{method}'s {_name(key)!r} has shape {shape} ({int(np.prod(shape))} "
+                                 f"values); expected {want}, its spec's shape without the batch dim (num_envs,): "
+                                 f"reshape the output, or declare that shape in the spec")
+
+
+class JaxModel:
+    """One env as pure JAX functions, batched and compiled for ``num_envs`` envs (the env's executor carries their
+    batched state: ``_packing.Carry``).
+
+    Subclasses define ``reset_one`` and ``step_one`` (and ``observe_one``) with named outputs (see the module
+    docstring), then call ``_setup(num_envs=..., device=...)``. The state's structure is read from ``reset_one``
+    (override ``_reference`` where it is known otherwise). ``JaxEnvBase._set_model`` binds the layout.
+
+    Attributes:
+        step_uses_key: split a fresh key per env for every step (False: the step is deterministic, or the state
+            carries its own key).
+        resets_when_needed: the auto-reset computes fresh starts only at steps where some env ended (one
+            conditional over the batch: on a GPU, one wait for its predicate a step), for a reset that costs many
+            steps (Playground's CheetahRun settles the model); else a fresh start for every env at every step,
+            selected where the episode ended (no conditional).
+        costly_reset: a fresh start costs a good part of a step (Brax): on the CPU, ``step_and_maybe_reset`` runs
+            the step, then the reset program for the envs it ended (``JaxExecutor.auto_reset``).
+        label: how errors name the env.
+    """
+
+    step_uses_key = True
     resets_when_needed = False
-    #: a fresh start costs a good part of a step (Brax): on the CPU path, ``step_and_maybe_reset`` runs the step and,
-    #: where it ended some episode, the reset program (``JaxExecutor``): no fresh starts computed at the other steps
     costly_reset = False
-    label = "env"  # how errors name the env
+    label = "env"
     num_envs: int
-    action_size: int
+    layout: ModelLayout
     widths: tuple[int, ...]
     dtypes: tuple[str, ...]
+    observe_one: Callable[[Any], Mapping] | None = None
 
     def _setup(self, *, num_envs: int, device, exported: Mapping[str, Any] | None = None) -> None:
         self.num_envs, self.device = num_envs, device
@@ -192,50 +234,62 @@ class JaxCore:
         self._traced: dict[str, Any] = {}
         self.exported: dict[str, Any] = dict(exported or {})
         self.compile_seconds: dict[str, float] = {}
-        self.keys: jax.Array | None = None  # the env keys of the last seed (the executor carries them on)
+        if not hasattr(self, "widths"):  # an export brings its own (a Brax env loaded from its file)
+            packing = StatePacking(self._reference)
+            self.widths, self.dtypes = tuple(packing.widths), tuple(str(d) for d in packing.dtypes)
         self.seed(0)
 
-    def _setup_packed(self, *, num_envs: int, device) -> None:
-        """``_setup``, the packed state's ``widths`` and ``dtypes`` read from ``_reference`` (an adapter whose state
-        structure is known once it is built)."""
-        packing = StatePacking(self._reference)
-        self.widths, self.dtypes = tuple(packing.widths), tuple(str(d) for d in packing.dtypes)
-        self._setup(num_envs=num_envs, device=device)
+    # -- the hook -------------------------------------------------------------------------------------
+    def reset_one(self, key: jax.Array) -> tuple[Any, Mapping]:
+        raise NotImplementedError
 
-    # -- the protocol ---------------------------------------------------------------------------------
-    @property
+    def step_one(self, key: jax.Array, state: Any, actions: Mapping) -> tuple[Any, Mapping]:
+        raise NotImplementedError
+
+    @functools.cached_property
     def _reference(self) -> Any:
-        """The unbatched state's structure (strong ``ShapeDtypeStruct`` leaves)."""
-        raise NotImplementedError
+        """The unbatched state's structure (strong ``ShapeDtypeStruct`` leaves), read from ``reset_one``."""
+        with quiet_tracing():
+            return strong(jax.eval_shape(lambda key: self.reset_one(key)[0], jax.ShapeDtypeStruct((2,), jnp.uint32)))
 
-    def reset_one(self, key: jax.Array) -> tuple[Any, jax.Array]:
-        raise NotImplementedError
+    def bind(self, layout: ModelLayout, *, check: bool = True) -> None:
+        """Take the env's layout; with ``check``, trace one env's reset and step now (``jax.eval_shape``), so that
+        outputs unlike the layout are refused when the env is built (``ModelLayout.check``, run at every trace)."""
+        self.layout = layout
+        if check:
+            key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+            with quiet_tracing():
+                _, state, _ = jax.eval_shape(self.keyed_reset, key)
+                if self.observe_one is not None:
+                    jax.eval_shape(self._observe, state)
+                jax.eval_shape(self.keyed_step, key, state, jax.ShapeDtypeStruct((self.action_size,), jnp.float32))
 
-    def step_one(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
-        raise NotImplementedError
-
-    observe_one: Callable[[Any], jax.Array] | None = None
+    @property
+    def action_size(self) -> int:
+        return sum(int(np.prod(shape)) for _, shape, _ in self.layout.actions)
 
     def keyed_reset(self, key: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
-        """One env's reset from its carried ``key``: ``(key carried on, state, out)``; the key is split and its
-        second half used."""
+        """One env's reset from its carried ``key``: ``(key carried on, state, outputs vector)``; the key is split
+        and its second half used."""
         kept, now = split_key(key)
         state, out = self.reset_one(now)
-        return kept, self._cast(state), out
+        self.layout.check(self.label, "reset_one", out)
+        return kept, self._cast(state), self.layout.vector(out, self.layout.reset)
 
     def keyed_step(self, key: jax.Array, state: Any, action: jax.Array) -> tuple[jax.Array, Any, jax.Array, jax.Array]:
-        """One env's step from its carried ``key``: ``(key carried on, state, out, flags)``; the key is split and
-        its second half used if ``step_uses_key``, else passed on as it is."""
+        """One env's step from its carried ``key`` and flat action: ``(key carried on, state, outputs vector,
+        flags)``; the key is split and its second half used if ``step_uses_key``, else passed on as it is."""
         now = key
         if self.step_uses_key:
             key, now = split_key(key)
-        state, out, flags = self.step_one(now, state, action)
-        return key, state, out, flags
+        state, out = self.step_one(now, state, self.layout.named_actions(action))
+        self.layout.check(self.label, "step_one", out)
+        return key, self._cast(state), self.layout.vector(out, self.layout.step), self.layout.flags(out)
 
-    def functions(self) -> tuple[Callable, Callable]:
-        """The pure per-env ``keyed_reset(key) -> (key, state, out)`` and ``keyed_step(key, state, action) -> (key,
-        state, out, flags)``: one env as the compiled batch functions run it."""
-        return self.keyed_reset, self.keyed_step
+    def _observe(self, state: Any) -> jax.Array:
+        out = self.observe_one(state)
+        self.layout.check(self.label, "observe_one", out)
+        return self.layout.vector(out, self.layout.reset)
 
     @functools.cached_property
     def packing(self) -> StatePacking:
@@ -277,7 +331,7 @@ class JaxCore:
         buffers = tuple(jnp.where(mask[:, None], new, old) for new, old in zip(self.packing.pack(fresh), buffers))
         keys = jnp.where(mask[:, None], kept, keys)
         if self.observe_one is not None:
-            out = jax.vmap(self.observe_one)(self.packing.unpack(buffers))
+            out = jax.vmap(self._observe)(self.packing.unpack(buffers))
         else:  # the rows of envs not reset are the caller's (EnvBase keeps them)
             out = jnp.where(mask[:, None], out, 0.0)
         return buffers, keys, out
@@ -298,7 +352,7 @@ class JaxCore:
         return self.struct((self.num_envs if batch is None else batch, self.action_size), jnp.float32)
 
     def _signature(self, name: str, batch: Any = None) -> tuple[Callable, tuple[Any, ...], tuple[int, ...]]:
-        """``(function, argument structs, donated arguments)`` of the compiled ``reset`` or ``step`` of ``batch``
+        """``(function, argument structs, donated arguments)`` of the batched ``step`` or ``reset`` of ``batch``
         envs (default: ``num_envs``)."""
         state, keys = self.state_structs(batch), self.keys_struct(batch)
         if name == "batched_step":
@@ -322,7 +376,7 @@ class JaxCore:
             fn, args, _ = self._signature(name, batch)
             start = time.perf_counter()
             try:
-                with quiet_tracing(), straight_threefry():
+                with quiet_tracing():
                     self.exported[name] = jax.export.export(jax.jit(fn), platforms=[platform])(*args)
             except Exception:  # not exportable (an unsupported custom call, ...): trace as usual, save nothing
                 self.exported.clear()
@@ -340,7 +394,7 @@ class JaxCore:
             if name not in self.exported and name not in self._traced:
                 self._trace(name, fn, args(), donate)
             start = time.perf_counter()
-            with quiet_tracing(), straight_threefry():
+            with quiet_tracing():
                 if name in self.exported:
                     traced = jax.jit(self.exported[name].call, donate_argnums=donate).trace(*args())
                 else:
@@ -348,10 +402,6 @@ class JaxCore:
                 self._compiled[name] = traced.lower().compile()
             self.compile_seconds[name] = self.compile_seconds.get(name, 0.0) + time.perf_counter() - start
         return self._compiled[name]
-
-    def _compile(self, name: str):
-        fn, args, donate = self._signature(name)
-        return self.compiled(name, fn, lambda: args, donate)
 
     # -- the public calls -----------------------------------------------------------------------------
     def seed(self, seed: int) -> None:

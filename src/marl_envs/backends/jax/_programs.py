@@ -1,17 +1,16 @@
 """The compiled programs of a JAX-family env: a reset or a step of every env, with its outputs, as one pure JAX
 function.
 
-A JAX-family env's core (``_core``) gives every output of one env as a float32 vector: the adapter's columns
-(observations, rewards, masks stored as 0 / 1, then the root ``terminated`` and ``truncated``). Here that vector
+A JAX-family env's model (``_model``) lays its named outputs of one env into a float32 vector (``ModelLayout``: the
+observations, rewards, masks stored as 0 / 1, then the root ``terminated`` and ``truncated``). Here that vector
 becomes the env's entries, inside the compiled call, for every env at once:
 
 - ``VectorEntries``: one output's entries from the vectors (float and integer columns cast, bool columns compared to
   0.5, the done entries of every level by the env's ``DonePlan``, the time limit read from the step counts). The
   same function makes the data of ``jax_functions()``.
 - ``Programs``: the compiled reset, step and step-with-auto-reset, each output packed by a ``Layout``
-  (``_packing``). The step count of each env lives in JAX beside the state; the time limit and the number of envs
-  are a device array (the programs are compiled for the batch size ``num_envs`` shares, ``compiled_rows``: the rows
-  past it are padding); the auto-reset draws a fresh start for every env and selects it where the step ended the
+  (``_packing``). The step count of each env lives in JAX beside the state; the time limit is a device scalar, read
+  by ``TimeLimit``, the rule ``EnvBase``'s executor runs too; the auto-reset draws a fresh start for every env and selects it where the step ended the
   episode (no conditional: a conditional's predicate is read on the host on a GPU). Optionally
   (``validate_actions="deferred"``) the step checks the actions itself.
 
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, NamedTuple
 
 import jax
@@ -37,27 +37,27 @@ from ..._core.rules import DonePlan, TimeLimit
 from ..._core.actions import ActionCheck
 from ._packing import Carry, Layout, numpy_dtype
 
-__all__ = ["BITS", "CoreDescription", "NO_LIMIT", "Programs", "RowList", "VectorEntries"]
+__all__ = ["NO_LIMIT", "ModelDescription", "Programs", "Record", "RowList", "VectorEntries"]
 
 Key = tuple[str, ...]
-Column = tuple[Key, slice, tuple[int, ...], Any]  # (key, columns of the core's vector, batched shape, torch dtype)
+Column = tuple[Key, slice, tuple[int, ...], Any]  # (key, columns of the model's vector, batched shape, torch dtype)
 NO_LIMIT = np.iinfo(np.int32).max  # the time limit of an env without max_steps: never reached
 
 
 @dataclass(frozen=True)
-class CoreDescription:
-    """What a JAX-family env hands its programs and executor besides its ``EnvFacts``: its core and the layout of
-    the core's vectors (``JaxEnvBase._set_columns``).
+class ModelDescription:
+    """What a JAX-family env hands its programs and executor besides its ``EnvFacts``: its model and the layout of
+    the model's vectors (``JaxEnvBase._set_model``).
 
     Attributes:
-        core: the env's ``JaxCore``.
+        model: the env's ``JaxModel``.
         reset_columns, step_columns: ``(key, columns, batched shape, torch dtype)`` of each entry of a reset's and
             a step's vector.
-        action_keys: the action keys in the order the core's flat action holds them.
+        action_keys: the action keys in the order the model's flat action holds them.
         action_specs: their specs, in that order.
     """
 
-    core: Any
+    model: Any
     reset_columns: tuple[Column, ...]
     step_columns: tuple[Column, ...]
     action_keys: tuple[Key, ...]
@@ -68,7 +68,7 @@ class VectorEntries:
     """One output's entries from the envs' float vectors, in JAX (see the module docstring).
 
     Args:
-        columns: the output's columns of the core's vector.
+        columns: the output's columns of the model's vector.
         levels: the env's done levels (prefix -> shape of their done entries).
         step: a step's output (its done entries read the time limit); else a reset's.
     """
@@ -142,8 +142,8 @@ class RowList:
             self.rows[rows.start + i] = value[i]
 
 
-def _action_bounds(description: CoreDescription) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, int]]]:
-    """Per column of the core's flat action: the lowest and highest valid value (discrete actions; +-inf for
+def _action_bounds(description: ModelDescription) -> tuple[np.ndarray, np.ndarray, list[tuple[Any, int]]]:
+    """Per column of the model's flat action: the lowest and highest valid value (discrete actions; +-inf for
     continuous ones, checked for finiteness only) and ``(action key, index in the entry)``."""
     low, high, names = [], [], []
     for key, spec in zip(description.action_keys, description.action_specs):
@@ -162,7 +162,7 @@ def _action_bounds(description: CoreDescription) -> tuple[np.ndarray, np.ndarray
 
 
 class _Mask(NamedTuple):
-    """An action's mask among the programs' inputs: its columns of the core's flat action (one per agent), its
+    """An action's mask among the programs' inputs: its columns of the model's flat action (one per agent), its
     choices, and where its ``(B, width * n)`` bools start in the flat ``legal`` input."""
 
     column: int
@@ -172,8 +172,8 @@ class _Mask(NamedTuple):
     key: Key
 
 
-def _action_masks(description: CoreDescription, checks: Sequence[ActionCheck]) -> list[_Mask]:
-    """The masks of the env's masked actions (``action_checks``' ``legal``), in the core's action order."""
+def _action_masks(description: ModelDescription, checks: Sequence[ActionCheck]) -> list[_Mask]:
+    """The masks of the env's masked actions (``action_checks``' ``legal``), in the model's action order."""
     legal = {as_tuple(c.key): c.legal for c in checks}
     masks, column, start = [], 0, 0
     for key, spec in zip(description.action_keys, description.action_specs):
@@ -187,22 +187,33 @@ def _action_masks(description: CoreDescription, checks: Sequence[ActionCheck]) -
     return masks
 
 
-BITS = 31  # choices per int32 word of the record's copy of a mask row
+class Record(IntEnum):
+    """The fields of the deferred check's record, an int32 array the programs carry: the first bad action (``SET``:
+    1 once one is recorded; the ``STEP`` it was taken at, counted from the env's build; its ``ENV``, its ``COLUMN``
+    in the flat action, its ``VALUE``'s float32 bits), the ``STEPS`` taken so far, then from ``LEGAL`` on, one int32
+    per choice, 1 where the action's mask allowed it (an env with action masks). One array: every array a compiled
+    call takes is one more to dispatch."""
+
+    SET = 0
+    STEP = 1
+    ENV = 2
+    COLUMN = 3
+    VALUE = 4
+    STEPS = 5
+    LEGAL = 6
 
 
 class Programs:
     """The compiled reset, step and step-with-auto-reset of a JAX-family env (see the module docstring).
 
-    Each takes the carry (``Carry``, donated): the core's packed state buffers, and the per-env keys and each env's
-    steps since its reset in one array; and the record (not donated: the host may still read an
-    earlier one), ``(6 + words,)`` int32: the deferred check's first bad action (set, step, env, action column, the
-    value's float32 bits), the steps taken, and the legal choices of that action's mask as bits (an env with
-    action masks). A step of an env with action masks also takes ``legal``: each mask's bools, side by side (a
-    choice a mask forbids is a bad action). Each returns the new carry and record, and its output buffers.
+    Each takes the carry (``Carry``, donated): the model's packed state buffers, and the per-env keys and each env's
+    steps since its reset in one array; and the record (``Record``; not donated: the host may still read an earlier
+    one). A step of an env with action masks also takes ``legal``: each mask's bools, side by side (a choice a mask
+    forbids is a bad action). Each returns the new carry and record, and its output buffers.
     """
 
-    def __init__(self, description: CoreDescription, facts: EnvFacts, *, restarts: bool = False):
-        self.core = description.core
+    def __init__(self, description: ModelDescription, facts: EnvFacts, *, restarts: bool = False):
+        self.model = description.model
         levels = facts.done_levels
         self.reset_entries = VectorEntries(description.reset_columns, levels, step=False)
         self.step_entries = VectorEntries(description.step_columns, levels, step=True)
@@ -213,24 +224,21 @@ class Programs:
         next_entries = self.step_entries.entry_specs()
         root_entries = self.step_entries.entry_specs(lambda k: k not in rewards)
         self.reset_layout = Layout(self.reset_entries.entry_specs())
-        # ``restarts``: the executor restarts ended envs after the step (``JaxExecutor``), reading whether any ended
-        # from one more flag column of the step's outputs
+        # ``restarts``: the executor restarts ended envs after the step (``JaxExecutor.auto_reset``), reading
+        # whether any ended from one more flag column of the step's outputs
         self.ended = restarts
         self.step_layout = Layout(next_entries, flags=2 if self.ended else 1)
-        # "next" and next root, side by side
-        self.both_layout = Layout(next_entries + root_entries, flags=2 if self.ended else 1)
+        self.both_layout = Layout(next_entries + root_entries, flags=2 if self.ended else 1)  # "next", next root
         self.low, self.high, self.action_names = _action_bounds(description)
         self.masks = _action_masks(description, facts.action_checks)
         self.legal_width = sum(m.width * m.n for m in self.masks)
-        self.words = -(-max((m.n for m in self.masks), default=0) // BITS)
-        self.record_size = 6 + self.words
+        self.record_size = Record.LEGAL + max((m.n for m in self.masks), default=0)
         self.carry = Carry()
 
     # -- the rules, in JAX (``jax_functions()`` runs them too) ----------------------------------------------------
     def stepped_entries(self, out: jax.Array, steps: jax.Array, limit: jax.Array) -> dict[Key, jax.Array]:
-        """A step's entries from the envs' vectors ``out``, their step counts ``steps`` after it and the time limit
-        (truncation once a count reaches it)."""
-        return self.step_entries(out, steps >= limit)
+        """A step's entries from the envs' vectors ``out``, their step counts ``steps`` after it and the time limit."""
+        return self.step_entries(out, TimeLimit(limit).reached(steps))
 
     def next_root(self, entries: Mapping[Key, jax.Array], fresh: Mapping[Key, jax.Array], done: jax.Array
                   ) -> list[jax.Array]:
@@ -246,12 +254,12 @@ class Programs:
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _primitive(self, name: str) -> Callable:
-        """The core's batched ``step`` or ``reset`` (its exported module when it was loaded from one)."""
-        core = self.core
+        """The model's batched ``step`` or ``reset`` (its exported module when it was loaded from one)."""
+        model = self.model
         name = f"batched_{name}"
-        if name in core.exported:
-            return core.exported[name].call
-        return core.batch_step_packed if name == "batched_step" else core.batch_reset
+        if name in model.exported:
+            return model.exported[name].call
+        return model.batch_step_packed if name == "batched_step" else model.batch_reset
 
     def _forbidden(self, action, legal):
         """``(B, action columns)`` bool: the choices the masks in ``legal`` forbid."""
@@ -268,29 +276,27 @@ class Programs:
             parts.append(jnp.zeros((B, action.shape[1] - column), bool))
         return jnp.concatenate(parts, axis=1)
 
-    def _legal_bits(self, legal, env, column):
-        """The legal choices of action ``column`` of ``env`` as ``words`` int32 of bits (zeros if unmasked)."""
-        bits = jnp.zeros(self.words * BITS, jnp.int32)
+    def _legal_row(self, legal, env, column):
+        """The legal choices of action ``column`` of ``env``, one int32 each (zeros if unmasked)."""
+        row = jnp.zeros(self.record_size - Record.LEGAL, jnp.int32)
         for m in self.masks:
             inside = (column >= m.column) & (column < m.column + m.width)
             offset = m.start + jnp.clip(column - m.column, 0, m.width - 1) * m.n
-            row = jax.lax.dynamic_slice(legal[env], (offset,), (m.n,)).astype(jnp.int32)
-            bits = jnp.where(inside, bits.at[:m.n].set(row), bits)
-        return (bits.reshape(self.words, BITS) << jnp.arange(BITS, dtype=jnp.int32)).sum(axis=1)
+            choices = jax.lax.dynamic_slice(legal[env], (offset,), (m.n,)).astype(jnp.int32)
+            row = jnp.where(inside, row.at[:m.n].set(choices), row)
+        return row
 
-    def _stepped(self, carry, record, action, bounds, check: bool, legal=None):
-        """The step of every env, its entries and which rows are envs (``bounds``: the time limit, then the number of
-        envs, the rows before the padding; with ``check``, the bad envs left as they were)."""
+    def _stepped(self, carry, record, action, limit, check: bool, legal=None):
+        """The step of every env and its entries (with ``check``, the bad envs left as they were)."""
         buffers, keys, steps = self.carry.split(carry)
         new_buffers, new_keys, out = self._primitive("step")(buffers, keys, action)
         new_steps = steps + 1
-        entries = self.stepped_entries(out, new_steps, bounds[0])
-        live = jnp.arange(action.shape[0]) < bounds[1]
+        entries = self.stepped_entries(out, new_steps, limit)
         if check:
             bad_columns = ~jnp.isfinite(action) | (action < self.low) | (action > self.high)
             if self.masks:
                 bad_columns = bad_columns | self._forbidden(action, legal)
-            bad = bad_columns.any(axis=1) & live
+            bad = bad_columns.any(axis=1)
             keep = lambda good, bad_value: jnp.where(  # noqa: E731
                 bad.reshape(-1, *([1] * (good.ndim - 1))), bad_value, good)
             new_buffers = tuple(keep(n, o) for n, o in zip(new_buffers, buffers))
@@ -300,12 +306,13 @@ class Programs:
                        for k, v in entries.items()}
             env = jnp.argmax(bad)
             column = jnp.argmax(bad_columns[env])
-            found = jnp.stack([jnp.int32(1), record[5], env.astype(jnp.int32), column.astype(jnp.int32),
-                               jax.lax.bitcast_convert_type(action[env, column], jnp.int32), record[5]])
+            found = [jnp.int32(1), record[Record.STEPS], env.astype(jnp.int32), column.astype(jnp.int32),
+                     jax.lax.bitcast_convert_type(action[env, column], jnp.int32), record[Record.STEPS]]
+            found = jnp.stack(found)  # in ``Record``'s order
             if self.masks:
-                found = jnp.concatenate([found, self._legal_bits(legal, env, column)])
-            record = jnp.where(bad.any() & (record[0] == 0), found, record)
-        return (new_buffers, new_keys, new_steps), record.at[5].add(1), entries, live
+                found = jnp.concatenate([found, self._legal_row(legal, env, column)])
+            record = jnp.where(bad.any() & (record[Record.SET] == 0), found, record)
+        return (new_buffers, new_keys, new_steps), record.at[Record.STEPS].add(1), entries
 
     # -- the compiled programs ------------------------------------------------------------------------
     def reset(self, carry, record, mask):
@@ -316,30 +323,31 @@ class Programs:
         return self.carry.join(buffers, keys, steps), record, self.reset_layout.pack([
             values[k] for k in self.reset_entries.keys])
 
-    def step(self, carry, record, action, bounds, check: bool = False, legal=None):
-        (buffers, keys, steps), record, entries, live = self._stepped(carry, record, action, bounds, check, legal)
+    def step(self, carry, record, action, limit, check: bool = False, legal=None):
+        (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
         return self.carry.join(buffers, keys, steps), record, self.step_layout.pack(
-            [entries[k] for k in self.step_entries.keys], *self._flags(entries, record, live))
+            [entries[k] for k in self.step_entries.keys], *self._flags(entries, record))
 
-    def _flags(self, entries, record, live) -> tuple[jax.Array, ...]:
-        """A step's flag columns: whether some env's episode ended (a core that reads it), a bad action recorded."""
-        return ((entries[("done",)].reshape(-1) & live).any(), record[0] != 0) if self.ended else (record[0] != 0,)
+    def _flags(self, entries, record) -> tuple[jax.Array, ...]:
+        """A step's flag columns: whether some env's episode ended (a model that reads it), a bad action recorded."""
+        recorded = record[Record.SET] != 0
+        return (entries[("done",)].any(), recorded) if self.ended else (recorded,)
 
-    def step_reset(self, carry, record, action, bounds, check: bool = False, legal=None):
+    def step_reset(self, carry, record, action, limit, check: bool = False, legal=None):
         """The step, then a fresh start for every env, kept where the step ended the episode."""
-        (buffers, keys, steps), record, entries, live = self._stepped(carry, record, action, bounds, check, legal)
+        (buffers, keys, steps), record, entries = self._stepped(carry, record, action, limit, check, legal)
         done = entries[("done",)].reshape(-1)
-        if self.core.resets_when_needed:  # one conditional: on a GPU, one wait for its predicate a step
+        if self.model.resets_when_needed:  # one conditional: on a GPU, one wait for its predicate a step
             def skip(buffers, keys):
                 return buffers, keys, jnp.zeros(shape.shape, shape.dtype)
 
             shape = jax.eval_shape(self._primitive("reset"), buffers, keys, done)[2]
             buffers, keys, out = jax.lax.cond(
-                (done & live).any(), lambda b, k: self._primitive("reset")(b, k, done), skip, buffers, keys)
+                done.any(), lambda b, k: self._primitive("reset")(b, k, done), skip, buffers, keys)
         else:
             buffers, keys, out = self._primitive("reset")(buffers, keys, done)
         root = self.next_root(entries, self.reset_entries(out), done)
         steps = jnp.where(done, 0, steps)
         values = [entries[k] for k in self.step_entries.keys] + root
         return self.carry.join(buffers, keys, steps), record, self.both_layout.pack(
-            values, *self._flags(entries, record, live))
+            values, *self._flags(entries, record))

@@ -13,11 +13,6 @@
   CUDA GPU, ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` is set before JAX starts (JAX then allocates as it needs and
   frees), unless the user set any of JAX's GPU memory variables (``JAX_GPU_MEMORY_VARS``) or
   ``MARL_ENVS_JAX_PREALLOCATE=1``. ``marl-envs doctor`` shows what is in force.
-- **The device code path on the CPU** (``MARL_ENVS_DEVICE_PATH=1``, read when an env is built): a JAX-family env
-  on the CPU then runs exactly the code it runs on a GPU (DLPack hand-offs both ways, actions checked inside the
-  compiled step), for tests that count host reads and for anyone debugging the GPU path without a GPU.
-- **Programs for the env's own batch size** (``MARL_ENVS_EXACT_BATCH=1``, read when an env is built): the programs
-  are compiled for ``num_envs`` envs, not for the batch size it shares with others (``compiled_rows``).
 """
 
 from __future__ import annotations
@@ -29,9 +24,9 @@ import torch
 
 from ..._core.names import user_cache
 
-__all__ = ["ASYNC_VAR", "CACHE_DIR_VAR", "DEVICE_PATH_VAR", "EXACT_BATCH_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR",
-           "PREALLOCATE_VAR", "caching_enabled", "configure_jax", "enable_compilation_cache", "env_flag",
-           "inline_cpu_dispatch", "jax_started", "share_gpu_memory"]
+__all__ = ["ASYNC_VAR", "CACHE_DIR_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR", "caching_enabled",
+           "configure_jax", "enable_compilation_cache", "env_flag", "inline_cpu_dispatch", "jax_started",
+           "share_gpu_memory"]
 
 CACHE_DIR_VAR = "MARL_ENVS_JAX_CACHE_DIR"
 OPT_OUT_VAR = "MARL_ENVS_JAX_CACHE"
@@ -48,9 +43,6 @@ def caching_enabled() -> bool:
 
 
 ASYNC_VAR = "MARL_ENVS_JAX_CPU_ASYNC"
-DEVICE_PATH_VAR = "MARL_ENVS_DEVICE_PATH"
-#: compile each env's programs for its own num_envs, not for the batch size it shares (``compiled_rows``)
-EXACT_BATCH_VAR = "MARL_ENVS_EXACT_BATCH"
 
 
 def jax_started() -> bool | None:

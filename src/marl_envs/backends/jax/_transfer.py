@@ -37,7 +37,7 @@ class Transfer:
 
     Args:
         device: the torch device.
-        dlpack: DLPack on the CPU too (the device code path, ``MARL_ENVS_DEVICE_PATH=1``); default: on a GPU only.
+        dlpack: DLPack on the CPU too (the device code path, ``device_path=True``); default: on a GPU only.
         jax_device: the JAX device of ``device`` (default: found from it).
     """
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import sys
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..._core.messages import shell_safe
 from ..._core import keywords
 from ..._core.validate import checked_keywords
 from ...specs import Binary, Bounded, Categorical, Composite, MultiCategorical, Unbounded
-from ..jax import JaxCore, JaxEnvBase, configure_jax, strong
+from ..jax import JaxEnvBase, JaxModel, configure_jax
 from ._drawing import draw, drawing_of
 from ._library import CLASSES, UNAVAILABLE, check, env_names, library_name, unavailable
 
@@ -138,61 +137,44 @@ def _horizon(env: Any, name: str) -> tuple[int, str] | None:
     return int(limit) + counted_before, how
 
 
-class _JaxMarlCore(JaxCore):
-    """The JaxMARL adapter: ``reset(key)`` and ``step_env(key, state, actions)`` onto the core's protocol."""
+class _JaxMarlModel(JaxModel):
+    """The JaxMARL model: ``reset(key)`` and ``step_env(key, state, actions)``, each agent's entries stacked by
+    group (``groups``: group name -> the indices of its agents in ``agents``)."""
 
-
-    def __init__(self, env, *, name: str, agents: list, groups: list[list[int]], widths: list[int],
-                 discrete: list[bool], masks: str | None, separate: bool, world_state: bool, num_envs: int, device):
+    def __init__(self, env, *, name: str, agents: list, groups: dict[str, list[int]], masks: str | None,
+                 separate: bool, world_state: bool, num_envs: int, device):
         self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
         self._world_state = world_state
-        # which of the agents (in group order) are allies; a team's win is read off the state (``unit_alive``,
-        # the allies' units first, as JaxMARL numbers them)
+        # which of the agents are allies; a team's win is read off the state (``unit_alive``, the allies' units
+        # first, as JaxMARL numbers them)
         self._allies = [str(a).startswith("ally") for a in agents] if name in _BATTLES else None
         self.name = name
-        self._offsets = np.concatenate([[0], np.cumsum(widths)]).astype(int)
-        self._discrete, self._masks, self._separate = discrete, masks, separate
-        self._shapes = [tuple(env.action_space(a).shape) for a in agents]
-        self.action_size = int(self._offsets[-1])
+        self._masks, self._separate = masks, separate
         limit = getattr(env, "max_steps", None)
         self._max_steps = limit if isinstance(limit, (int, np.integer)) else None
-        self._setup_packed(num_envs=num_envs, device=device)
+        self._setup(num_envs=num_envs, device=device)
 
-    @functools.cached_property
-    def _reference(self) -> Any:
-        return strong(jax.eval_shape(self.env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[1])
+    def _per_group(self, field: str, value: Any, cast=lambda x: x) -> dict:
+        """``{(group, field): its agents' entries of the per-agent ``value`` stacked}``."""
+        return {(g, field): jnp.stack([cast(jnp.asarray(_agent_entry(value, self.agents, i))) for i in members])
+                for g, members in self.groups.items()}
 
-    def _actions(self, action: jax.Array) -> dict:
-        """The flat float32 action of one env as JaxMARL's per-agent dict (each in its space's shape and dtype)."""
-        out = {}
-        for i, agent in enumerate(self.agents):
-            part = action[self._offsets[i]:self._offsets[i + 1]].reshape(self._shapes[i])
-            out[agent] = part.astype(jnp.int32) if self._discrete[i] else part
-        return out
-
-    def _observations(self, obs: Any, state: Any) -> list[jax.Array]:
-        # the root "state" first (the root's entries lead the core's vector): JaxMARL's own world state
-        parts = [obs[WORLD_STATE].reshape(-1).astype(jnp.float32)] if self._world_state else []
-        for members in self.groups:
-            parts += [_agent_entry(obs, self.agents, i).reshape(-1).astype(jnp.float32) for i in members]
+    def _observations(self, obs: Any, state: Any) -> dict:
+        out = {"state": obs[WORLD_STATE].astype(jnp.float32)} if self._world_state else {}  # JaxMARL's world state
+        out.update(self._per_group("observation", obs))
         if self._masks:
-            avail = getattr(self.env, self._masks)(state)
-            for members in self.groups:
-                parts += [jnp.asarray(_agent_entry(avail, self.agents, i)).reshape(-1).astype(jnp.float32)
-                          for i in members]
+            out.update(self._per_group("action_mask", getattr(self.env, self._masks)(state)))
         if self._allies is not None:
             alive = getattr(state, "state", state).unit_alive  # HeuristicEnemySMAX wraps SMAX's state
             allies, enemies = alive[:self.env.num_allies].any(), alive[self.env.num_allies:].any()
-            won = [(allies & ~enemies).astype(jnp.float32).reshape(1),
-                   (enemies & ~allies).astype(jnp.float32).reshape(1)]
-            for members in self.groups:
-                parts += [won[0] if self._allies[i] else won[1] for i in members]
-        return parts
+            won = [(allies & ~enemies).astype(jnp.float32).reshape(1), (enemies & ~allies).astype(jnp.float32).reshape(1)]
+            out.update({(g, "info", "won"): jnp.stack([won[0] if self._allies[i] else won[1] for i in members])
+                        for g, members in self.groups.items()})
+        return out
 
     def reset_one(self, key):
         obs, state = self.env.reset(key)
-        state = self._cast(state)
-        return state, jnp.concatenate(self._observations(obs, state))
+        return state, self._observations(obs, state)
 
     def _time_limit_reached(self, state: Any) -> jax.Array | bool:
         """Whether the library's time limit ended an episode that ends at ``state``."""
@@ -206,19 +188,18 @@ class _JaxMarlCore(JaxCore):
             return step >= self._max_steps
         return False
 
-    def step_one(self, key, state, action):
-        obs, state, reward, dones, _ = self.env.step_env(key, state, self._actions(action))
+    def step_one(self, key, state, actions):
+        joint = {self.agents[i]: actions[g, "action"][j] for g, members in self.groups.items()
+                 for j, i in enumerate(members)}
+        obs, state, reward, dones, _ = self.env.step_env(key, state, joint)
         state = self._cast(state)
         done = jnp.asarray(dones["__all__"]).reshape(())
         truncated = done & self._time_limit_reached(state)
-        parts = self._observations(obs, state)
-        for members in self.groups:
-            parts += [jnp.asarray(_agent_entry(reward, self.agents, i), jnp.float32).reshape(1) for i in members]
+        out = self._observations(obs, state)
+        out.update(self._per_group("reward", reward, lambda r: r.astype(jnp.float32).reshape(1)))
         if self._separate:
-            for members in self.groups:
-                parts += [(jnp.asarray(_agent_entry(dones, self.agents, i)).reshape(1) & ~truncated).astype(
-                    jnp.float32) for i in members]
-        return state, jnp.concatenate(parts), jnp.stack([done & ~truncated, truncated])
+            out.update(self._per_group("terminated", dones, lambda d: d.reshape(1) & ~truncated))
+        return state, {**out, "terminated": done & ~truncated, "truncated": truncated}
 
 
 class JaxMarlEnv(NamedRepr, JaxEnvBase):
@@ -234,6 +215,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         group_map: groups of the agents; default: ``groupings.default_group_map`` over their specs.
         env_kwargs: keywords for ``jaxmarl.make`` whose names this class takes itself (``{"max_steps": 50}``: the
             env's own time limit).
+        device_path: as ``JaxEnvBase``'s (the device code path on the CPU too).
         **kwargs: forwarded to ``jaxmarl.make`` (``scenario="3m"``: a SMAX map by name, or a ``Scenario``).
 
     Raises:
@@ -245,7 +227,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0,
                  group_map: GroupMap | MarlGroupMapType | None = None, env_kwargs: dict[str, Any] | None = None,
-                 **kwargs: Any):
+                 device_path: bool | None = None, **kwargs: Any):
         env_name = shell_safe(env_name, "JaxMARL env")
         check(env_name, {"env_kwargs": env_kwargs, **kwargs})  # name, SMAX map and keywords, before JaxMARL's import
         library = library_name(env_name)
@@ -262,7 +244,8 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         with filtered_output("stdout", EVERYTHING), quiet:
             env = factory(**env_kwargs)
         self.env_name, self.jaxmarl_env = env_name, env
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(env, env_name))
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(env, env_name),
+                         device_path=device_path)
         dev = self.device
         agents = list(env.agents)
         names_ = [str(a) for a in agents]
@@ -271,7 +254,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         separate = library in _SEPARATE_ENDS
         # a global state for a centralised critic, at the root "state", where JaxMARL's observations carry one
         world_state = isinstance(one_obs[0], dict) and WORLD_STATE in one_obs[0]
-        specs, widths, discrete = {}, [], []
+        specs = {}
         for i, agent in enumerate(agents):
             space, where = env.action_space(agent), f"JaxMARL {env_name} agent {names_[i]!r}'s action"
             action = space_spec(space, dev, where=where)
@@ -288,8 +271,6 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
             if env_name in _BATTLES:
                 entries["info"] = Composite(won=Unbounded((1,), device=dev), device=dev)
             specs[names_[i]] = Composite(entries, device=dev)
-            widths.append(math.prod(action.shape))
-            discrete.append(isinstance(action, (Categorical, MultiCategorical)))
         masks = masks if masks and all("action_mask" in s for s in specs.values()) else None
         if not masks:
             for s in specs.values():
@@ -299,17 +280,11 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
             group_map = {team: [a for a in names_ if a.startswith(team)] for team in ("ally", "enemy")}
         groups = self._group_agents(specs, group_map)
         index = {a: i for i, a in enumerate(names_)}
-        members = [[index[a] for a in m] for m in self.group_map.values()]
-        order = [i for m in members for i in m]
-        self._core = _JaxMarlCore(env, name=env_name, agents=[agents[i] for i in order],
-                                  groups=[list(range(s, s + len(m))) for s, m in zip(
-                                      np.cumsum([0] + [len(m) for m in members[:-1]]), members)],
-                                  widths=[widths[i] for i in order], discrete=[discrete[i] for i in order],
-                                  masks=masks, separate=separate, world_state=world_state, num_envs=num_envs,
-                                  device=self.jax_device)
         root = {"state": Unbounded((num_envs, *one_obs[0][WORLD_STATE].shape), device=dev)} if world_state else {}
         self._declare_specs(groups, **root)
-        self._set_columns()
+        self._set_model(_JaxMarlModel(env, name=env_name, agents=agents, masks=masks, separate=separate,
+                                      groups={g: [index[a] for a in m] for g, m in self.group_map.items()},
+                                      world_state=world_state, num_envs=num_envs, device=self.jax_device))
         self.set_seed(seed)
 
     @property

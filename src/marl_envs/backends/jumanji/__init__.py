@@ -50,6 +50,6 @@ Integer fields travel through the core's float32 buffer, exact for values below 
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("jax", "jumanji"), extra="jumanji", env_class="JumanjiEnv",
-                  check_env=("jumanji/LevelBasedForaging-v0", {}), host_wait=True,
+                  check_env=("jumanji/LevelBasedForaging-v0", {}), example=("jumanji/Cleaner-v0", {}), host_wait=True,
                   title="Jumanji", distributions=("jumanji", "jax"), builds_on=("jax",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -21,7 +21,7 @@ from .._quiet import EVERY_WARNING, quiet_import
 from ..._core import keywords
 from ..._core.validate import check_kwargs, checked_keywords, env_keywords
 from ...specs import Binary, Bounded, Categorical, Composite, Unbounded
-from ..jax import JaxCore, JaxEnvBase, check_name, configure_jax, strong, tree_paths
+from ..jax import JaxEnvBase, JaxModel, check_name, configure_jax, tree_paths
 
 __all__ = ["LIMIT_BY_TERMINATION", "PER_AGENT", "UNAVAILABLE", "JumanjiEnv", "env_names", "unavailable"]
 
@@ -149,51 +149,50 @@ def _time_limit(env: Any) -> int | None:
     return int(limit) if isinstance(limit, (int, np.integer)) and not isinstance(limit, bool) else None
 
 
-class _JumanjiCore(JaxCore):
-    """The Jumanji adapter: ``reset(key)`` and ``step(state, action)`` onto the core's protocol."""
+class _JumanjiModel(JaxModel):
+    """The Jumanji model: ``reset(key)`` and ``step(state, action)``, each agent's entries gathered by group
+    (``groups``: group name -> the indices of its agents in Jumanji's order)."""
 
     step_uses_key = False  # Jumanji's state carries its own key
 
-    def __init__(self, env, *, name: str, order: Sequence[int], fields: Sequence[_Field], extras: Sequence[str],
-                 action_width: int, action_dtype: Any, separate: bool, num_envs: int, device):
+    def __init__(self, env, *, name: str, groups: dict[str, list[int]], fields: Sequence[_Field],
+                 extras: Sequence[str], action_width: int, action_dtype: Any, separate: bool, num_envs: int, device):
         self.env, self.label = env, f"Jumanji {name}"
-        self._order = np.asarray(order)  # group order -> agent index
-        self._agent_order = np.argsort(self._order)
+        self._groups = {g: np.asarray(members) for g, members in groups.items()}
+        self._agent_order = np.argsort(np.concatenate(list(self._groups.values())))  # group order -> Jumanji's
         self._fields, self._extras, self._separate = list(fields), list(extras), separate
         self._width, self._action_dtype = action_width, action_dtype
-        self.action_size = len(order) * action_width
         # the time_limit Jumanji ends by a termination, read against the state's step counter
         self._terminating_limit = _time_limit(env) if name in LIMIT_BY_TERMINATION else None
-        self._setup_packed(num_envs=num_envs, device=device)
+        self._setup(num_envs=num_envs, device=device)
         # the state's step counter, read against time_limit (SearchAndRescue names it ``step``)
         self._counter = next((f for f in ("step_count", "step") if hasattr(self._reference, f)), None)
 
-    @functools.cached_property
-    def _reference(self) -> Any:
-        return strong(jax.eval_shape(self.env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))[0])
-
-    def _per_agent(self, value: jax.Array) -> jax.Array:
-        """A per-agent array in group order, flattened per agent (a scalar is every agent's)."""
-        n = len(self._order)
+    def _per_group(self, key: tuple[str, ...], value: jax.Array, shape: tuple[int, ...] | None = None) -> dict:
+        """``{(group, *key): its agents' rows of the per-agent ``value``}`` (a scalar is every agent's)."""
+        n = len(self._agent_order)
         value = jnp.broadcast_to(value, (n,)) if value.ndim == 0 else value
-        return value[self._order].reshape(-1)
+        return {(g, *key): value[members] if shape is None else value[members].reshape(len(members), *shape)
+                for g, members in self._groups.items()}
 
-    def _observation_parts(self, timestep: Any) -> list[jax.Array]:
-        """The observation's entries in the env's column order: the shared fields, the per-agent ones (each for
-        every agent, in group order), then the extras."""
+    def _observations(self, timestep: Any) -> dict:
+        """The observation's entries: the shared fields at the root, the per-agent ones and the extras by group."""
         observation = timestep.observation
-        parts = [f.read(observation).reshape(-1).astype(jnp.float32) for f in self._fields if not f.per_agent]
-        parts += [self._per_agent(f.read(observation)).astype(jnp.float32) for f in self._fields if f.per_agent]
-        parts += [self._per_agent(jnp.asarray(timestep.extras[e])).astype(jnp.float32) for e in self._extras]
-        return parts
+        out = {f.key: f.read(observation) for f in self._fields if not f.per_agent}
+        for f in self._fields:
+            if f.per_agent:
+                out.update(self._per_group(f.key, f.read(observation)))
+        for e in self._extras:
+            out.update(self._per_group(("info", e), jnp.asarray(timestep.extras[e]), (1,)))
+        return out
 
     def reset_one(self, key):
         state, timestep = self.env.reset(key)
-        return state, jnp.concatenate(self._observation_parts(timestep))
+        return state, self._observations(timestep)
 
-    def step_one(self, key, state, action):
-        n = len(self._order)
-        action = action.reshape(n, self._width)[self._agent_order]
+    def step_one(self, key, state, actions):
+        action = jnp.concatenate([actions[g, "action"].reshape(len(m), self._width) for g, m in self._groups.items()])
+        action = action[self._agent_order]
         action = action.reshape(-1) if self._width == 1 else action
         state, timestep = self.env.step(state, action.astype(self._action_dtype))
         discount = jnp.asarray(timestep.discount)
@@ -201,10 +200,11 @@ class _JumanjiCore(JaxCore):
         truncated = last & jnp.any(discount > 0)  # truncation keeps a discount, termination zeroes it
         if self._terminating_limit is not None and self._counter is not None:
             truncated = truncated | (last & (jnp.asarray(getattr(state, self._counter)) >= self._terminating_limit))
-        parts = self._observation_parts(timestep) + [self._per_agent(jnp.asarray(timestep.reward, jnp.float32))]
+        out = self._observations(timestep)
+        out.update(self._per_group(("reward",), jnp.asarray(timestep.reward, jnp.float32), (1,)))
         if self._separate:
-            parts.append(self._per_agent(discount == 0).astype(jnp.float32))
-        return state, jnp.concatenate(parts), jnp.stack([last & ~truncated, truncated])
+            out.update(self._per_group(("terminated",), discount == 0, (1,)))
+        return state, {**out, "terminated": last & ~truncated, "truncated": truncated}
 
 
 def _fields(name: str, observation: Any, n: int) -> list[_Field]:
@@ -270,6 +270,7 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
             MultiCVRP); a shorter one is taken, a longer one refused.
         seed: seed of the per-env keys (``set_seed`` changes it).
         group_map: groups of the agents (``agent_0``, ...); default: one group ``agents``.
+        device_path: as ``JaxEnvBase``'s (the device code path on the CPU too).
         **env_kwargs: the env class's keywords (``time_limit=50``, ``generator=...``), checked.
 
     Raises:
@@ -282,7 +283,8 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
     @checked_keywords
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0,
-                 group_map: GroupMap | MarlGroupMapType | None = None, **env_kwargs: Any):
+                 group_map: GroupMap | MarlGroupMapType | None = None, device_path: bool | None = None,
+                 **env_kwargs: Any):
         if env_name not in CLASSES:  # not offered: the reason or close matches, from Jumanji's registry
             check_name("Jumanji", env_name, env_names(), unavailable())
         accepted = keywords.declared("jumanji", env_name) if env_kwargs else None  # None: not declared, not checked
@@ -291,7 +293,7 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         env = _make(env_name, env_kwargs)
         self.env_name, self.jumanji_env = env_name, env
         limit = _time_limit(env)
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps,
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, device_path=device_path,
                          horizon=None if limit is None else (limit, "time_limit=N"))
         customers = getattr(env, "_num_customers", None)  # MultiCVRP: a tour ends within 2 * num_customers steps
         if limit is None and isinstance(customers, (int, np.integer)):
@@ -320,10 +322,6 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         specs = {f"agent_{i}": _composite(agent, (), dev) for i in range(n)}
         groups = self._group_agents(specs, group_map)
         index = {a: i for i, a in enumerate(specs)}
-        order = [index[a] for members in self.group_map.values() for a in members]
-        self._core = _JumanjiCore(env, name=env_name, order=order, fields=fields, extras=extras, action_width=width,
-                                  action_dtype=action_spec.dtype, separate=separate, num_envs=num_envs,
-                                  device=self.jax_device)
         B = self.num_envs
         shared = {f.key: Unbounded((B, *f.shape), dtype=_torch_dtype(f.dtype), device=dev)
                   for f in fields if not f.per_agent}
@@ -334,14 +332,17 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         if env_name in _VIEWS:
             self._meanings.update({(g, "observation"): "each agent's view of the grid: channel 0 its own path, position "
                                    "and target (1, 2, 3), channel 1 the other agents' (1, 2, 3)" for g in groups})
-        self._set_columns()
+        self._set_model(_JumanjiModel(env, name=env_name, fields=fields, extras=extras, action_width=width,
+                                      groups={g: [index[a] for a in m] for g, m in self.group_map.items()},
+                                      action_dtype=action_spec.dtype, separate=separate, num_envs=num_envs,
+                                      device=self.jax_device))
         self.set_seed(seed)
 
     def jumanji_action(self, tensordict: TensorDictBase) -> np.ndarray:
         """The agents' actions of ``tensordict`` as Jumanji's env takes them: ``(B, n, ...)`` in Jumanji's agent
         order and action dtype (what ``marl-envs bench`` steps the raw env with)."""
         value = np.concatenate([tensordict.get((g, "action")).detach().cpu().numpy() for g in self.group_map], axis=1)
-        return value[:, self._core._agent_order].astype(np.dtype(self.jumanji_env.action_spec.dtype))
+        return value[:, self._model._agent_order].astype(np.dtype(self.jumanji_env.action_spec.dtype))
 
     @functools.cached_property
     def _library_viewer(self) -> Any:

@@ -157,7 +157,7 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
 
     Args:
         env_name: a name of ``env_names()`` (``CheetahRun``, ``WalkerWalk_2x3``, ...).
-        num_envs, device, seed, group_map: as ``BraxWrapper``'s.
+        num_envs, device, seed, group_map, device_path: as ``BraxWrapper``'s.
         max_steps: episode length reported as ``truncated``; default (None): the config's ``episode_length`` (1000
             in the DM Control suite, ``config={"episode_length": ...}`` changes it); a shorter one is taken, a
             longer one refused.
@@ -171,7 +171,7 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
     @checked_keywords
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0, group_map: GroupMap | MarlGroupMapType | None = None,
-                 config: dict[str, Any] | None = None):
+                 config: dict[str, Any] | None = None, device_path: bool | None = None):
         env_name = shell_safe(env_name, "Playground env")
         check_name("Playground", env_name, env_names(), unavailable())
         task, _, split = env_name.partition("_")
@@ -180,10 +180,14 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
         mapping = split_mapping(env, SPLITS[_robot(task)]) if split else None
         super().__init__(env, num_envs=num_envs, device=device, max_steps=max_steps,
                          seed=seed, action_indices=mapping and mapping.action_indices,
-                         observation_indices=mapping and mapping.observation_indices, group_map=group_map)
-        # a reset that settles the model would cost a hundred steps at every step: fresh starts are computed only at
-        # steps where some env ended (behind a conditional); every other task's reset costs a fraction of a step
-        self._core.resets_when_needed = task in SETTLING_RESETS
+                         observation_indices=mapping and mapping.observation_indices, group_map=group_map,
+                         device_path=device_path)
+
+    def _resets_when_needed(self) -> bool:
+        """A reset that settles the model would cost a hundred steps at every step: its fresh starts are computed
+        only at steps where some env ended (behind a conditional); every other task's reset costs a fraction of a
+        step."""
+        return self.env_name.partition("_")[0] in SETTLING_RESETS
 
     def _library_horizon(self, env: Any, frame_skip: int) -> tuple[int, str]:
         """The config's ``episode_length`` (the env keeps the config it was loaded with)."""
