@@ -232,7 +232,7 @@ def test_info_of_a_user_env_lists_its_class_keywords(capsys):
     assert "not declared" not in out
 
 
-@pytest.mark.parametrize("argv", [["info", "meltingpot/clean_up"], ["info", "smac/3m"], ["info", "jaxmarl/smax"],
+@pytest.mark.parametrize("argv", [["info", "gfootball/academy_3_vs_1"], ["info", "smac/3m"], ["info", "jaxmarl/smax"],
                                   ["info", "vmas/balance", "n_agents='3'"]])
 def test_info_refuses_what_make_refuses_in_its_words(capsys, argv):
     name, kwargs = argv[1], cli.parse_kwargs(argv[2:])
@@ -250,7 +250,7 @@ def test_info_refuses_a_name_before_importing_torch_or_a_backend():
     import subprocess
     import sys
 
-    argvs = [["info", "meltingpot/clean_up"], ["info", "smac/3m"], ["info", "vmass/balance"]]
+    argvs = [["info", "gfootball/academy_3_vs_1"], ["info", "smac/3m"], ["info", "vmass/balance"]]
     if registry.backend_installed("jaxmarl"):
         argvs += [["info", "jaxmarl/smax"]]
     if registry.backend_installed("vmas"):

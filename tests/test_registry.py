@@ -118,7 +118,7 @@ FAMILIES = re.escape(", ".join(marl_envs.available_backends()))
 LISTED = r" \(marl_envs.available_backends\(\); marl-envs list FAMILY lists a family's envs\)$"
 
 
-@pytest.mark.parametrize("name", ["meltingpot/clean_up", "unity/3DBall"])
+@pytest.mark.parametrize("name", ["gfootball/academy_3_vs_1", "unity/3DBall"])
 def test_a_name_of_no_family_names_the_families(name):
     family = name.partition("/")[0]
     with pytest.raises(ValueError, match=rf"^unknown env family '{family}' in '{name}': marl_envs has no {family} "

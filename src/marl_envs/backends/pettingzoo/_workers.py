@@ -187,6 +187,7 @@ class WorkerPool:
         buffers: the buffers in shared memory the workers read and write.
         shard_class: what each worker steps its instances with.
         name: the env's name in errors (``"pettingzoo/mpe/simple_spread_v3"``).
+        library: what the instances are, in errors (``"PettingZoo"``; Melting Pot's substrates run here too).
         timeout: the seconds a call waits for a worker's reply before the worker counts as hung; None: forever.
 
     Raises:
@@ -197,12 +198,12 @@ class WorkerPool:
 
     def __init__(self, make: Callable[[], Any], num_envs: int, num_workers: int, facts: BatchFacts, buffers: Buffers,
                  shard_class: type[Shard] = Shard, *, name: str = "PettingZoo envs",
-                 timeout: float | None = DEFAULT_TIMEOUT_S):
+                 timeout: float | None = DEFAULT_TIMEOUT_S, library: str = "PettingZoo"):
         if "fork" not in mp.get_all_start_methods():
             raise ValueError("num_workers > 0 needs the 'fork' start method (Linux); use num_workers=0 here")
         bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
         self.slices = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
-        self.name, self.timeout = name, timeout
+        self.name, self.timeout, self.library = name, timeout, library
         self._context = mp.get_context("fork")
         self._build = (make, facts, buffers, shard_class)
         n = len(self.slices)
@@ -295,7 +296,7 @@ class WorkerPool:
                     continue
                 if status == "error":
                     env_index, original = value
-                    errors[k] = f"the PettingZoo instance of env {env_index} raised in worker {k}:\n{original}"
+                    errors[k] = f"the {self.library} instance of env {env_index} raised in worker {k}:\n{original}"
                 replies[k] = value
         if failed:
             first, *others = sorted(failed)
@@ -309,7 +310,7 @@ class WorkerPool:
     def _worker(self, k: int) -> str:
         lo, hi = self.slices[k]
         rows = f"env {lo}" if hi - lo == 1 else f"envs {lo}-{hi - 1}"
-        return f"{self.name}: PettingZoo worker {k} ({rows})"
+        return f"{self.name}: {self.library} worker {k} ({rows})"
 
     def _died(self, k: int) -> str:
         process = self.processes[k]

@@ -1,0 +1,271 @@
+"""``MeltingpotEnv``: ``num_envs`` copies of a Melting Pot substrate behind one batch dim."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from groupings import GroupMap, MarlGroupMapType
+
+from ..._core.env import EnvBase
+from ..._core.messages import unknown_env
+from ..._core.tensordicts import unchecked_nested, unchecked_tensordict
+from ..._core.validate import checked_keywords
+from ...specs import Bounded, Categorical, Composite, OneHot, Unbounded
+from .._named import NamedRepr
+from ..pettingzoo._workers import DEFAULT_TIMEOUT_S, InstanceError, WorkerError, WorkerPool, shared_zeros
+from ._library import Facts, Instance, facts, row_seed, scenarios, substrate_names
+from ._shard import Layout, SubstrateBuffers, SubstrateShard
+
+__all__ = ["InstanceError", "MeltingpotEnv", "WorkerError", "env_names", "row_seed"]
+
+
+def env_names() -> list[str]:
+    """Every substrate of the installed Melting Pot (``"clean_up"``, ``"predator_prey__open"``, ...)."""
+    return substrate_names()
+
+
+def _check_name(substrate: str) -> None:
+    names = substrate_names()
+    if substrate in names:
+        return
+    if substrate in scenarios():
+        raise ValueError(
+            f"{substrate!r} is a Melting Pot scenario: a substrate played with bots, whose TensorFlow models this "
+            f"family does not install (the meltingpot extra builds Melting Pot without them); build its substrate, "
+            f"{scenarios()[substrate]!r}, and train every player")
+    raise unknown_env("Melting Pot substrate", substrate, names)
+
+
+def _default_group_map(roles: tuple[str, ...], players: list[str]) -> dict[str, list[str]]:
+    """One group per role where roles differ (``predator``, ``prey``), else ``agents``."""
+    if len(set(roles)) == 1:
+        return {"agents": list(players)}
+    groups: dict[str, list[str]] = {}
+    for role, player in zip(roles, players):
+        groups.setdefault(role, []).append(player)
+    return groups
+
+
+class MeltingpotEnv(NamedRepr, EnvBase):
+    """A Melting Pot substrate by name, ``num_envs`` copies batched (``B = num_envs``, ``n`` players in the group;
+    players ``player_0 ... player_{N-1}``):
+
+    ========================================= ============================ ================================
+    key                                       shape                        dtype
+    ========================================= ============================ ================================
+    ``(group, "observation", "RGB")``         ``(B, n, H, W, 3)``          uint8
+    ``(group, "observation", KEY)``           ``(B, n, *shape)`` (``(1,)`` Melting Pot's (float64 mostly)
+                                              for a scalar)
+    ``(group, "observation", "COLLECTIVE_REWARD")`` ``(B, n, 1)``          float64 (the players' summed reward)
+    ``(group, "action")``                     ``(B, n)``, one-hot ``(B, n, k)`` int64
+    ``("next", group, "reward")``             ``(B, n, 1)``                float32
+    ``"state"``                               ``(B, H, W, 3)``             uint8: ``WORLD.RGB``, the whole map
+    ========================================= ============================ ================================
+
+    Groups: one per role where the substrate's roles differ (``predator`` / ``prey``), else ``agents``. An episode
+    that reaches the substrate's length (``maxEpisodeLengthFrames``, ``env.max_steps``) is *truncated*; one the
+    substrate ends earlier (the one-shot matrix games) *terminated*. ``render()`` draws ``WORLD.RGB``.
+
+    Args:
+        substrate: a name of ``env_names()`` (``"clean_up"``).
+        num_envs: substrates stepped together.
+        roles: one role per player (``get_config(name).valid_roles``); None: the substrate's default roles.
+        group_map: a dict or ``MarlGroupMapType``; None: by role (above).
+        categorical_actions: actions as indices (True) or one-hot vectors.
+        max_steps: truncate episodes after this many steps (at most the substrate's length, the default).
+        seed: if given, ``set_seed(seed)``: row ``i``'s episodes are seeded from ``row_seed(seed, i)``, as Melting
+            Pot's ``builder(..., env_seed=...)`` seeds them.
+        device: device of every tensor.
+        num_workers: run the substrates in that many worker processes (each a contiguous slice of the batch; Linux);
+            0 steps them in this process. Results are identical either way.
+        worker_timeout: with ``num_workers > 0``, the seconds a call waits for a worker (None: forever); a worker
+            that dies or hangs raises a ``WorkerError``, and ``reset()`` builds it anew.
+
+    Raises:
+        ValueError: an unknown substrate (close matches), a scenario (its bots are not installed), roles the
+            substrate does not have, ``num_workers`` out of range.
+    """
+
+    family: ClassVar[str] = "meltingpot"
+    _fused_reset = True
+
+    @checked_keywords
+    def __init__(self, substrate: str, *, num_envs: int = 1, roles: list[str] | tuple[str, ...] | None = None,
+                 group_map: GroupMap | MarlGroupMapType | None = None, categorical_actions: bool = True,
+                 max_steps: int | None = None, seed: int | None = None, device: torch.device | str = "cpu",
+                 num_workers: int = 0, worker_timeout: float | None = DEFAULT_TIMEOUT_S):
+        _check_name(substrate)
+        self.env_name = self.substrate = self.task = substrate
+        if roles is not None:
+            roles = list(roles)
+            from ._library import substrate_module
+
+            valid = substrate_module().get_config(substrate).valid_roles
+            if not roles or any(role not in valid for role in roles):
+                raise ValueError(f"roles={roles!r} for {substrate!r}: give one role per player, each one of "
+                                 f"{sorted(valid)}")
+        self.facts: Facts = facts(substrate, roles)
+        length = self.facts.episode_length
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps,
+                         horizon=(length, "the substrate's own episode length, maxEpisodeLengthFrames"))
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 0 <= num_workers <= num_envs:
+            raise ValueError(f"num_workers must be an int in [0, num_envs={num_envs}], got {num_workers!r}")
+        if worker_timeout is not None and (isinstance(worker_timeout, bool) or not isinstance(worker_timeout, (
+                int, float)) or not 0 < worker_timeout < math.inf):
+            raise ValueError(f"worker_timeout must be a positive number of seconds, or None to wait for the workers "
+                             f"forever; got {worker_timeout!r}")
+        self.roles = self.facts.roles
+        self.task_kwargs = {} if roles is None else {"roles": list(self.roles)}  #: what builds a twin of it
+        self.num_workers = num_workers
+        self.categorical_actions = bool(categorical_actions)
+        players = [f"player_{k}" for k in range(len(self.roles))]
+        if group_map is None:
+            group_map = _default_group_map(self.roles, players)
+        self._declare(players, group_map)
+        self._layout = Layout(self.facts.observations, self.facts.world, len(players), length)
+        self._buffers = SubstrateBuffers(self._layout, num_envs, shared_zeros if num_workers else np.zeros,
+                                         fresh=not num_workers)
+        self._own = (lambda array: array) if self._buffers.fresh else np.copy  # shared arrays are reused: copy
+        make = functools.partial(Instance, substrate, self.roles)
+        if num_workers:
+            self._runner: SubstrateShard | WorkerPool = WorkerPool(
+                make, num_envs, num_workers, self._layout, self._buffers, SubstrateShard,
+                name=f"meltingpot/{substrate}", timeout=worker_timeout, library="Melting Pot")
+        else:
+            self._runner = SubstrateShard([make() for _ in range(num_envs)], 0, self._layout, self._buffers)
+        self._seed: int | None = None
+        self._seeds: list[int | None] = [None] * num_envs  # each row's seed for its next reset
+        if seed is not None:
+            self.set_seed(seed)
+
+    def _declare(self, players: list[str], group_map: GroupMap | MarlGroupMapType) -> None:
+        """Each player's specs -> the groups' (by the core's grouping and stacking) and the root's."""
+        device, n = self.device, self.facts.num_actions
+        agent_specs = {}
+        for player in players:
+            obs = Composite(device=device)
+            for key, shape, dtype in self.facts.observations:
+                torch_dtype = torch.from_numpy(np.zeros(0, dtype)).dtype
+                if dtype == np.uint8:
+                    obs[key] = Bounded(0, 255, shape or (1,), dtype=torch_dtype, device=device)
+                else:
+                    obs[key] = Unbounded(shape or (1,), dtype=torch_dtype, device=device)
+            action = Categorical(n, device=device) if self.categorical_actions else OneHot(n, device=device)
+            agent_specs[player] = Composite({"observation": obs, "action": action,
+                                             "reward": Unbounded((1,), device=device)}, device=device)
+        groups = self._group_agents(agent_specs, group_map)
+        shape = self.facts.world[0]
+        self._declare_specs(groups, state=Bounded(0, 255, (self.num_envs, *shape), dtype=torch.uint8, device=device))
+        position = {player: k for k, player in enumerate(players)}
+        self._groups = []
+        for name, members in self.group_map.items():
+            index = np.array([position[m] for m in members])
+            contiguous = bool((np.diff(index) == 1).all())
+            self._groups.append((name, slice(int(index[0]), int(index[-1]) + 1) if contiguous else index,
+                                 len(members)))
+
+    # -- the backend hook ----------------------------------------------------------------------------
+    def _set_seed(self, seed: int) -> None:
+        self._seed = seed
+        self._seeds = [row_seed(seed, i) for i in range(self.num_envs)]
+
+    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        if isinstance(self._runner, WorkerPool) and self._runner.failure is not None:
+            self._restart_workers(mask)
+        rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
+        seeds = [self._seeds[i] for i in rows]
+        for i in rows:
+            self._seeds[i] = None
+        self._call("reset", rows, seeds)
+        return self._to_tensordict(self._buffers.reset)
+
+    def _restart_workers(self, mask: torch.Tensor | None) -> None:
+        """New workers in place of those that failed, every row's next seed back to the env's own (the whole batch
+        restarts, as a fresh env built with the env's seed would)."""
+        if mask is not None and not bool(mask.all()):
+            raise ValueError(f"after a worker failure every env is reset, to start again from the env's seed: call "
+                             f"env.reset() without a '_reset' entry; the failure was: {self._runner.failure}")
+        self._runner.restart()
+        if self._seed is not None:
+            self._set_seed(self._seed)
+
+    def _call(self, command: str, *args: Any) -> None:
+        """``runner.<command>(*args)``; a substrate's error in this process re-raised as the workers' are."""
+        try:
+            getattr(self._runner, command)(*args)
+        except InstanceError:
+            raise
+        except Exception as err:
+            if not isinstance(self._runner, SubstrateShard):
+                raise
+            raise InstanceError(f"the Melting Pot substrate of env {self._runner.current} raised in {command}: "
+                                f"{type(err).__name__}: {err}") from err
+
+    def _load_actions(self, tensordict: TensorDictBase) -> None:
+        wire = self._buffers.actions
+        for name, index, _ in self._groups:
+            action = tensordict.get((name, "action"))
+            if not self.categorical_actions:
+                action = action.argmax(-1)
+            wire[:, index] = action.cpu().numpy()
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self._load_actions(tensordict)
+        self._call("step")
+        return self._to_tensordict(self._buffers.step, with_reward=True)
+
+    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None
+                    ) -> tuple[TensorDictBase, TensorDictBase | None, torch.Tensor]:
+        b = self._buffers
+        self._load_actions(tensordict)
+        b.ends[:] = False if ends is None else ends.cpu().numpy()
+        seeded = any(seed is not None for seed in self._seeds)
+        self._call("step_reset", None, self._seeds if seeded else None)
+        rows = torch.from_numpy(b.reset_rows.copy())
+        if seeded:
+            for i in rows.nonzero().flatten().tolist():
+                self._seeds[i] = None
+        fresh = self._to_tensordict(b.reset) if rows.any() else None
+        return self._to_tensordict(b.step, with_reward=True), fresh, rows.to(self.device)
+
+    def _to_tensordict(self, arrays: Any, with_reward: bool = False) -> TensorDictBase:
+        """The one output builder: the arrays the shards wrote -> one TensorDict."""
+        B, cpu, own = self.num_envs, torch.device("cpu"), self._own
+        obs = {key: torch.from_numpy(own(array)) for key, array in arrays.obs.items()}
+        reward = torch.from_numpy(own(arrays.reward)).unsqueeze(-1) if with_reward else None
+        out: dict[str, Any] = {}
+        for name, index, n in self._groups:
+            group: dict[str, Any] = {"observation": {key: value[:, index] for key, value in obs.items()}}
+            if reward is not None:
+                group["reward"] = reward[:, index]
+            out[name] = unchecked_nested(group, (B, n), cpu)
+        out["state"] = torch.from_numpy(own(arrays.world))
+        out["terminated"] = torch.from_numpy(own(arrays.term)).unsqueeze(-1)
+        out["truncated"] = torch.from_numpy(own(arrays.trunc)).unsqueeze(-1)
+        td = unchecked_tensordict(out, torch.Size((B,)), cpu)
+        return td if self.device.type == "cpu" else td.to(self.device)
+
+    # -- extras --------------------------------------------------------------------------------------
+    @property
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids (``[]`` with ``num_workers=0``)."""
+        return self._runner.pids if isinstance(self._runner, WorkerPool) else []
+
+    def _render(self, env_index: int, **kwargs: Any) -> Any:
+        """``WORLD.RGB`` of env ``env_index`` as it last stood (reset or step)."""
+        if kwargs:
+            raise TypeError(f"Melting Pot's render() takes no keywords, got {sorted(kwargs)}")
+        frame = self._runner.render(env_index)
+        if frame is None:
+            raise RuntimeError("render() before reset(): call env.reset() first")
+        return np.asarray(frame)
+
+    def close(self) -> None:
+        """Close the substrates (and stop the worker processes)."""
+        self._runner.close()
