@@ -49,6 +49,7 @@ define venv
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
 	$(1)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(PYTHON) scripts/meltingpot_assets.py  # dm-meltingpot builds without downloading its bots' models
 	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" "$(TORCH_SPEC)" $(3)
 	touch $(1)/.installed
 endef
