@@ -128,19 +128,20 @@ class MarlEnvsTask(TaskClass):
 
     def get_env_transforms(self, env: _TorchRLEnvBase) -> list[Transform]:
         """With ``flatten``: each observed entry made an MLP's input, its feature dims flattened to one and its
-        values cast to float32 (a board of int8 cells); BenchMARL reads the specs after these transforms."""
-        if not self.flatten:
-            return []
+        values cast to float32 (a board of int8 cells). Without: uint8 images (Melting Pot's ``RGB``, and a root
+        ``state`` image) cast to float32, for BenchMARL's CNN. BenchMARL reads the specs after these transforms."""
         spec, observed = env.full_observation_spec, self.observation_spec(env)
         transforms = []
         for group in env.group_map:
             for entry in observed[group].keys(True, True):
                 key = (group, *entry) if isinstance(entry, tuple) else (group, entry)
                 features = spec[key].ndim - 2  # less (num_envs, n_agents)
-                if features > 1:
+                if self.flatten and features > 1:
                     transforms.append(FlattenObservation(-features, -1, in_keys=[key]))
-                if spec[key].dtype != torch.float32:
+                if spec[key].dtype != torch.float32 and (self.flatten or spec[key].dtype == torch.uint8):
                     transforms.append(DTypeCastTransform(spec[key].dtype, torch.float32, in_keys=[key]))
+        if "state" in spec.keys() and spec["state"].dtype == torch.uint8:
+            transforms.append(DTypeCastTransform(torch.uint8, torch.float32, in_keys=["state"]))
         return transforms
 
     def supports_continuous_actions(self) -> bool:

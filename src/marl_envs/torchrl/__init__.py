@@ -23,6 +23,8 @@ from ._classes import (
     JumanjiEnv,
     LBForagingEnv,
     LBForagingWrapper,
+    MeltingpotEnv,
+    MeltingpotWrapper,
     MujocoPlaygroundEnv,
     OpenSpielEnv,
     OpenSpielWrapper,
@@ -33,5 +35,6 @@ from ._classes import (
 )
 
 __all__ = ["COLLECTOR_KWARGS", "BraxEnv", "BraxWrapper", "JumanjiEnv", "LBForagingEnv", "LBForagingWrapper",
-           "MujocoPlaygroundEnv", "OpenSpielEnv", "OpenSpielWrapper", "PettingZooEnv", "PettingZooWrapper",
+           "MeltingpotEnv", "MeltingpotWrapper", "MujocoPlaygroundEnv", "OpenSpielEnv", "OpenSpielWrapper",
+           "PettingZooEnv", "PettingZooWrapper",
            "TorchRLEnv", "VmasEnv", "VmasWrapper", "check_batch_size", "to_torchrl", "to_torchrl_spec"]

@@ -20,8 +20,9 @@ from groupings import MarlGroupMapType
 from ..registry import available_envs, backend_module
 from ._adapter import TorchRLEnv, check_batch_size, rl_specs
 
-__all__ = ["BraxEnv", "BraxWrapper", "JumanjiEnv", "LBForagingEnv", "LBForagingWrapper", "MujocoPlaygroundEnv",
-           "OpenSpielEnv", "OpenSpielWrapper", "PettingZooEnv", "PettingZooWrapper", "VmasEnv", "VmasWrapper"]
+__all__ = ["BraxEnv", "BraxWrapper", "JumanjiEnv", "LBForagingEnv", "LBForagingWrapper", "MeltingpotEnv",
+           "MeltingpotWrapper", "MujocoPlaygroundEnv", "OpenSpielEnv", "OpenSpielWrapper", "PettingZooEnv",
+           "PettingZooWrapper", "VmasEnv", "VmasWrapper"]
 
 BatchSize = Sequence[int] | torch.Size | None
 
@@ -320,3 +321,60 @@ def _playground_split(env_name: str, agent_mapping) -> str:
              f"{env_name!r} has no split here; the envs that have one: {[n for n in ours if '_' in n]}")
     raise ValueError(f"agent_mapping={agent_mapping!r} on {env_name!r}: no env {name!r}; {where} (pass the "
                      f"split's name as env_name, without agent_mapping)")
+
+
+class MeltingpotEnv(TorchRLEnv):
+    """``torchrl.envs.MeltingpotEnv``'s arguments, our Melting Pot env inside, batched: ``MeltingpotEnv(
+    "commons_harvest__open", batch_size=(8,))``; every player in one ``agents`` group (TorchRL's default), the
+    world view at the root as ``"RGB"`` (our ``"state"``). Other keywords are ours (``num_workers``, ``roles``).
+
+    Raises:
+        TypeError: ``substrate`` is a config (each env builds its substrate by name, in its own process).
+    """
+
+    available_envs = _EnvNames("meltingpot")
+    lib = _Library("meltingpot")
+
+    def __init__(self, substrate: str, *, max_steps: int | None = None, categorical_actions: bool = True,
+                 group_map=MarlGroupMapType.ALL_IN_ONE_GROUP, batch_size: BatchSize = None,
+                 num_envs: int | None = None, device: torch.device | str | None = None, seed: int | None = None,
+                 **kwargs):
+        if not isinstance(substrate, str):
+            raise TypeError(f"MeltingpotEnv takes a substrate's name ('commons_harvest__open'), got "
+                            f"{type(substrate).__name__}: each env builds its substrate by name, in its own process")
+        env = backend_module("meltingpot").MeltingpotEnv(
+            substrate, num_envs=_num_envs(batch_size, num_envs, "meltingpot"), max_steps=max_steps,
+            categorical_actions=categorical_actions, group_map=group_map, device=device or "cpu", seed=seed, **kwargs)
+        super().__init__(env)
+        observations = self.full_observation_spec.clone()
+        observations["RGB"] = observations["state"]
+        del observations["state"]
+        self.full_observation_spec = observations
+
+    def _step(self, tensordict):
+        return super()._step(tensordict).rename_key_("state", "RGB")
+
+    def _reset(self, tensordict=None, **kwargs):
+        if tensordict is not None and "RGB" in tensordict.keys():
+            tensordict = tensordict.clone(False).rename_key_("RGB", "state")
+        return super()._reset(tensordict, **kwargs).rename_key_("state", "RGB")
+
+    def get_rgb_image(self):
+        """``WORLD.RGB`` of the first env, as TorchRL's ``get_rgb_image``."""
+        return torch.from_numpy(self.env.render(0))
+
+
+class MeltingpotWrapper(MeltingpotEnv):
+    """``torchrl.envs.MeltingpotWrapper``'s arguments, with the substrate named: ``MeltingpotWrapper(env=
+    "clean_up")``. A built ``Substrate`` is refused: it cannot be copied into a batch or sent to a worker process.
+
+    Raises:
+        TypeError: ``env`` is a built substrate.
+    """
+
+    def __init__(self, env=None, **kwargs):
+        if not isinstance(env, str):
+            raise TypeError(f"MeltingpotWrapper takes the substrate's name here (env='clean_up'), got "
+                            f"{type(env).__name__}: a built substrate cannot be pickled into worker processes nor "
+                            f"copied into a batch; each env builds its own")
+        super().__init__(env, **kwargs)

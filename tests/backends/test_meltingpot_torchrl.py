@@ -1,0 +1,98 @@
+"""Melting Pot through TorchRL's class names (``marl_envs.torchrl.MeltingpotEnv``) and BenchMARL's tasks, beside
+TorchRL's own ``MeltingpotEnv``. These run in the TorchRL virtualenvs (``make test``); elsewhere they skip."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+import marl_envs
+
+if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") != "1":
+    pytest.importorskip("torchrl", reason="the TorchRL interop is tested in .venv-torchrl (make test)")
+if not marl_envs.backend_installed("meltingpot"):
+    pytest.skip("meltingpot is not installed", allow_module_level=True)
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated",
+                            category=DeprecationWarning)
+    from torchrl.envs.utils import check_env_specs as torchrl_check_env_specs
+
+import marl_envs.torchrl as ours  # noqa: E402
+
+SUBSTRATE = "collaborative_cooking__asymmetric"
+
+
+def _layout(env, steps: int = 3) -> dict:
+    data = env.rollout(steps, break_when_any_done=False)
+    return {key: (tuple(data.get(key).shape[env.batch_dims + 1:]), data.get(key).dtype)
+            for key in data.keys(True, True)}
+
+
+@pytest.fixture(scope="module")
+def theirs_and_ours():
+    from torchrl.envs.libs.meltingpot import MeltingpotEnv
+
+    theirs, mine = MeltingpotEnv(SUBSTRATE), ours.MeltingpotEnv(SUBSTRATE, batch_size=(2,), seed=0)
+    yield theirs, mine
+    theirs.close()
+    mine.close()
+
+
+def test_torchrls_keywords_and_keys(theirs_and_ours):
+    theirs, mine = theirs_and_ours
+    torchrl_check_env_specs(mine)
+    assert mine.batch_size == (2,) and mine.group_map == theirs.group_map
+    expected, got = _layout(theirs), _layout(mine)
+    # ours: rewards in float32 (the library's contract) and a "truncated" flag beside "done" and "terminated"
+    different = {("next", "agents", "reward"), ("next", "truncated"), "truncated"}
+    for key, (shape, dtype) in expected.items():
+        if key in different:
+            continue
+        assert got[key] == (shape, dtype), key
+    assert got[("next", "agents", "reward")] == ((2, 1), torch.float32)
+    assert mine.get_rgb_image().shape == (40, 72, 3)
+
+
+def test_the_wrapper_takes_a_name_and_refuses_a_built_substrate():
+    env = ours.MeltingpotWrapper(env=SUBSTRATE, categorical_actions=False, max_steps=5)
+    try:
+        assert env.full_action_spec["agents", "action"].shape == (1, 2, 8)
+        assert env.rollout(10, break_when_any_done=False)["next", "done"].reshape(-1).tolist() == [False] * 4 + [True] \
+            + [False] * 4 + [True]
+    finally:
+        env.close()
+    with pytest.raises(TypeError, match=r"MeltingpotWrapper takes the substrate's name here \(env='clean_up'\), got "
+                                        r"object: a built substrate cannot be pickled"):
+        ours.MeltingpotWrapper(env=object())
+
+
+def test_benchmarl_trains_its_cnn_on_the_images(tmp_path):
+    pytest.importorskip("benchmarl", reason="the BenchMARL tasks are tested in .venv-benchmarl (make test)")
+    from benchmarl.algorithms import MappoConfig
+    from benchmarl.experiment import Experiment, ExperimentConfig
+    from benchmarl.models import CnnConfig
+
+    from marl_envs.benchmarl import task
+
+    cfg = ExperimentConfig.get_from_yaml()
+    cfg.sampling_device = cfg.train_device = cfg.buffer_device = "cpu"
+    cfg.max_n_iters = 1
+    cfg.on_policy_collected_frames_per_batch = 40
+    cfg.on_policy_n_envs_per_worker = 2
+    cfg.on_policy_n_minibatch_iters, cfg.on_policy_minibatch_size = 1, 20
+    cfg.evaluation, cfg.render, cfg.loggers, cfg.create_json, cfg.checkpoint_interval = False, False, [], False, 0
+    cfg.save_folder = str(tmp_path)
+    cnn = CnnConfig.get_from_yaml()
+    chosen = task(f"meltingpot/{SUBSTRATE}", max_steps=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        experiment = Experiment(task=chosen, algorithm_config=MappoConfig.get_from_yaml(), model_config=cnn,
+                                critic_model_config=cnn, seed=0, config=cfg)
+        experiment.run()
+    assert experiment.n_iters_performed == 1 and experiment.total_frames == 40
+    assert experiment.observation_spec["agents", "observation", "RGB"].dtype == torch.float32
