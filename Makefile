@@ -28,7 +28,7 @@ DOCS_STAMP := $(VENV)/.docs-installed
 COMMA := ,
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
-.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs pictures figures ci-cold clean
+.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs pictures snapshots figures ci-cold clean
 
 setup: $(STAMP)
 
@@ -110,6 +110,12 @@ docs: $(DOCS_STAMP)
 # all), into docs/img/envs to commit
 pictures: $(DOCS_STAMP)
 	$(BIN)/python docs/_ext/env_catalogue.py pictures $(if $(FORCE),--force) $(NAMES)
+
+# The snapshots the package ships (each backend's env names, the keywords of the libraries that take **kwargs),
+# read again from the installed backends: after adding a backend or changing a backend's version
+snapshots: $(STAMP)
+	$(BIN)/python scripts/snapshot_env_names.py
+	$(BIN)/python scripts/snapshot_keywords.py
 
 # The training figures (docs/img) redrawn from the runs kept in docs/runs, with the published results beside them
 # (FIGURES="smax_2s3z ..." for some)

@@ -48,6 +48,16 @@ CASES = {
     "user-env": lambda: PredatorPreyCount(num_envs=B, max_steps=MAX_STEPS),
 }
 
+
+def _example(backend: str):
+    name, kwargs = marl_envs.registry.backend_record(backend).example
+    return lambda: marl_envs.make(name, num_envs=B, max_steps=MAX_STEPS, seed=1, **kwargs)
+
+
+# a backend without a case of its own above is fuzzed on the env its record declares
+CASES.update({f"{backend}-example": _example(backend) for backend in marl_envs.available_backends()
+              if not any(case.startswith(f"{backend}-") for case in CASES)})
+
 # derandomize: CI runs the same examples every time; no shrinking (a failure prints its draws, reproducible as is)
 FUZZ = settings(max_examples=4, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
                 suppress_health_check=[HealthCheck.too_slow])

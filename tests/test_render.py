@@ -11,22 +11,10 @@ from pathlib import Path
 import pytest
 
 import marl_envs
+from marl_envs import registry
 
-#: backend -> (env, keywords): one env per backend, built to draw where its family can
-ONE_PER_BACKEND = {
-    "vmas": ("vmas/balance", {"n_agents": 2}),
-    "brax": ("brax/ant_4x2", {"backend": "spring"}),
-    "playground": ("playground/CartpoleBalance", {}),
-    "pettingzoo": ("pettingzoo/mpe/simple_spread_v3", {"N": 2, "render_mode": "rgb_array"}),
-    "magent2": ("magent2/battle", {"map_size": 12, "render_mode": "rgb_array"}),
-    "mamujoco": ("mamujoco/Hopper_3x1", {"render_mode": "rgb_array"}),
-    "lbforaging": ("lbforaging/Foraging-5x5-2p-1f-v3", {"render_mode": "rgb_array"}),
-    "rware": ("rware/rware-tiny-2ag-v2", {"render_mode": "rgb_array"}),
-    "openspiel": ("openspiel/tic_tac_toe", {"render_mode": "rgb_array"}),
-    "jaxmarl": ("jaxmarl/MPE_simple_spread_v3", {}),
-    "gymnax": ("gymnax/CartPole-v1", {}),
-    "jumanji": ("jumanji/Cleaner-v0", {}),
-}
+#: backend -> (env, keywords): one env per backend, built to draw where its family can (its record's ``example``)
+ONE_PER_BACKEND = {backend: registry.backend_record(backend).example for backend in marl_envs.available_backends()}
 
 SCRIPT = """
 import json, sys, warnings
@@ -43,8 +31,11 @@ except Exception as error:
 """
 
 
-def test_every_backend_is_in_the_table():
-    assert set(ONE_PER_BACKEND) == set(marl_envs.available_backends())
+def test_every_backend_declares_an_env_of_its_own_family():
+    for backend, example in ONE_PER_BACKEND.items():
+        assert example is not None, f"the {backend} record declares neither check_env nor example"
+        name, kwargs = example
+        assert name.startswith(f"{backend}/") and json.loads(json.dumps(kwargs)) == kwargs, (backend, example)
 
 
 @pytest.mark.parametrize("backend", sorted(ONE_PER_BACKEND))

@@ -51,6 +51,8 @@ class Backend:
             is ``VmasEnv("balance", **kwargs)`` (``make_env``). It refuses a name it does not build with a
             ``ValueError`` naming close matches (``marl_envs.registry.unknown_env``): the one check of a name.
         check_env: the env ``marl-envs doctor`` builds and steps (small and quick to build) and its keywords.
+        example: an env of the family built to draw where its family can, and its keywords: what the tests and
+            docs that take one env per family build (``check_env`` if not given).
         bench: where its ``marl_envs.bench.References`` are (the raw reference loops ``marl-envs bench`` times it
             against): ``"<python module>:<name>"``, or a module whose ``BENCH`` they are; ``<module>.bench`` if not
             given.
@@ -79,6 +81,7 @@ class Backend:
     name: str = ""
     env_class: str = ""
     check_env: tuple[str, Mapping[str, Any]] | None = None
+    example: tuple[str, Mapping[str, Any]] | None = None
     bench: str = ""
     exports: tuple[str, ...] = ()
     host_wait: bool | str = False
@@ -98,6 +101,8 @@ class Backend:
             object.__setattr__(self, "title", self.name)
         if not self.docs:
             object.__setattr__(self, "docs", f"backends/{self.name}.md")
+        if self.example is None:
+            object.__setattr__(self, "example", self.check_env)
 
     def implementation(self) -> ModuleType:
         """``<module>._env``, imported now (``backend_module`` checks first that its libraries are installed)."""

@@ -99,7 +99,7 @@ class EnvBase(SpecsAndKeys):
                 f"building the env")
         self._max_steps = max_steps
         self._limit = None if max_steps is None else TimeLimit(max_steps)
-        self._configure()  # the plans read the limit: made again, not left behind it
+        self._configure()  # the executor made its plans with the old limit: hand it the new one
 
     @property
     def max_episode_length(self) -> int | None:

@@ -69,7 +69,8 @@ it is silenced here (only that one).
 from ...registry import Backend
 
 BACKEND = Backend(__name__, packages=("jax", "brax"), extra="brax", env_class="BraxEnv",
-                  check_env=("brax/fast", {}), example=("brax/ant_4x2", {"backend": "spring"}), exports=("BraxEnv", "BraxWrapper"), host_wait=True,
+                  check_env=("brax/fast", {}),
+                  example=("brax/ant_4x2", {"backend": "spring"}), exports=("BraxEnv", "BraxWrapper"), host_wait=True,
                   check=f"{__name__}._library:check",
                   title="Brax", distributions=("brax", "jax", "mujoco"), builds_on=("jax",))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -17,6 +17,8 @@ the library's.
 from ..pettingzoo import family_record
 
 BACKEND = family_record(__name__, "lbforaging", env_class="LBForagingEnv",
-                        check_env=("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}), title="Level-Based Foraging",
-                        distributions=("lbforaging", "pettingzoo", "pyglet"), bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
+                        check_env=("lbforaging/Foraging-8x8-2p-2f-coop-v3", {}),
+                        example=("lbforaging/Foraging-5x5-2p-1f-v3", {"render_mode": "rgb_array"}),
+                        title="Level-Based Foraging", distributions=("lbforaging", "pettingzoo", "pyglet"),
+                        bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -16,5 +16,6 @@ agent has, at ``max_cycles`` at the latest: ``env.max_steps``, *truncated*). The
 from ..pettingzoo import family_record
 
 BACKEND = family_record(__name__, "magent2", env_class="MAgent2Env", check_env=("magent2/battle", {"map_size": 12}),
+                        example=("magent2/battle", {"map_size": 12, "render_mode": "rgb_array"}),
                         title="MAgent2", distributions=("magent2", "pettingzoo", "pygame-ce"))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

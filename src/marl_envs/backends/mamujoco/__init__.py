@@ -19,6 +19,7 @@ every build, and ``CoupledHalfCheetah_1p1``, which fails inside MaMuJoCo 1.4.2 w
 from ..pettingzoo import family_record
 
 BACKEND = family_record(__name__, "gymnasium_robotics", env_class="MaMuJoCoEnv",
-                        check_env=("mamujoco/HalfCheetah_6x1", {}), title="MaMuJoCo",
+                        check_env=("mamujoco/HalfCheetah_6x1", {}),
+                        example=("mamujoco/Hopper_3x1", {"render_mode": "rgb_array"}), title="MaMuJoCo",
                         distributions=("gymnasium-robotics", "mujoco", "pettingzoo"))
 __getattr__, __dir__ = BACKEND.lazy_attributes()

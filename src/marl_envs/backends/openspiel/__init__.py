@@ -36,6 +36,7 @@ with sampled chance (``SAMPLED_STOCHASTIC``: the library draws the outcomes itse
 from ..pettingzoo import family_record
 
 BACKEND = family_record(__name__, "pyspiel", env_class="OpenSpielEnv", check_env=("openspiel/kuhn_poker", {}),
+                        example=("openspiel/tic_tac_toe", {"render_mode": "rgb_array"}),
                         title="OpenSpiel", distributions=("open-spiel", "pettingzoo"), bench=f"{__name__}.bench",
                         docs="backends/openspiel.md")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

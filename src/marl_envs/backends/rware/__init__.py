@@ -16,6 +16,7 @@ always False). RWARE's step limit and the env's ``max_steps`` are one keyword: `
 from ..pettingzoo import family_record
 
 BACKEND = family_record(__name__, "rware", env_class="RwareEnv", check_env=("rware/rware-tiny-2ag-v2", {}),
+                        example=("rware/rware-tiny-2ag-v2", {"render_mode": "rgb_array"}),
                         title="RWARE", distributions=("rware", "pettingzoo", "pyglet"),
                         bench="marl_envs.backends.pettingzoo.bench:TUPLE_AGENTS")
 __getattr__, __dir__ = BACKEND.lazy_attributes()

@@ -49,7 +49,8 @@ def check_values(label: str, declared: keywords.Keywords | None, kwargs: Mapping
 
 
 BACKEND = Backend(__name__, packages=("vmas",), extra="vmas", env_class="VmasEnv",
-                  check_env=("vmas/balance", {"n_agents": 3}), exports=("VmasEnv", "VmasWrapper"),
+                  check_env=("vmas/balance", {"n_agents": 3}),
+                  example=("vmas/balance", {"n_agents": 2}), exports=("VmasEnv", "VmasWrapper"),
                   host_wait="VMAS resets exactly the done envs, by their indices: the host reads which are done",
                   check=f"{__name__}:check",
                   title="VMAS", distributions=("vmas", "pyglet"))
