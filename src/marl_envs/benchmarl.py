@@ -60,6 +60,8 @@ SET_BY_BENCHMARL = {
     "device": "ExperimentConfig.sampling_device",
     "continuous_actions": "ExperimentConfig.prefer_continuous_actions and the algorithm's action types",
 }
+#: The dtypes cast to float32 for BenchMARL's models even where observations are not flattened (images, doubles).
+_CAST = (torch.uint8, torch.float64)
 #: The entries of a group that are not what its agents observe: what BenchMARL reads from its other specs.
 NOT_OBSERVED = frozenset({"info", "action_mask", "mask"})
 
@@ -128,8 +130,8 @@ class MarlEnvsTask(TaskClass):
 
     def get_env_transforms(self, env: _TorchRLEnvBase) -> list[Transform]:
         """With ``flatten``: each observed entry made an MLP's input, its feature dims flattened to one and its
-        values cast to float32 (a board of int8 cells). Without: uint8 images (Melting Pot's ``RGB``, and a root
-        ``state`` image) cast to float32, for BenchMARL's CNN. BenchMARL reads the specs after these transforms."""
+        values cast to float32 (a board of int8 cells). Without: uint8 images and float64 values (Melting Pot's ``RGB``
+        and scalars, a root ``state`` image) cast to float32, which BenchMARL's models take. BenchMARL reads the specs after these transforms."""
         spec, observed = env.full_observation_spec, self.observation_spec(env)
         transforms = []
         for group in env.group_map:
@@ -138,10 +140,10 @@ class MarlEnvsTask(TaskClass):
                 features = spec[key].ndim - 2  # less (num_envs, n_agents)
                 if self.flatten and features > 1:
                     transforms.append(FlattenObservation(-features, -1, in_keys=[key]))
-                if spec[key].dtype != torch.float32 and (self.flatten or spec[key].dtype == torch.uint8):
+                if spec[key].dtype != torch.float32 and (self.flatten or spec[key].dtype in _CAST):
                     transforms.append(DTypeCastTransform(spec[key].dtype, torch.float32, in_keys=[key]))
-        if "state" in spec.keys() and spec["state"].dtype == torch.uint8:
-            transforms.append(DTypeCastTransform(torch.uint8, torch.float32, in_keys=["state"]))
+        if "state" in spec.keys() and spec["state"].dtype in _CAST:
+            transforms.append(DTypeCastTransform(spec["state"].dtype, torch.float32, in_keys=["state"]))
         return transforms
 
     def supports_continuous_actions(self) -> bool:
