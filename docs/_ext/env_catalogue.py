@@ -692,14 +692,31 @@ def backends_table() -> str:
         else:
             envs = "not installed here"
         rows.append([f"[{title}]({page})" if page else title, f"`{name}/...`",
-                     f"`pip install 'marl-envs[{record.extra}]'`", envs])
+                     f"`pip install -e '.[{record.extra}]'`", envs])
     return (f"{len(rows)} backends, from `marl_envs.registry.backends()` when these docs were built; the counts are "
             "the names `marl_envs.available_envs(backend)` lists (the [catalogue](envs/index.md) shows each env).\n\n"
             + _table(["backend", "names", "install", "envs"], rows) + "\n")
 
 
+def families_table() -> str:
+    """The architecture page's table of the families' packages, one row per ``marl_envs.registry.backends()``
+    record: its package, its modules (read from the source tree) and the packages it builds on."""
+    import marl_envs
+
+    root = Path(marl_envs.__file__).parents[1]
+    rows = []
+    for record in marl_envs.registry.backends().values():
+        package = root.joinpath(*record.module.split("."))
+        modules = "  ".join(path.name for path in sorted(package.glob("*.py")) if path.name != "__init__.py")
+        built_on = ", ".join(f"backends/{b}" for b in record.builds_on) or "-"
+        rows.append([record.title, f"{record.module.replace('.', '/')}/", modules, built_on])
+    return (f"{len(rows)} families, from `marl_envs.registry.backends()` and the source tree when these docs were "
+            "built.\n\n" + _table(["family", "package", "modules", "builds on"], rows, code=(1, 2, 3)) + "\n")
+
+
 def _on_builder_inited(app) -> None:
     _write(DOCS / "_generated" / "backends.md", backends_table())
+    _write(DOCS / "_generated" / "families.md", families_table())
     generate()
 
 
