@@ -96,3 +96,31 @@ def test_benchmarl_trains_its_cnn_on_the_images(tmp_path):
         experiment.run()
     assert experiment.n_iters_performed == 1 and experiment.total_frames == 40
     assert experiment.observation_spec["agents", "observation", "RGB"].dtype == torch.float32
+
+
+def test_benchmarls_command_line_names_every_substrate():
+    pytest.importorskip("benchmarl", reason="the BenchMARL tasks are tested in .venv-benchmarl (make test)")
+    from benchmarl.environments import task_config_registry
+
+    from marl_envs.benchmarl import add_command_line_tasks
+
+    add_command_line_tasks()
+    for name in marl_envs.available_envs("meltingpot"):
+        assert f"marl_envs/{name.replace('/', '_')}" in task_config_registry
+
+
+@pytest.mark.slow
+def test_benchmarls_command_line_trains_the_cnn(tmp_path):
+    pytest.importorskip("benchmarl", reason="the BenchMARL tasks are tested in .venv-benchmarl (make test)")
+    import subprocess
+    import sys
+
+    small = {"sampling_device": "cpu", "train_device": "cpu", "buffer_device": "cpu", "max_n_frames": 40,
+             "on_policy_collected_frames_per_batch": 40, "on_policy_n_envs_per_worker": 2,
+             "on_policy_n_minibatch_iters": 1, "on_policy_minibatch_size": 20, "evaluation": "false",
+             "render": "false", "loggers": "[csv]", "create_json": "false"}
+    run = subprocess.run([sys.executable, "-m", "benchmarl.run", "algorithm=mappo",
+                          f"task=marl_envs/meltingpot_{SUBSTRATE}", "task.max_steps=20", "model=layers/cnn",
+                          "model@critic_model=layers/cnn", *(f"experiment.{k}={v}" for k, v in small.items()),
+                          f"hydra.run.dir={tmp_path}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
