@@ -30,7 +30,6 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from marl_envs.backends.brax import exports as brax_exports  # noqa: E402
-from marl_envs.backends.jax import compiled_rows  # noqa: E402
 from marl_envs.backends.brax import scenes  # noqa: E402
 from marl_envs.backends.brax import BraxEnv, BraxWrapper, enable_compilation_cache, env_names  # noqa: E402
 from marl_envs.bench import run as benchmark  # noqa: E402
@@ -219,20 +218,14 @@ def drift_step():
 
 
 def _raw_step(drift_step, obs: torch.Tensor, action: torch.Tensor):
-    """Raw Brax: the custom env's own step from the given observations, of the batch our programs are compiled for
-    (``compiled_rows``; XLA rounds a batched step differently at another batch size, the raw library's too), its
-    first rows."""
+    """Raw Brax: the custom env's own step from the given observations, of the same batch (XLA rounds a batched step
+    differently at another batch size, the raw library's too)."""
     B = obs.shape[0]
-    rows = compiled_rows(B)
-
-    def padded(x):
-        return jnp.asarray(np.concatenate([x.numpy(), np.zeros((rows - B, *x.shape[1:]), np.float32)]))
-
-    state = State(pipeline_state=None, obs=padded(obs), reward=jnp.zeros(rows), done=jnp.zeros(rows),
-                  metrics={"episode_reward": jnp.zeros(rows)}, info={})
-    nxt = drift_step(state, padded(action))
-    return (torch.from_numpy(np.array(nxt.obs)[:B]), torch.from_numpy(np.array(nxt.reward)[:B]),
-            torch.from_numpy(np.array(nxt.done)[:B]) > 0)
+    state = State(pipeline_state=None, obs=jnp.asarray(obs.numpy()), reward=jnp.zeros(B), done=jnp.zeros(B),
+                  metrics={"episode_reward": jnp.zeros(B)}, info={})
+    nxt = drift_step(state, jnp.asarray(action.numpy()))
+    return (torch.from_numpy(np.array(nxt.obs)), torch.from_numpy(np.array(nxt.reward)),
+            torch.from_numpy(np.array(nxt.done)) > 0)
 
 
 def test_custom_env_single_agent_replays_raw_brax_exactly(drift_step):
@@ -288,38 +281,15 @@ def test_split_with_one_group_per_agent_and_different_action_sizes():
     marl_envs.check_env_specs(env)
 
 
-@pytest.mark.parametrize("max_steps, fused", [(1, True), (1000, False)])
-def test_cpu_restarts_after_the_step_or_inside_it_alike(max_steps, fused):
-    """On the CPU a Brax env restarts its ended envs with the reset program after the step, or inside the fused step
-    while most steps end an episode (every step, at ``max_steps=1``); either way exactly step then reset
-    (check_env_specs compares them bit for bit). The fused step is compiled only where it ran."""
-    env = BraxWrapper(Drift(), num_envs=3, max_steps=max_steps, seed=0)
+@pytest.mark.parametrize("device_path", [False, True])
+def test_auto_reset_is_chosen_when_the_env_is_built(device_path):
+    """On the CPU a Brax env restarts its ended envs with the reset program after the step (``auto_reset``
+    "after_step": a fresh start costs a good part of a Brax step); on the device path, inside the fused step. Either
+    way exactly step then reset (check_env_specs compares them bit for bit); only the chosen program is compiled."""
+    env = BraxWrapper(Drift(), num_envs=3, max_steps=1, seed=0, device_path=device_path)
+    assert env._executor.auto_reset == ("fused" if device_path else "after_step")
     marl_envs.check_env_specs(env, seed=0, reset_steps=24)
-    assert any(name.startswith("step_reset") for name in env.compile_seconds) == fused, env.compile_seconds
-
-
-def test_padding_rows_that_end_restart_nothing():
-    """3 envs step 8 rows (``compiled_rows``): a padding row at its time limit is no env's end, so no reset program
-    runs for it; the envs' own end runs it once."""
-    env = BraxWrapper(Drift(), num_envs=3, max_steps=5, seed=0)
-
-    def still(td):  # Drift never ends itself without an action: only the time limit ends an episode
-        return td.set("action", torch.zeros(3, 2))
-
-    td = env.reset()
-    for _ in range(2):
-        td = env.step_and_maybe_reset(still(td))[1]
-    td["_reset"] = torch.ones(3, 1, dtype=torch.bool)
-    td = env.reset(td)  # the envs start again; the padding rows keep their two steps
-    resets, reset = [], env._executor._reset
-    env._executor._reset = lambda mask: resets.append(mask) or reset(mask)
-    for _ in range(4):  # the padding rows reach the limit at the third
-        td, root = env.step_and_maybe_reset(still(td))
-        assert not td["next", "done"].any()
-        td = root
-    assert resets == []
-    td, root = env.step_and_maybe_reset(still(td))
-    assert td["next", "truncated"].all() and len(resets) == 1
+    assert any(name.startswith("step_reset") for name in env.compile_seconds) == device_path, env.compile_seconds
 
 
 def test_episode_wrapper_truncation_is_truncated_not_terminated():

@@ -1,6 +1,6 @@
 """The JAX families' step never waits for the device: proved on the CPU through the device code path.
 
-``MARL_ENVS_DEVICE_PATH=1`` makes an env on the CPU take exactly the code it takes on a GPU. Every host read of
+``device_path=True`` makes an env on the CPU take exactly the code it takes on a GPU. Every host read of
 array data is counted there (torch's and JAX's ways of reading an array's values on the host); a step that reads
 nothing never waits for the device. The compiled step is also exported for CUDA and searched for conditionals
 (XLA reads a conditional's predicate on the host on a GPU), and run under JAX's guard against implicit
@@ -10,7 +10,9 @@ host-to-device copies.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -28,19 +30,35 @@ FAMILIES = {  # one env of each JAX family, small and quick to compile
     "brax": ("brax/fast", {}),
     "jumanji": ("jumanji/LevelBasedForaging-v0", {}),
     "playground": ("playground/WalkerWalk_2x3", {}),
+    "custom_env": ("docs/custom_env.md", {}),  # the user's JAX env of the docs, built from the page's code
 }
 B = 3
+DOCS = Path(__file__).parents[2] / "docs" / "custom_env.md"
+
+
+def docs_jax_env() -> dict:
+    """The namespace of the blocks of ``docs/custom_env.md``'s section on an env written in JAX, run in order (with
+    the specs and ``marl_envs`` the page imports before it)."""
+    from marl_envs.specs import Bounded, Composite, Unbounded
+
+    text = DOCS.read_text()
+    section = text[text.index("## An env written in JAX"):]
+    section = section[:section.index("\n## ", 1)]
+    namespace = {"marl_envs": marl_envs, "Bounded": Bounded, "Composite": Composite, "Unbounded": Unbounded}
+    for block in re.findall(r"```python\n(.*?)```", section, re.S):
+        exec(compile(block, f"{DOCS.name}[JAX]", "exec"), namespace)
+    return namespace
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def device_env(request):
     name, kwargs = FAMILIES[request.param]
+    if name.startswith("docs/"):
+        return docs_jax_env()["JaxRendezvous"](num_envs=B, max_steps=4, device_path=True)
     backend = name.split("/")[0]
     if not marl_envs.registry.backend_installed(backend):  # not importorskip: the backend prepares MuJoCo
         pytest.skip(f"{backend} is not installed")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MARL_ENVS_DEVICE_PATH", "1")
-        env = marl_envs.make(name, num_envs=B, seed=0, max_steps=4, **kwargs)
+    env = marl_envs.make(name, num_envs=B, seed=0, max_steps=4, device_path=True, **kwargs)
     assert env.device_path and env._deferred  # the device path, and its default check
     return env
 
@@ -168,7 +186,7 @@ def test_the_step_holds_no_conditional_when_compiled_for_cuda(device_env):
         text = env.export_program(name, platform="cuda").mlir_module()
         conditionals = text.count("stablehlo.case") + text.count("stablehlo.if")
         assert conditionals == 0, name
-    assert not env._core.resets_when_needed  # only a reset that settles the model (Playground's CheetahRun) has one
+    assert not env._model.resets_when_needed  # only a reset that settles the model (Playground's CheetahRun) has one
 
 
 def test_steps_make_no_implicit_host_to_device_copy(device_env):
@@ -182,6 +200,17 @@ def test_steps_make_no_implicit_host_to_device_copy(device_env):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.int32, torch.int64])
+def test_the_documented_jax_env_keeps_the_contract_and_names_a_misshapen_output():
+    """The docs' own JAX env (``docs/custom_env.md``): every promise of the contract on both code paths; the
+    misshapen model of the page refused when its env is built, the output, its shape and the expected one named."""
+    namespace = docs_jax_env()
+    for device_path in (False, True):
+        marl_envs.check_env_specs(namespace["JaxRendezvous"](num_envs=B, max_steps=5, device_path=device_path), seed=0)
+    with pytest.raises(ValueError, match=r"Misshapen.step_one's \('agents', 'reward'\) has shape \(3,\) \(3 values\); "
+                                         r"expected \(3, 1\), its spec's shape without the batch dim"):
+        namespace["MisshapenRendezvous"](num_envs=B)
+
+
 def test_the_device_paths_hand_offs_are_jax_and_torchs_own(dtype):
     """``Transfer`` with DLPack gives what ``jax.dlpack.from_dlpack`` and ``torch.from_dlpack`` give, sharing the
     memory both ways (int64 becomes JAX's int32, as JAX's own function makes it)."""

@@ -18,7 +18,7 @@ pytest.importorskip("jaxmarl")
 pytest.importorskip("gymnax")
 
 from marl_envs.backends.jaxmarl import _env as jm  # noqa: E402
-from marl_envs.backends.jax import compiled_rows, env_keys  # noqa: E402
+from marl_envs.backends.jax import env_keys  # noqa: E402
 
 B = 4
 
@@ -221,71 +221,17 @@ def test_done_entries_at_every_level(name):
         assert groups == ["ally", "enemy"]
 
 
-def test_our_programs_hash_in_straight_line_on_the_cpu_and_yours_as_jax_lowers_it():
-    """JAX lowers its random hash as a loop on the CPU; our compiled programs take its straight-line form (the same
-    bits: every exactness test), and a program of the user's, lowered after ours, gets JAX's loop again."""
-    env = marl_envs.make("gymnax/CartPole-v1", num_envs=8, seed=0)
-    env.step_and_maybe_reset(env.rand_action(env.reset()))
-    programs = env._core._compiled
-    assert {"reset", "step_reset+check"} <= set(programs)
-    for name, program in programs.items():
-        assert " while(" not in program.as_text(), name  # a fresh start's draw, hashed in straight line
-    mine = jax.jit(lambda key: jax.random.uniform(key, (8,))).lower(jax.random.PRNGKey(0)).as_text()
-    assert "stablehlo.while" in mine
-
-
-def test_batch_sizes_of_one_compiled_size_share_its_programs_and_the_padding_is_never_seen():
-    """2 to 8 envs run the programs of 8 (``compiled_rows``): one compilation, cached once, serves them all; the rows
-    past num_envs are stepped but neither returned nor reset by a mask, and env i's data do not depend on num_envs."""
-    assert [compiled_rows(n) for n in (1, 2, 5, 8, 9, 1000, 1024)] == [1, 8, 8, 8, 10, 1024, 1024]
-    envs = {n: marl_envs.make("gymnax/CartPole-v1", num_envs=n, seed=3, max_steps=6) for n in (2, 5, 8, 9)}
-    data = {}
-    for n, env in envs.items():
-        td = env.reset()
-        steps = []
-        for t in range(9):
-            td.set("action", torch.tensor([(t + i) % 2 for i in range(n)]))
-            td, root = env.step_and_maybe_reset(td)
-            steps.append(td["next"])
-            td = root
-        td["_reset"] = (torch.arange(n) % 2 == 0)[:, None]  # a partial reset: the envs its mask names, nothing more
-        steps.append(env.reset(td))
-        assert all(s.batch_size == (n,) for s in steps)
-        assert env._executor.step_counts().shape == (n,)
-        data[n] = steps
-    for n in (5, 8, 9):  # the first two envs, from the same keys and actions, give the same data in every batch
-        assert all((mine[:2] == theirs).all() for mine, theirs in zip(data[n], data[2]))
-    texts = {n: {name: program.as_text() for name, program in env._core._compiled.items()} for n, env in envs.items()}
-    assert texts[2] == texts[5] == texts[8] and set(texts[2]) == {"reset", "step_reset+check"}
-    assert texts[9]["reset"] != texts[8]["reset"]  # 10 rows
-
-
-def test_exact_batch_compiles_for_num_envs_itself(monkeypatch):
-    """MARL_ENVS_EXACT_BATCH=1: the programs of 5 envs are 5 envs' (the bits of the raw library at 5 envs), read
-    when the env is built."""
-    monkeypatch.setenv("MARL_ENVS_EXACT_BATCH", "1")
-    env = marl_envs.make("gymnax/CartPole-v1", num_envs=5, seed=0)
-    monkeypatch.delenv("MARL_ENVS_EXACT_BATCH")
-    padded = marl_envs.make("gymnax/CartPole-v1", num_envs=5, seed=0)
-    for e in (env, padded):
-        e.rollout(3)
-    for e, rows in ((env, 5), (padded, 8)):
-        for program in e._core._compiled.values():
-            assert jax.tree.leaves(program.in_avals)[0].shape[0] == rows  # the first state buffer's batch
-
-
 @pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1", "playground/WalkerWalk_2x3"])
-def test_device_path_matches_cpu_path(name, monkeypatch):
+def test_device_path_matches_cpu_path(name):
     """The code path written for GPUs (DLPack both ways, actions checked inside the step, fresh starts computed for
     every env and selected) gives the CPU path's data (Brax and Playground: the ended envs restarted after the step)
-    exactly: run here on the CPU by MARL_ENVS_DEVICE_PATH=1 (no GPU on the test machines)."""
+    exactly: run here on the CPU by device_path=True (no GPU on the test machines)."""
     if name.startswith(("brax", "playground")):
         pytest.importorskip("brax")
     if name.startswith("playground") and not marl_envs.registry.backend_installed("playground"):
         pytest.skip("needs the playground extra")
     cpu = marl_envs.make(name, num_envs=B, seed=2, max_steps=5)
-    monkeypatch.setenv("MARL_ENVS_DEVICE_PATH", "1")
-    device = marl_envs.make(name, num_envs=B, seed=2, max_steps=5)
+    device = marl_envs.make(name, num_envs=B, seed=2, max_steps=5, device_path=True)
     assert device.device_path and not cpu.device_path
     assert cpu.validate_actions is True and device._deferred and cpu._deferred  # inside the step, on every device
     td_c, td_d = cpu.reset(), device.reset()

@@ -64,7 +64,7 @@ def _raw_action(env, td) -> jax.Array:
 
 def _compare(env, td, timestep) -> None:
     """Every entry of ``td`` that comes from Jumanji's observation or extras equals the raw ``timestep``'s."""
-    for field in env._core._fields:
+    for field in env._model._fields:
         raw = np.asarray(field.read(timestep.observation))
         if field.per_agent:
             ours = td[("agents", *field.key)].numpy()
@@ -73,7 +73,7 @@ def _compare(env, td, timestep) -> None:
             ours = td[field.key].numpy()
             assert ours.dtype == raw.dtype, field.key
             np.testing.assert_array_equal(ours, raw, err_msg=str(field.key))
-    for name in env._core._extras:
+    for name in env._model._extras:
         raw = np.broadcast_to(np.asarray(timestep.extras[name], np.float32)[:, None],
                               td["agents", "info", name].shape[:2])
         np.testing.assert_array_equal(td["agents", "info", name][..., 0].numpy(), raw, err_msg=name)

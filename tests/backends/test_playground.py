@@ -20,7 +20,7 @@ jnp = jax.numpy
 
 from marl_envs.backends.playground import _env as pg  # noqa: E402
 from marl_envs.backends.brax import _scenes as scenes  # noqa: E402
-from marl_envs.backends.jax import compiled_rows, env_keys  # noqa: E402
+from marl_envs.backends.jax import env_keys  # noqa: E402
 
 B, SEED, LIMIT = 2, 1, 4
 
@@ -87,10 +87,10 @@ def _split(keys):
 def walker():
     """``playground/WalkerWalk_2x3`` stepped beside raw Playground's reset / step from the same keys and actions,
     across an episode boundary (the config's ``episode_length=4``, Playground's own time limit: ``max_steps``),
-    bit for bit. The raw side runs the batch our programs are compiled for (``compiled_rows``), its first ``B`` envs
-    compared: XLA rounds a batched physics step differently at another batch size, the raw library's too."""
+    bit for bit. The raw side runs the same batch: XLA rounds a batched physics step differently at another batch
+    size, the raw library's too."""
     env = marl_envs.make("playground/WalkerWalk_2x3", num_envs=B, seed=SEED, config={"episode_length": LIMIT})
-    raw, rows = env.playground_env, compiled_rows(B)
+    raw, rows = env.playground_env, B
     reset, step = jax.jit(jax.vmap(raw.reset)), jax.jit(jax.vmap(raw.step))
     carried, now = _split(env_keys(SEED, rows))
     state = reset(now)
@@ -174,11 +174,11 @@ def test_a_conditional_auto_reset_only_where_the_reset_settles_the_model(task):
 def test_settling_resets_lists_every_task_whose_reset_settles():
     assert {task for task in pg._suite() if _settles(task)} == set(pg.SETTLING_RESETS)
     env = marl_envs.make("playground/CheetahRun", num_envs=1)
-    assert env._core.resets_when_needed
+    assert env._model.resets_when_needed
 
 
 def test_the_walker_resets_without_a_conditional(walker):
-    assert not walker["env"]._core.resets_when_needed
+    assert not walker["env"]._model.resets_when_needed
 
 
 def test_check_env_specs(walker):

@@ -19,7 +19,7 @@ PHYSICS_BACKENDS = ("generalized", "positional", "spring", "mjx")
 """The physics pipelines a Brax env's ``backend`` names (``brax.envs.base.PipelineEnv``'s)."""
 
 ENV_KEYWORDS = ("num_envs", "device", "backend", "frame_skip", "max_steps", "requires_grad", "cache_clear_frequency",
-                "seed", "group_map", "mapping")
+                "seed", "group_map", "mapping", "device_path")
 """``BraxEnv``'s own keywords, in its signature's order (a test checks them against it): every other keyword of a
 build is the Brax env's (``backend`` is both: ``BraxEnv`` passes it on)."""
 

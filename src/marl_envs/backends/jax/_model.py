@@ -202,7 +202,7 @@ class JaxModel:
     batched state: ``_packing.Carry``).
 
     Subclasses define ``reset_one`` and ``step_one`` (and ``observe_one``) with named outputs (see the module
-    docstring), then call ``_setup(num_envs=..., device=...)``. The state's structure is read from ``reset_one``
+    docstring) and call ``JaxModel.__init__(num_envs=..., device=...)`` (``device``: the env's ``jax_device``). The state's structure is read from ``reset_one``
     (override ``_reference`` where it is known otherwise). ``JaxEnvBase._set_model`` binds the layout.
 
     Attributes:
@@ -214,21 +214,25 @@ class JaxModel:
             selected where the episode ended (no conditional).
         costly_reset: a fresh start costs a good part of a step (Brax): on the CPU, ``step_and_maybe_reset`` runs
             the step, then the reset program for the envs it ended (``JaxExecutor.auto_reset``).
-        label: how errors name the env.
     """
 
     step_uses_key = True
     resets_when_needed = False
     costly_reset = False
-    label = "env"
+    label = ""  # how errors name the env (default: the class's name)
     num_envs: int
     layout: ModelLayout
     widths: tuple[int, ...]
     dtypes: tuple[str, ...]
     observe_one: Callable[[Any], Mapping] | None = None
 
+    def __init__(self, *, num_envs: int, device) -> None:
+        self._setup(num_envs=num_envs, device=device)
+
     def _setup(self, *, num_envs: int, device, exported: Mapping[str, Any] | None = None) -> None:
         self.num_envs, self.device = num_envs, device
+        if not self.label:
+            self.label = type(self).__name__
         self.sharding = jax.sharding.SingleDeviceSharding(device)
         self._compiled: dict[str, Any] = {}
         self._traced: dict[str, Any] = {}

@@ -156,8 +156,11 @@ class _JaxMarlModel(JaxModel):
 
     def _per_group(self, field: str, value: Any, cast=lambda x: x) -> dict:
         """``{(group, field): its agents' entries of the per-agent ``value`` stacked}``."""
-        return {(g, field): jnp.stack([cast(jnp.asarray(_agent_entry(value, self.agents, i))) for i in members])
-                for g, members in self.groups.items()}
+        out = {}
+        for g, members in self.groups.items():  # joined flat, then shaped: XLA fuses it as it fuses the library's step
+            parts = [cast(jnp.asarray(_agent_entry(value, self.agents, i))) for i in members]
+            out[g, field] = jnp.concatenate([p.reshape(-1) for p in parts]).reshape(len(parts), *parts[0].shape)
+        return out
 
     def _observations(self, obs: Any, state: Any) -> dict:
         out = {"state": obs[WORLD_STATE].astype(jnp.float32)} if self._world_state else {}  # JaxMARL's world state

@@ -84,7 +84,7 @@ OVERCOOKED_LAYOUTS = ("cramped_room", "asymm_advantages", "coord_ring", "forced_
 ``overcooked_v2_layouts``; ``overcooked`` takes a layout dict): ``counterpart`` offers them for ``overcooked/<layout>``
 (``tests/test_registry.py`` builds the envs its messages name)."""
 
-ENV_KEYWORDS = ("num_envs", "device", "max_steps", "seed", "group_map", "env_kwargs")
+ENV_KEYWORDS = ("num_envs", "device", "max_steps", "seed", "group_map", "env_kwargs", "device_path")
 """``JaxMarlEnv``'s own keywords, in its signature's order (a test checks them against it): every other keyword of
 a build is the JaxMARL env's."""
 

@@ -141,6 +141,7 @@ class MeltingpotEnv(NamedRepr, EnvBase):
             self._runner = SubstrateShard([make() for _ in range(num_envs)], 0, self._layout, self._buffers)
         self._seed: int | None = None
         self._seeds: list[int | None] = [None] * num_envs  # each row's seed for its next reset
+        self._unseeded = [None] * num_envs
         if seed is not None:
             self.set_seed(seed)
 
@@ -225,14 +226,17 @@ class MeltingpotEnv(NamedRepr, EnvBase):
         b = self._buffers
         self._load_actions(tensordict)
         b.ends[:] = False if ends is None else ends.cpu().numpy()
-        seeded = any(seed is not None for seed in self._seeds)
+        seeded = self._seeds != self._unseeded  # a seed waits for some row's next reset
         self._call("step_reset", None, self._seeds if seeded else None)
-        rows = torch.from_numpy(b.reset_rows.copy())
-        if seeded:
-            for i in rows.nonzero().flatten().tolist():
+        ended = b.reset_rows.copy()
+        any_ended = bool(ended.any())
+        if seeded and any_ended:
+            for i in np.flatnonzero(ended).tolist():
                 self._seeds[i] = None
-        fresh = self._to_tensordict(b.reset) if rows.any() else None
-        return self._to_tensordict(b.step, with_reward=True), fresh, rows.to(self.device)
+        fresh = self._to_tensordict(b.reset) if any_ended else None
+        rows = torch.from_numpy(ended)
+        return self._to_tensordict(b.step, with_reward=True), fresh, rows if self.device.type == "cpu" else \
+            rows.to(self.device)
 
     def _to_tensordict(self, arrays: Any, with_reward: bool = False) -> TensorDictBase:
         """The one output builder: the arrays the shards wrote -> one TensorDict."""
