@@ -39,6 +39,7 @@ VERSIONS = {
     "tests/test_checks.py": "check_env_specs compares TensorDicts with specs",
     "tests/test_fuzz.py": "actions and reset masks of every backend through TensorDict inputs",
     "tests/backends/test_pettingzoo.py": "the PettingZoo machinery writes every CPU family's TensorDicts",
+    "tests/backends/test_meltingpot_torchrl.py": "Melting Pot beside TorchRL's MeltingpotEnv, and BenchMARL's CNN",
 }
 #: A smoke test per backend: the first env of each backend in the conformance sweep (check_env_specs, a rollout
 #: across episode ends), also marked `versions`.
