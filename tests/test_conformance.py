@@ -51,6 +51,8 @@ NOT_DETERMINISTIC = {
                                                         "never reset, so spawns depend on the steps run before",
     "pettingzoo/classic/hanabi_v5": "an unseeded reset loads OpenSpiel's game with a fresh random seed",
 }
+NOT_DETERMINISTIC.update({name: "two substrates built with one env_seed differ in one process (Melting Pot 2.4.1)"
+                          for name in NAMES if name.startswith("meltingpot/")})
 
 
 def _conforms(name: str, **kwargs) -> None:
@@ -90,13 +92,15 @@ JAX_DEFAULT = {"jaxmarl/MPE_simple_spread_v3", "jaxmarl/MPE_simple_adversary_v3"
                "playground/CheetahRun"}  # a minute of MJX compiling each: the others with --all
 
 
+# Melting Pot's substrates build and reset their Lua worlds in seconds each: one by default, the 48 others with --all
+MELTINGPOT_DEFAULT = {"meltingpot/collaborative_cooking__asymmetric"}
 # bridge computes its double-dummy result at every deal (~10 ms a chance node, OpenSpiel's default): 20 s here
 HEAVY = {"openspiel/bridge"}
 
 
 def _param(name: str):
     heavy = (name.partition("/")[0] in ("jaxmarl", "gymnax", "jumanji", "playground") and name not in JAX_DEFAULT
-             or name in HEAVY)
+             or name in HEAVY or name.startswith("meltingpot/") and name not in MELTINGPOT_DEFAULT)
     return pytest.param(name, marks=pytest.mark.slow) if heavy else name
 
 
