@@ -12,7 +12,7 @@ data on the host, on the CPU, with 4 envs (``--num-envs``):
   every leaf has been read on the host.
 - **ours, num_envs=2**: the same with 2 envs, in a cache that only a ``num_envs=4`` run of the env has filled
   (with ``--cache warm``, a private one: an untimed ``num_envs=4`` child fills it first): does a new batch size
-  compile again? (Ours: not when it shares its compiled size, ``compiled_rows``, as 2 and 4 do.) With ``--cache
+  compile again? (Ours: yes, each batch size once; Brax's saved steps take any.) With ``--cache
   cold`` it is a cold start of 2 envs, to compare with.
 - **raw**: the library's own start: import JAX and the library (import s), build the env the library's way
   (build s), then ``jax.jit(jax.vmap(env.reset))`` and ``jax.jit(jax.vmap(env.step))`` on 4 keys and zero

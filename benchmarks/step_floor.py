@@ -14,8 +14,8 @@ Four loops take turns ``--rounds`` times, ``--steps`` steps each (the median cou
 
 ``ours / floor`` is the library's Python time past the least the outputs cost. This reads the library's internals
 (the env's compiled step and the layout of its buffers): a tool for working on the step, not an example. It takes
-an env on the CPU path (no ``MARL_ENVS_DEVICE_PATH``) that computes its fresh starts in every step (not Brax's or
-Playground's restarts on the host), without action masks, at a compiled batch size (``compiled_rows``).
+an env on the CPU path (not ``device_path=True``) that computes its fresh starts in every step (not Brax's or
+Playground's restarts on the host), without action masks.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from marl_envs.cli.format import table
 def floor_loop(env, plan):
     """The floor (see the module docstring): a ``loop(steps)`` over ``plan``'s actions."""
     out = env._executor
-    if out.device_path or out._restarts or out._masked or out._padded:
+    if out.device_path or out.auto_reset != "fused" or out._masked:
         raise SystemExit(f"{env!r}: the floor takes an env on the CPU path, with fresh starts computed in every step, "
-                         "no action masks and a compiled batch size")
+                         "and no action masks")
     step = out._compiled("step_reset")
     layout, B, device = out.programs.both_layout, env.batch_size, env.device
-    keys = [(key,) if isinstance(key, str) else tuple(key) for key in out._action_keys]  # the step's action order
+    keys = [(key,) if isinstance(key, str) else tuple(key) for key in out._description.action_keys]  # the step's order
     groups = {g: torch.Size((env.num_envs, len(agents))) for g, agents in env.group_map.items()}
     new = TensorDict._new_unsafe
     n_next = len(out.programs.step_entries.keys)
@@ -77,7 +77,7 @@ def floor_loop(env, plan):
                 td.set(key, action)
             parts = [a.numpy().reshape(env.num_envs, -1) for a in actions]
             flat = (parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)).astype(np.float32)
-            out._carry, out._record, buffers = step(out._carry, out._record, flat, out._bounds)
+            out._carry, out._record, buffers = step(out._carry, out._record, flat, out._limit)
             views = [torch.from_numpy(np.asarray(b)) for b in buffers]
             leaves = layout.cut(views) + actions
             td._set_str("next", build(next_tree, leaves), inplace=False, validated=True)

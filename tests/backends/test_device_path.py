@@ -199,7 +199,6 @@ def test_steps_make_no_implicit_host_to_device_copy(device_env):
         env.step(td)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.int32, torch.int64])
 def test_the_documented_jax_env_keeps_the_contract_and_names_a_misshapen_output():
     """The docs' own JAX env (``docs/custom_env.md``): every promise of the contract on both code paths; the
     misshapen model of the page refused when its env is built, the output, its shape and the expected one named."""
@@ -211,6 +210,7 @@ def test_the_documented_jax_env_keeps_the_contract_and_names_a_misshapen_output(
         namespace["MisshapenRendezvous"](num_envs=B)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool, torch.int32, torch.int64])
 def test_the_device_paths_hand_offs_are_jax_and_torchs_own(dtype):
     """``Transfer`` with DLPack gives what ``jax.dlpack.from_dlpack`` and ``torch.from_dlpack`` give, sharing the
     memory both ways (int64 becomes JAX's int32, as JAX's own function makes it)."""
