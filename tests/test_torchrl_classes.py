@@ -3,11 +3,12 @@ Playground), each built with the keywords of TorchRL's own docstring example and
 TorchRL's class on the same library: every key TorchRL's class writes is there with the same per-env shape and
 dtype, but for the differences named in ``DIFFERENT`` (listed in docs/torchrl.md too).
 
-These run in the TorchRL virtualenvs (``make test``); elsewhere they skip.
+These run in .venv-torchrl (TorchRL 0.14, ``make test``); elsewhere they skip.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import warnings
 
@@ -18,6 +19,9 @@ import marl_envs
 
 if os.environ.get("MARL_ENVS_REQUIRE_TORCHRL") != "1":
     pytest.importorskip("torchrl", reason="the TorchRL interop is tested in .venv-torchrl (make test)")
+if tuple(int(part) for part in importlib.metadata.version("torchrl").split(".")[:2]) < (0, 14):
+    pytest.skip("compared with TorchRL 0.14's classes (.venv-torchrl); the TorchRL 0.11 of .venv-benchmarl is there "
+                "for BenchMARL", allow_module_level=True)
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=".*inherits from WeightUpdaterBase is deprecated",
