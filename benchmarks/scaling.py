@@ -26,8 +26,42 @@ from marl_envs import distributed
 from marl_envs.cli import parse_kwargs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-from mappo import PRESETS, build_agents, collect  # noqa: E402  (the example's policy, critic and collection)
-from ppo_loss import PPOLoss, gae  # noqa: E402
+from _common import PRESETS, as_tuple, gae  # noqa: E402
+from mappo import Agents  # noqa: E402  (the example's policies and critics)
+
+
+def collect(env, td, act, steps: int):
+    """``steps`` steps of ``env.step_and_maybe_reset(act(td))``: the (B, T) batch and the root to go on from."""
+    out = []
+    for _ in range(steps):
+        td, td_next = env.step_and_maybe_reset(act(td))
+        out.append(td)
+        td = td_next
+    return torch.stack(out, dim=1), td
+
+
+def advantages(agents, data) -> None:
+    """examples/mappo.py's GAE, into ``data``."""
+    for g, critic in zip(agents.groups, agents.critics):
+        value, next_value = critic(g, data), critic(g, data.get("next"))
+        reward = data.get(("next", *as_tuple(g.reward)))
+        done, terminated = (g.ended(data.get("next"), name, reward) for name in ("done", "terminated"))
+        advantage = gae(reward, value, next_value, done, terminated, 0.99, 0.9)
+        data.set(g.advantage, advantage)
+        data.set(g.target, advantage + value)
+
+
+def ppo_loss(agents, mb, clip: float = 0.2, entropy_coef: float = 1e-4) -> torch.Tensor:
+    """examples/mappo.py's PPO loss of a minibatch (its default settings)."""
+    loss = 0.0
+    for g, policy, critic in zip(agents.groups, agents.policies, agents.critics):
+        log_prob, entropy = policy.score(policy.dist(g.obs(mb), g.action_mask(mb)), mb.get(g.sample))
+        ratio = (log_prob - mb.get(g.log_prob)).exp()
+        advantage = mb.get(g.advantage)
+        policy_loss = -torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+        value_loss = torch.nn.functional.smooth_l1_loss(critic(g, mb), mb.get(g.target))
+        loss = loss + policy_loss + value_loss - entropy_coef * entropy.mean()
+    return loss
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -76,13 +110,8 @@ def bench(args: argparse.Namespace) -> dict:
     torch.manual_seed(seed)
     env = marl_envs.make(args.env, num_envs=args.num_envs, device=device, **args.env_kwargs)
     env.set_seed(seed)
-    actors, critics, keys = build_agents(env, args.hidden, centralised=True)
-    loss_fn = PPOLoss(actors, critics, keys).to(device)
-
-    def act(td):
-        for actor in actors:
-            actor(td)
-        return td
+    loss_fn = Agents(env, args.hidden, centralised=True).to(device)
+    act = loss_fn.act
 
     # collection: every rank starts together; the run's rate is all frames over the slowest rank's time
     with torch.no_grad():
@@ -96,8 +125,7 @@ def bench(args: argparse.Namespace) -> dict:
             data, td = collect(env, td, act, args.steps)
             _sync(device)
             seconds = min(seconds, time.perf_counter() - start)
-        for critic, k in zip(critics, keys):
-            gae(data, k, critic, gamma=0.99, lmbda=0.9)
+        advantages(loss_fn, data)
     frames = args.steps * args.num_envs
     slowest = torch.tensor([seconds], device=device)
     if info.world_size > 1:
@@ -111,7 +139,7 @@ def bench(args: argparse.Namespace) -> dict:
 
     def grad_step(samples: int) -> None:
         idx = torch.randint(flat.shape[0], (samples,), generator=generator, device=device)
-        loss = loss_fn(flat[idx])
+        loss = ppo_loss(loss_fn, flat[idx])
         optim.zero_grad()
         loss.backward()
         optim.step()

@@ -43,7 +43,7 @@ from torchrl.data import Bounded, Categorical, OneHot
 from torchrl.data.replay_buffers import ReplayBuffer
 from torchrl.data.replay_buffers.samplers import SamplerWithoutReplacement
 from torchrl.data.replay_buffers.storages import LazyTensorStorage
-from torchrl.envs import RewardSum, TransformedEnv
+from torchrl.envs import DTypeCastTransform, FlattenObservation, RewardSum, TransformedEnv
 from torchrl.modules import (
     MLP,
     MaskedCategorical,
@@ -55,11 +55,13 @@ from torchrl.modules import (
 )
 from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
-import marl_envs
-from mappo import (  # examples/mappo.py: key helper, info columns, checkpoints, metrics.csv, plot
-    add_checkpoint_arguments, as_tuple, info_columns, load_checkpoint, resumed_args, save_checkpoint, write_metrics,
-    write_outputs,
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common.py, from any working directory
+from _common import (  # noqa: E402  (bookkeeping shared with mappo.py: checkpoints, metrics.csv, the plot)
+    NOT_METRICS, add_checkpoint_arguments, as_tuple, info_columns, load_checkpoint, resumed_args, save_checkpoint,
+    write_metrics, write_outputs,
 )
+
+import marl_envs
 from marl_envs import distributed
 from marl_envs.cli import parse_kwargs
 from marl_envs.torchrl import COLLECTOR_KWARGS, to_torchrl
@@ -96,7 +98,9 @@ class Group:
         self.log_prob, self.value = at("action_log_prob"), at("state_value")
         self.advantage, self.value_target = at("advantage"), at("value_target")
         self.episode_reward = at("episode_reward")
-        self.infos = [k for k in env.observation_keys if as_tuple(k)[:len(self.prefix) + 1] == (*self.prefix, "info")]
+        # infos that measure play (not a game's chance outcome or player to act)
+        self.infos = [k for k in env.observation_keys if as_tuple(k)[:len(self.prefix) + 1] == (*self.prefix, "info")
+                      and as_tuple(k)[-1] not in NOT_METRICS]
 
 
 def policy_module(env, g: Group, hidden: int) -> ProbabilisticActor:
@@ -143,10 +147,19 @@ def critic_module(env, g: Group, hidden: int, centralised: bool) -> TensorDictMo
 
 
 def make_env(args):
+    """The env under ``RewardSum``; an observation of more than one feature dim (a board's planes) flattened, and
+    one of integers (a grid) cast to float, for the MLPs."""
     base = to_torchrl(marl_envs.make(args.env, num_envs=args.num_envs, device=args.device, **args.env_kwargs))
     groups = [Group(base, key) for key in base.action_keys]
     env = TransformedEnv(base, RewardSum(in_keys=[g.reward for g in groups],
                                          out_keys=[g.episode_reward for g in groups]))
+    for g in groups:
+        spec = base.full_observation_spec[g.observation]
+        features = spec.ndim - base.batch_dims - (1 if g.prefix else 0)  # past (envs, agents)
+        if not spec.dtype.is_floating_point:
+            env.append_transform(DTypeCastTransform(spec.dtype, torch.float32, in_keys=[g.observation]))
+        if features > 1:
+            env.append_transform(FlattenObservation(-features, -1, in_keys=[g.observation]))
     return env, groups
 
 
@@ -313,7 +326,7 @@ def train(args) -> dict:
     model = nn.ModuleList(losses)  # the policies and critics (shared modules once in its state)
     rows, frames, done_iterations, spent = [], 0, 0, 0.0
     if args.resume:
-        rows, frames, done_iterations, spent = load_checkpoint(args, model, optim, info.world_size)
+        rows, frames, done_iterations, spent, _ = load_checkpoint(args, model, optim, info.world_size)
         env.set_seed(seed + done_iterations)  # fresh episodes: the envs' state is not in the checkpoint
     collector = Collector(env, TensorDictSequential(*actors), frames_per_batch=frames_per_batch,
                           total_frames=max(1, iterations - done_iterations) * frames_per_batch, device=args.device,

@@ -1,5 +1,6 @@
-"""Draw the training figures of the docs from the runs kept in ``docs/runs`` (each an ``examples/mappo.py --out``
-folder: ``metrics.csv``, ``timings.csv``, ``summary.json``), with the published results they are read against.
+"""Draw the training figures of the docs from the runs kept in ``docs/runs`` (each the ``--out`` folder of an
+``examples/mappo.py`` or ``examples/mappo_rnn.py`` run: ``metrics.csv``, ``timings.csv``, ``summary.json``), with
+the published results they are read against.
 
     python scripts/training_figures.py            # every figure, into docs/img
     python scripts/training_figures.py smax_2s3z  # one
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "docs" / "runs"
 IMG = ROOT / "docs" / "img"
 MACHINE = "the 2-core CPU reference machine, 1 torch thread a run"
-RECURRENT = "MAPPO, GRU (mappo.py --recurrent)"
+RECURRENT = "MAPPO, GRU (mappo_rnn.py)"
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ FIGURES: dict[str, Figure] = {
         per_second=True, random_panels=("reward", "won"),
         notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3m and "
                "1.5M steps, run on this machine alone (its time from the process start, 22 s of compilation "
-               "included); ours: the --recurrent preset, 3 seeds, one run at a time, time from the first step.",),
+               "included); ours: mappo_rnn.py's preset, 3 seeds, one run at a time, time from the first step.",),
         date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
     "mpe_spread_recurrent": Figure(
         runs=dict.fromkeys(["mpe_rnn_s0", "mpe_rnn_s1", "mpe_rnn_s2"], RECURRENT),
@@ -111,8 +112,8 @@ def arguments(name: str, figure: Figure) -> list[str]:
     folders = [RUNS / run for run in figure.runs]
     missing = [str(f) for f in folders if not (f / "metrics.csv").is_file()]
     if missing:
-        raise FileNotFoundError(f"{name}: no run at {', '.join(missing)}; run examples/mappo.py with --out there "
-                                f"(the command is in the docs beside the figure)")
+        raise FileNotFoundError(f"{name}: no run at {', '.join(missing)}; run examples/mappo.py (or mappo_rnn.py) with "
+                                f"--out there (the command is in the docs beside the figure)")
     references = list(figure.published)
     for panel in figure.random_panels:
         levels = [level for f in folders if (level := random_level(f, panel)) is not None]

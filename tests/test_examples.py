@@ -1,4 +1,5 @@
-"""The MAPPO example runs end to end on a tiny budget and writes its files."""
+"""The training examples (mappo.py, mappo_rnn.py, mappo_torchrl.py) run end to end on a tiny budget and write their
+files."""
 
 import csv
 import importlib
@@ -19,8 +20,11 @@ import marl_envs
 from marl_envs import registry
 from marl_envs.specs import Composite, Unbounded
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+import _common  # noqa: E402
 import mappo  # noqa: E402
+import mappo_rnn  # noqa: E402
 
 # TorchRL 0.11's MaskedCategorical.log_prob calls cross_entropy with reduce=False (torch's deprecation warning; TorchRL
 # 0.14 does not): the TorchRL example's masked policies in .venv-benchmarl
@@ -56,13 +60,14 @@ def test_continuous_multi_agent(tmp_path, extra):
     assert summary["algorithm"] == ("IPPO" if extra else "MAPPO")
 
 
-def _run(out, env, extra) -> Path:
-    mappo.main(["--env", env, "--out", str(out), "--steps-per-batch", "10", *TINY, *extra])
+def _run(out, env, extra, trainer=mappo) -> Path:
+    trainer.main(["--env", env, "--out", str(out), "--steps-per-batch", "10", *TINY, *extra])
     return out
 
 
 def test_two_groups_discrete_with_mask_and_state(tmp_path):
-    _check_outputs(_run(tmp_path, "test/predator_prey", ["--env-kwargs", "max_steps=10"]), "test/predator_prey", ["predator", "prey"])
+    _check_outputs(_run(tmp_path, "test/predator_prey", ["--env-kwargs", "max_steps=10"]), "test/predator_prey",
+                   ["predator", "prey"])
 
 
 def test_single_agent_root_keys(tmp_path):
@@ -93,30 +98,22 @@ def test_gae_ends_every_agent_where_the_env_episode_ends():
     """A group with its own done flags: an agent whose own flag stays False when the env's episode terminates
     (a SMAX unit alive when its side wins) is not bootstrapped and its chain does not run into the next
     episode."""
-    import torch
-    from ppo_loss import GroupKeys, gae
     from tensordict import TensorDict
-    from tensordict.nn import TensorDictModule
 
     flags = lambda *v: torch.tensor(v).view(1, 2, 1)  # noqa: E731  (B=1, T=2, 1)
     agents = lambda *v: torch.tensor(v).view(1, 2, 1, 1).expand(1, 2, 2, 1).clone()  # noqa: E731  2 agents
     next_ = TensorDict({"done": flags(True, False), "terminated": flags(True, False),
-                        "agents": TensorDict({"done": agents(False, False), "terminated": agents(False, False),
-                                              "reward": agents(0.0, 5.0), "observation": torch.zeros(1, 2, 2, 3)},
+                        "agents": TensorDict({"done": agents(False, False), "terminated": agents(False, False)},
                                              [1, 2, 2])}, [1, 2])
-    data = TensorDict({"agents": TensorDict({"observation": torch.zeros(1, 2, 2, 3)}, [1, 2, 2]), "next": next_},
-                      [1, 2])
-    critic = TensorDictModule(lambda obs: torch.ones(*obs.shape[:-1], 1), in_keys=[("agents", "observation")],
-                              out_keys=[("agents", "state_value")])
-    keys = GroupKeys(**{field: ("agents", name) for field, name in [
-        ("action", "action"), ("reward", "reward"), ("done", "done"), ("terminated", "terminated"),
-        ("sample", "action_sample"), ("log_prob", "action_log_prob"), ("value", "state_value"),
-        ("advantage", "advantage"), ("value_target", "value_target")]})
-    gae(data, keys, critic, gamma=0.5, lmbda=1.0)
+    group = mappo.Group.__new__(mappo.Group)  # the keys of a group with its own done flags
+    group.prefix, group.done, group.terminated = ("agents",), ("agents", "done"), ("agents", "terminated")
+    reward, value = agents(0.0, 5.0), torch.ones(1, 2, 2, 1)
+    done, terminated = (group.ended(next_, name, reward) for name in ("done", "terminated"))
+    advantage = _common.gae(reward, value, value, done, terminated, gamma=0.5, lmbda=1.0)
     # t=0: reward 0, no bootstrap (terminated), nothing from t=1's reward of 5: 0 - V = -1
-    assert torch.equal(data["agents", "advantage"][0, 0], torch.full((2, 1), -1.0))
+    assert torch.equal(advantage[0, 0], torch.full((2, 1), -1.0))
     # t=1: 5 + 0.5 * V - V
-    assert torch.equal(data["agents", "advantage"][0, 1], torch.full((2, 1), 4.5))
+    assert torch.equal(advantage[0, 1], torch.full((2, 1), 4.5))
 
 
 def test_masked_policy_samples_and_scores_only_available_actions():
@@ -125,23 +122,25 @@ def test_masked_policy_samples_and_scores_only_available_actions():
     from marl_envs.specs import Categorical
 
     torch.manual_seed(0)
-    policy = mappo.GroupPolicy(4, Categorical(6, (), dtype=torch.int64), hidden=8)
+    policy = mappo.Policy(4, Categorical(6, (), dtype=torch.int64), hidden=8)
     obs, mask = torch.randn(500, 3, 4), torch.rand(500, 3, 6) < 0.4
     mask[..., 4] = True  # SMAX: stop is always available
-    action, sample, log_prob = policy(obs, mask)
+    action, sample, log_prob = policy.sample(policy.dist(obs, mask))
     assert mask.gather(-1, action.unsqueeze(-1)).all()
-    again, entropy = policy.evaluate(obs, sample, mask)
+    again, entropy = policy.score(policy.dist(obs, mask), sample)
     assert torch.allclose(again, log_prob)
     only_stop = torch.zeros(6, dtype=torch.bool)
     only_stop[4] = True
-    _, sample, log_prob = policy(obs[:1], only_stop.expand(1, 3, 6))  # a dead unit: one choice, certain
+    _, sample, log_prob = policy.sample(policy.dist(obs[:1], only_stop.expand(1, 3, 6)))  # a dead unit: certain
     assert (sample == 4).all() and torch.allclose(log_prob, torch.zeros(1, 3, 1))
     assert torch.isfinite(entropy).all() and (entropy <= torch.log(mask.sum(-1, keepdim=True).float()) + 1e-5).all()
 
 
 def _printed_summary(capsys) -> str:
-    """The JSON summary ``mappo.main`` printed, as printed (the lines after it name the files)."""
+    """The JSON summary ``mappo.main`` printed, as printed (the line before it gives the budget, the lines after it
+    name the files)."""
     out = capsys.readouterr().out
+    out = out[out.index("\n{") + 1:]
     return out[: json.JSONDecoder().raw_decode(out)[1]]
 
 
@@ -151,7 +150,7 @@ VMAS = pytest.mark.skipif(not marl_envs.backend_installed("vmas"), reason="needs
 @VMAS
 def test_vmas_navigation_writes_gif(tmp_path, capsys):
     mappo.main(["--env", "vmas/navigation", "--env-kwargs", "n_agents=2", "max_steps=10", "--out", str(tmp_path),
-                "--steps-per-batch", "10", *TINY])
+                "--steps-per-batch", "10", *TINY, "--gif"])
     summary = _check_outputs(tmp_path, "vmas/navigation")
     assert (tmp_path / "policy.gif").read_bytes()[:3] == b"GIF" and summary["gif"] == str(tmp_path / "policy.gif")
     assert (tmp_path / "summary.json").read_text() == _printed_summary(capsys) + "\n"
@@ -312,7 +311,7 @@ class DriftThatCannotDraw(Drift):
 def test_a_finished_run_without_a_gif_says_why_and_keeps_its_results(tmp_path, capsys, env_class):
     marl_envs.register("test/undrawn", env_class)
     summary = mappo.main(["--env", "test/undrawn", "--out", str(tmp_path), "--steps-per-batch", "10", *TINY,
-                          "--env-kwargs", "max_steps=10"])
+                          "--env-kwargs", "max_steps=10", "--gif"])
     assert "gif" not in summary and not (tmp_path / "policy.gif").exists()
     assert json.loads((tmp_path / "summary.json").read_text())["frames"] == 240
     why = ("env.render() raised ValueError: no display here" if env_class is DriftThatCannotDraw
@@ -325,34 +324,35 @@ RESUMABLE = ["--env", "test/drift", "--env-kwargs", "max_steps=10", "--steps-per
              "--checkpoint-every", "3"]
 
 
-@pytest.mark.parametrize("extra", [[], ["--recurrent"]], ids=["feed_forward", "recurrent"])
-def test_a_run_killed_mid_way_resumes_from_its_checkpoint(tmp_path, extra):
+@pytest.mark.parametrize("trainer", ["mappo", "mappo_rnn"])
+def test_a_run_killed_mid_way_resumes_from_its_checkpoint(tmp_path, trainer):
     """SIGKILL in the 8th of 20 iterations (the last checkpoint after the 6th); ``--resume`` continues the file:
     the rows written before the kill stay, the frame count goes on exactly, and the run ends at its budget. A
     recurrent run's checkpoint holds the states its collection carries."""
     script = textwrap.dedent(f"""
         import os, signal, sys
-        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(mappo.__file__).parent)!r}]
-        import marl_envs, mappo
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(EXAMPLES)!r}]
+        import marl_envs, {trainer} as trainer
         from envs import Drift
         marl_envs.register("test/drift", Drift)
-        kill = lambda iteration, data, loss: iteration == 7 and os.kill(os.getpid(), signal.SIGKILL)
-        mappo.train(mappo.parse_args(sys.argv[1:]), callback=kill)
+        kill = lambda update, data, agents: update == 7 and os.kill(os.getpid(), signal.SIGKILL)
+        trainer.train(trainer.parse_args(sys.argv[1:]), callback=kill)
     """)
-    killed = subprocess.run([sys.executable, "-c", script, *RESUMABLE, *extra, "--out", str(tmp_path)],
+    module = {"mappo": mappo, "mappo_rnn": mappo_rnn}[trainer]
+    killed = subprocess.run([sys.executable, "-c", script, *RESUMABLE, "--out", str(tmp_path)],
                             capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     before = (tmp_path / "metrics.csv").read_text().splitlines()
     assert [int(row.split(",")[0]) for row in before[1:]] == [60, 120, 180, 240, 300, 360]
     checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    assert checkpoint["args"]["recurrent"] == bool(extra)
-    assert ("actor_state_0" in checkpoint["model"]) == bool(extra)
-    summary = mappo.main(["--resume", str(tmp_path), "--quiet", "--no-gif"])
+    assert checkpoint["args"]["trainer"] == f"{trainer}.py"
+    assert ("actor_state_0" in checkpoint["model"]) == (trainer == "mappo_rnn")
+    summary = module.main(["--resume", str(tmp_path), "--quiet", "--no-gif"])
     after = (tmp_path / "metrics.csv").read_text().splitlines()
     assert after[:7] == before
     assert [int(row.split(",")[0]) for row in after[1:]] == [60 * (i + 1) for i in range(20)]
     assert summary["frames"] == 1200 and summary["env"] == "test/drift"
-    longer = mappo.main(["--resume", str(tmp_path), "--quiet", "--no-gif", "--frames", "1500"])  # a new budget
+    longer = module.main(["--resume", str(tmp_path), "--quiet", "--no-gif", "--frames", "1500"])  # a new budget
     assert longer["frames"] == 1500 and len((tmp_path / "metrics.csv").read_text().splitlines()) == 26
 
 
@@ -391,12 +391,12 @@ def test_checkpoint_random_states_round_trip_as_tensors_and_plain_values():
 
     import numpy as np
 
-    states = mappo.rng_states()
+    states = _common.rng_states()
     buffer = io.BytesIO()
     torch.save(states, buffer)
     draws = torch.rand(3), np.random.rand(3), random.random()
     buffer.seek(0)
-    mappo.set_rng_states(torch.load(buffer, weights_only=True))
+    _common.set_rng_states(torch.load(buffer, weights_only=True))
     again = torch.rand(3), np.random.rand(3), random.random()
     assert torch.equal(draws[0], again[0]) and np.array_equal(draws[1], again[1]) and draws[2] == again[2]
 
@@ -449,7 +449,7 @@ def test_plot_runs_draws_another_trainers_curve_per_step_and_per_second(tmp_path
         plot_runs.main([str(run), "--reference-curve", "no-label.csv", "--out", str(tmp_path / "fig.png")])
 
 
-# --recurrent
+# examples/mappo_rnn.py
 
 
 def test_recurrent_states_start_afresh_exactly_where_episodes_end(tmp_path):
@@ -458,11 +458,11 @@ def test_recurrent_states_start_afresh_exactly_where_episodes_end(tmp_path):
     the first step of the run too; nowhere else. Across batches: a batch's first step follows the previous batch's
     last."""
     batches = []
-    mappo.train(mappo.parse_args(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--recurrent",
-                                  "--steps-per-batch", "10", "--num-envs", "4", "--frames", "120", "--epochs", "1",
-                                  "--minibatch", "20", "--bptt", "5", "--hidden", "8", "--quiet", "--no-gif",
-                                  "--out", str(tmp_path)]),
-                callback=lambda iteration, data, loss: batches.append(data.clone()))
+    mappo_rnn.train(mappo_rnn.parse_args(["--env", "test/outlive", "--env-kwargs", "max_steps=6",
+                                          "--steps-per-batch", "10", "--num-envs", "4", "--frames", "120", "--epochs",
+                                          "1", "--minibatch", "20", "--bptt", "5", "--hidden", "8", "--quiet",
+                                          "--out", str(tmp_path)]),
+                    callback=lambda update, data, agents: batches.append(data.clone()))
     data = torch.cat(batches, dim=1)  # (envs, steps, agents, ...)
     ended = data["next", "agents", "done"][..., 0]
     assert ended[:, :, 0].any() and (ended[:, :, 0] & ~ended[:, :, 1]).any()  # agent_0 ends alone
@@ -475,32 +475,109 @@ def test_recurrent_states_start_afresh_exactly_where_episodes_end(tmp_path):
 
 def test_a_short_recurrent_run_beats_the_random_policy(tmp_path):
     """MAPPO with GRUs learns to take the rewarded action."""
-    summary = mappo.main(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--recurrent", "--num-envs", "16",
-                          "--steps-per-batch", "12", "--frames", "5760", "--minibatch", "96", "--hidden", "16",
-                          "--lr", "0.01", "--out", str(tmp_path), "--quiet", "--no-gif"])
+    summary = mappo_rnn.main(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--num-envs", "16",
+                              "--steps-per-batch", "12", "--frames", "5760", "--minibatch", "96", "--hidden", "16",
+                              "--lr", "0.01", "--out", str(tmp_path), "--quiet"])
     assert summary["final_mean_episode_reward"] > summary["random_policy_reward"] + 1
 
 
 @pytest.mark.parametrize("extra", [[], ["--ippo"]], ids=["mappo", "ippo"])
 def test_recurrent_runs_on_two_groups_with_a_state_and_on_a_single_agent(tmp_path, extra):
-    _check_outputs(_run(tmp_path / "groups", "test/predator_prey", ["--env-kwargs", "max_steps=10", "--recurrent",
-                                                                    "--agent-ids", *extra]),
+    _check_outputs(_run(tmp_path / "groups", "test/predator_prey", ["--env-kwargs", "max_steps=10", "--agent-ids",
+                                                                    *extra], mappo_rnn),
                    "test/predator_prey", ["predator", "prey"])
     _check_outputs(_run(tmp_path / "single", "test/drift", ["--env-kwargs", "single_agent=True", "max_steps=10",
-                                                            "--recurrent", *extra]), "test/drift")
+                                                            *extra], mappo_rnn), "test/drift")
 
 
-@pytest.mark.parametrize("flag, name", [(["--bptt", "5"], "--bptt"), (["--agent-ids"], "--agent-ids"),
-                                        (["--no-agent-ids"], "--agent-ids")])
-def test_recurrent_settings_without_recurrent_are_refused(capsys, flag, name):
+def test_recurrent_on_mappo_py_names_the_recurrent_trainer(capsys):
     with pytest.raises(SystemExit):
-        mappo.parse_args(["--env", "test/drift", *flag])
-    assert f"{name} sets up the recurrent policies; add --recurrent" in capsys.readouterr().err
+        mappo.parse_args(["--env", "test/drift", "--recurrent"])
+    assert ("--recurrent: the recurrent trainer is its own file; run examples/mappo_rnn.py with the other arguments"
+            in capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        mappo.parse_args(["--env", "test/drift", "--bptt", "5"])
+    assert "unrecognized arguments: --bptt 5" in capsys.readouterr().err
+
+
+def test_a_checkpoint_resumes_under_the_trainer_that_wrote_it(tmp_path, capsys):
+    _run(tmp_path, "test/drift", ["--env-kwargs", "max_steps=10"], mappo_rnn)
+    with pytest.raises(SystemExit):
+        mappo.main(["--resume", str(tmp_path)])
+    assert f"--resume {tmp_path}: the run was trained by mappo_rnn.py; resume it with examples/mappo_rnn.py" in (
+        capsys.readouterr().err)
 
 
 def test_bptt_must_divide_the_batch(tmp_path):
     with pytest.raises(ValueError, match=r"--bptt 3 must divide the steps of a batch \(10\): .* pass a divisor of 10"):
-        _run(tmp_path, "test/drift", ["--env-kwargs", "max_steps=10", "--recurrent", "--bptt", "3"])
+        _run(tmp_path, "test/drift", ["--env-kwargs", "max_steps=10", "--bptt", "3"], mappo_rnn)
+
+
+# ----------------------------------------------------------------------------------------------------
+# What a new user sees: the budget, any working directory, a board game's columns, the kept runs
+# ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("trainer", [mappo, mappo_rnn], ids=["mappo", "mappo_rnn"])
+def test_the_start_prints_the_frames_the_run_takes(tmp_path, capsys, trainer):
+    """``--frames`` rounded down to whole batches (updates x envs x steps), said before training."""
+    trainer.main(["--env", "test/drift", "--env-kwargs", "max_steps=10", "--out", str(tmp_path), "--steps-per-batch",
+                  "10", *TINY[:2], "--frames", "250", *TINY[4:]])
+    assert capsys.readouterr().out.startswith(
+        "test/drift: 240 frames = 4 updates x 6 envs x 10 steps (--frames 250 in whole batches)\n")
+
+
+@VMAS
+def test_the_trainers_run_from_any_directory(tmp_path):
+    """Each trainer finds its helper module from its own folder: run by path from another working directory."""
+    for script in ("mappo.py", "mappo_rnn.py"):
+        run = subprocess.run([sys.executable, str(EXAMPLES / script), "--env", "vmas/navigation", "--env-kwargs",
+                              "n_agents=2", "max_steps=10", "--num-envs", "4", "--frames", "40", "--epochs", "1",
+                              "--minibatch", "20", "--hidden", "8", "--quiet", "--out", str(tmp_path / script)],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert json.loads((tmp_path / script / "summary.json").read_text())["frames"] == 40
+
+
+OPENSPIEL = pytest.mark.skipif(not marl_envs.backend_installed("openspiel"), reason="needs the openspiel extra")
+
+
+@OPENSPIEL
+@pytest.mark.parametrize("trainer", [mappo, mappo_rnn], ids=["mappo", "mappo_rnn"])
+def test_a_board_game_reports_each_player_and_no_chance_column(tmp_path, trainer):
+    """Tic-tac-toe's players share a group and take turns: each gets its return and win rate (the group's mean
+    is 0 by construction, the game being zero-sum); OpenSpiel's ``chance`` info is no metric."""
+    summary = trainer.main(["--env", "openspiel/tic_tac_toe", "--num-envs", "4", "--steps-per-batch", "20",
+                            "--frames", "160", "--epochs", "1", "--minibatch", "40", "--hidden", "8", "--quiet",
+                            "--out", str(tmp_path)])
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
+    assert list(rows[0]) == ["frames", "mean_episode_reward", "reward_player_0", "won_player_0", "reward_player_1",
+                             "won_player_1"]
+    for row in rows:
+        assert float(row["reward_player_0"]) == -float(row["reward_player_1"])
+        assert 0 <= float(row["won_player_0"]) + float(row["won_player_1"]) <= 1 + 1e-6  # a draw: nobody's win
+    assert "random_policy_won_player_0" in summary and not any("chance" in key for key in summary)
+
+
+def _kept_rows(run: str, rows: int) -> list[str]:
+    return (Path(__file__).parents[1] / "docs" / "runs" / run / "metrics.csv").read_text().splitlines()[: rows + 1]
+
+
+@VMAS
+@pytest.mark.slow
+def test_mappo_reproduces_the_kept_navigation_run(tmp_path):
+    """docs/runs/navigation_s0 (the preset, seed 0, 1 thread): the first 2 rows bit for bit."""
+    mappo.main(["--env", "vmas/navigation", "--frames", "12000", "--quiet", "--out", str(tmp_path)])
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == _kept_rows("navigation_s0", 2)
+
+
+@pytest.mark.skipif(not marl_envs.backend_installed("jaxmarl"), reason="needs the jaxmarl extra")
+@pytest.mark.slow
+def test_mappo_rnn_reproduces_the_kept_smax_run(tmp_path):
+    """docs/runs/smax3m_rnn_s0 (the preset, seed 0, 2 threads): the first 2 rows bit for bit (the learning rate
+    anneals over the budget, so rows past the 2nd need the run's full --frames)."""
+    mappo_rnn.main(["--env", "jaxmarl/HeuristicEnemySMAX", "--threads", "2", "--frames", "32768", "--quiet",
+                    "--out", str(tmp_path)])
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == _kept_rows("smax3m_rnn_s0", 2)
 
 
 # backends whose envs compile their step with JAX (or MJX) first: their runs go with --all
@@ -517,11 +594,11 @@ def _every_backend():
 
 @pytest.mark.parametrize("name, kwargs", list(_every_backend()))
 def test_a_short_run_ends_normally_on_every_backend(tmp_path, name, kwargs):
-    """``mappo.py --env NAME --frames 3000`` in a fresh interpreter exits 0 in every backend (the env built to draw
-    where its family can): a GIF where the env renders, else the reason on stderr."""
+    """``mappo.py --env NAME --frames 3000 --gif`` in a fresh interpreter exits 0 in every backend (the env built to
+    draw where its family can): a GIF where the env renders, else the reason on stderr."""
     pairs = [f"{key}={value}" for key, value in kwargs.items()]
     run = subprocess.run([sys.executable, str(Path(mappo.__file__)), "--env", name, "--frames", "3000", "--out",
-                          str(tmp_path), "--quiet", *(["--env-kwargs", *pairs] if pairs else [])],
+                          str(tmp_path), "--quiet", "--gif", *(["--env-kwargs", *pairs] if pairs else [])],
                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((tmp_path / "summary.json").read_text())["frames"] > 0  # whole batches, one at least
