@@ -73,7 +73,7 @@ def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite) -> rl_specs.Tensor
     )
 
 
-class _LiveMask:
+class _SharedMask:
     """The current mask of one masked action and the TorchRL specs that carry it: the adapter's own and every clone
     TorchRL makes of one of them (``RandomPolicy``'s, a ``TransformedEnv``'s, a ``Collector``'s), so that each draws
     from the data the env gave last.
@@ -110,9 +110,9 @@ class _LiveMask:
         self.mask, self._specs = state["mask"], [weakref.ref(spec) for spec in state["specs"]]
 
 
-def _clone_carrying(spec: rl_specs.TensorSpec, live: _LiveMask) -> rl_specs.TensorSpec:
-    """TorchRL's clone of ``spec``, carrying ``live``'s mask as ``spec`` does."""
-    return live.carry(type(spec).clone(spec))
+def _clone_carrying(spec: rl_specs.TensorSpec, shared: _SharedMask) -> rl_specs.TensorSpec:
+    """TorchRL's clone of ``spec``, carrying ``shared``'s mask as ``spec`` does."""
+    return shared.carry(type(spec).clone(spec))
 
 
 class TorchRLEnv(_TorchRLEnvBase):
@@ -158,13 +158,13 @@ class TorchRLEnv(_TorchRLEnvBase):
         self.full_state_spec = to_torchrl_spec(env.full_state_spec)
         # (mask key, holder) of each masked discrete action: its spec carries the env's current mask, so that
         # TorchRL's own random draws (RandomPolicy, a Collector with policy=None) are legal
-        self._masks: list[tuple[specs.NestedKey, _LiveMask]] = []
+        self._masks: list[tuple[specs.NestedKey, _SharedMask]] = []
         for key, mask in env.action_mask_keys.items():
             spec = self.full_action_spec[key]
             if isinstance(spec, (rl_specs.Categorical, rl_specs.OneHot)):
-                live = _LiveMask()
-                live.carry(spec)
-                self._masks.append((mask, live))
+                shared = _SharedMask()
+                shared.carry(spec)
+                self._masks.append((mask, shared))
         self.is_closed = False  # as TorchRL's wrappers set it once their env is built (its scripts read it)
 
     # -- what TorchRL's multi-agent wrappers expose ---------------------------------------------------
@@ -237,14 +237,14 @@ class TorchRLEnv(_TorchRLEnvBase):
         (``marl_envs.specs.legal_choices``), and write those masks into ``data``: TorchRL's modules read the mask
         from the data (``QValueModule``, ``EGreedyModule``, ``MaskedCategorical``), and a row of all False would
         make their argmax a multi-hot action and their sampling fail."""
-        for key, live in self._masks:
+        for key, shared in self._masks:
             mask = data.get(key, None)
             if mask is not None:
                 mask = specs.legal_choices(mask)
                 data.set(key, mask)
-                if rows is not None and live.mask is not None:
-                    mask = where_rows(rows, mask, live.mask)
-                live.set(mask)
+                if rows is not None and shared.mask is not None:
+                    mask = where_rows(rows, mask, shared.mask)
+                shared.set(mask)
         return data
 
     def _restart_skipped(self, tensordict: TensorDictBase, skipped: torch.Tensor) -> TensorDictBase:
