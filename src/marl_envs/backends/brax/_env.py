@@ -32,11 +32,9 @@ from ._library import PHYSICS_BACKENDS, check, library_keywords as declared_keyw
 __all__ = ["BraxEnv", "BraxWrapper", "PHYSICS_BACKENDS", "enable_compilation_cache", "env_names"]
 
 
-
 def env_names() -> list[str]:
     """Brax's registered envs (``brax.envs._envs``, read when asked) and the multi-agent scenes."""
     return sorted({*import_brax()._envs, *scenes.SCENES})
-
 
 
 class BraxWrapper(JaxEnvBase):
@@ -168,8 +166,7 @@ class BraxWrapper(JaxEnvBase):
         return -(-int(layer.episode_length) // per_step), "EpisodeWrapper(env, episode_length=N)"
 
     def _resets_when_needed(self) -> bool:
-        """Whether the auto-reset computes fresh starts only at steps where some env ended (``JaxModel``'s
-        attribute): False, a Brax reset costs a fraction of a step (Playground's CheetahRun says True)."""
+        """``JaxModel.resets_when_needed``: False, a Brax reset costs a fraction of a step."""
         return False
 
     export_file = None  # BraxEnv: the file of its exported reset and step (see _exports)
@@ -201,10 +198,9 @@ class BraxWrapper(JaxEnvBase):
         """Specs, and so the named outputs of the model; the executor (the differentiable env's hook runs through the
         default one, its TensorDicts carrying gradients, merged by torch.where)."""
         B, dev = self.num_envs, self.device
-        core = model
         if groups is None:
             obs = Composite(shape=(B,), device=dev)
-            for path, shape in core.info.obs_leaves:
+            for path, shape in model.info.obs_leaves:
                 key = ("observation", *path)
                 for depth in range(1, len(key)):  # dict observations: nested Composites of batch (B,)
                     if key[:depth] not in obs:
@@ -214,9 +210,9 @@ class BraxWrapper(JaxEnvBase):
                                 action=Bounded(-1.0, 1.0, (B, self.action_size), device=dev),
                                 reward=Unbounded((B, 1), device=dev))
         else:
-            for (group, spec), table in zip(groups.items(), core.split.gathers):
+            for (group, spec), table in zip(groups.items(), model.split.gathers):
                 spec["observation"] = Unbounded((*spec.shape, table.shape[1]), device=dev)
-            self._declare_specs(groups, state=Unbounded((B, core.observation_size), device=dev))
+            self._declare_specs(groups, state=Unbounded((B, model.observation_size), device=dev))
         self._set_model(model, compiled=not self.requires_grad)
         if self.requires_grad:
             batches = {g: torch.Size((self.num_envs, len(m))) for g, m in self.group_map.items()}
@@ -230,8 +226,7 @@ class BraxWrapper(JaxEnvBase):
         flat = self._flat_action(tensordict)
         return flat if self.action_indices is None else flat[:, self._action_source]
 
-    # -- the hook of the differentiable env (requires_grad=True), run by the default executor; the compiled
-    # programs (JaxExecutor) never call it -------------------------------------------------------------
+    # -- the hook of the differentiable env (requires_grad=True), run by the default executor ------------
     def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         io = self._io
         jmask = io.to_jax(torch.ones(self.num_envs, dtype=torch.bool) if mask is None else mask)

@@ -20,7 +20,8 @@ of other installations (older code or library versions) that nothing loaded for 
 
 ``num_envs`` is not in the key: the modules take any batch size (their batch dim is symbolic), so an env built
 again with another ``num_envs`` loads them too, importing no Brax and tracing nothing. XLA still compiles the
-loaded modules for each batch size (static shapes); JAX's persistent cache keeps each such compilation, so a batch size seen before loads it from disk.
+loaded modules for each batch size (static shapes); JAX's persistent cache keeps each such
+compilation, so a batch size seen before loads it from disk.
 """
 
 from __future__ import annotations

@@ -129,13 +129,11 @@ class ModelInfo:
 
 
 class BraxModel(JaxModel):
-    """The model of a Brax env, over ``num_envs`` copies (see ``backends.jax.JaxModel``).
-
-    The reset and step are traced from the env (``env`` a ``brax.envs.Env``), or come ready as ``jax.export``
-    modules (``exported``, with ``env`` a zero-argument callable that builds the env, called only if something
-    needs the env itself: ``env_state``). With ``export=True`` they are traced as ``jax.export`` modules
-    (``self.exported``, to be saved) and compiled from those, exactly as a later process that loads them does, so
-    that process finds the compiled code in JAX's persistent cache.
+    """The model of a Brax env, over ``num_envs`` copies (see ``backends.jax.JaxModel``). Its reset and step are
+    traced from the env, or come ready as ``jax.export`` modules (``exported``; ``env`` then a zero-argument callable
+    building the env if something needs it: ``env_state``). With ``export=True`` they are traced as modules
+    (``self.exported``, to be saved) and compiled from those, as a later process that loads them does (so it finds
+    the compiled code in JAX's persistent cache).
 
     Args:
         env: a ``brax.envs.Env`` (unbatched: the model vmaps it), or a callable returning one (``exported``).
@@ -170,18 +168,14 @@ class BraxModel(JaxModel):
         self._setup(num_envs=num_envs, device=device, exported=exported)
 
     def bind(self, layout: ModelLayout, *, check: bool = True) -> None:
-        """``JaxModel.bind``; the step traced now (a broken custom env fails here, and compiling reuses the trace),
-        as ``jax.export`` modules with ``export``. A model loaded from its exported modules is not traced."""
+        """``JaxModel.bind``: the reset traced for its check, the step by its first trace, here (compiling reuses it;
+        with ``export``, as ``jax.export`` modules) or ``Differentiable``'s. An exported model is not traced."""
         self.layout = layout
-        if self.exported:
-            return
-        with _step_errors(self.env):
-            if self._differentiable:
-                super().bind(layout, check=check)
-            elif not (self._export_now and self._export()):
-                with quiet_tracing():
-                    jax.eval_shape(self.keyed_reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
-                self._trace("batched_step", *self._signature("batched_step"))
+        if not self.exported:
+            with _step_errors(self.env), quiet_tracing():
+                jax.eval_shape(self.keyed_reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
+                if not self._differentiable and not (self._export_now and self._export()):
+                    self._trace("batched_step", *self._signature("batched_step"))
 
     @property
     def env(self):
@@ -218,8 +212,7 @@ class BraxModel(JaxModel):
         return state, total
 
     def observe_one(self, state: Any, reward: jax.Array | None = None) -> dict:
-        """One env's observations (the robot's own, or its ``state`` and each group's gathers for a split) and,
-        given, its rewards."""
+        """One env's observations (the robot's, or a split's ``state`` and group gathers) and, given, rewards."""
         if self.split is None:
             out = {("observation", *path): leaf.astype(jnp.float32) for path, leaf in tree_paths(state.obs)}
             if reward is not None:

@@ -1,4 +1,4 @@
-"""gymnax backend: gymnax's single-agent JAX envs by name, through the one JAX core.
+"""gymnax backend: gymnax's single-agent JAX envs by name, through the one JAX path (``backends.jax``).
 
 >>> import marl_envs
 >>> env = marl_envs.make("gymnax/CartPole-v1", num_envs=8)

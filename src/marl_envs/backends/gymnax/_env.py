@@ -113,7 +113,7 @@ class _GymnaxModel(JaxModel):
 
 
 class GymnaxEnv(NamedRepr, JaxEnvBase):
-    """A gymnax env by name (``gymnax.make(name)``), batched by the JAX core.
+    """A gymnax env by name (``gymnax.make(name)``), batched by the JAX path (``backends.jax.JaxModel``).
 
     Args:
         env_name: a name of ``gymnax.registered_envs``.

@@ -21,7 +21,8 @@ _SOURCES = {
     "._packing": ("StatePacking",),
     "._env": ("FunctionalState", "JaxEnvBase", "JaxFunctions", "check_name"),
     "._runtime": ("ASYNC_VAR", "CACHE_DIR_VAR", "JAX_GPU_MEMORY_VARS", "OPT_OUT_VAR", "PREALLOCATE_VAR",
-                  "caching_enabled", "configure_jax", "enable_compilation_cache", "env_flag", "inline_cpu_dispatch", "jax_started", "share_gpu_memory"),
+                  "caching_enabled", "configure_jax", "enable_compilation_cache", "env_flag", "inline_cpu_dispatch",
+                  "jax_started", "share_gpu_memory"),
     "._transfer": ("Transfer",),
 }
 __all__ = sorted(name for names in _SOURCES.values() for name in names)

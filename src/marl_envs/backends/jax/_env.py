@@ -36,15 +36,9 @@ Entry = tuple[tuple[str, ...], tuple[int, ...], Any]  # (key, batched shape, tor
 
 
 class FunctionalState(NamedTuple):
-    """One env's state in the functional face (``env.jax_functions()``): what the torch-facing env keeps of each of
-    its envs, so that both run the same episodes from the same seed.
-
-    Attributes:
-        env: the library's own state (a Brax ``State``, a JaxMARL or gymnax state dataclass).
-        key: the env's key, carried on: split at every reset (and every step of a family whose step is random),
-            its second half used.
-        steps: steps since the last reset (int32 scalar); ``max_steps`` truncation reads it.
-    """
+    """One env's state in the functional face (``env.jax_functions()``): the library's own state (``env``), the key
+    carried on (split at every reset, and every step of a model whose step is random) and the ``steps`` since the
+    last reset (int32 scalar, read by ``max_steps``): what the torch-facing env keeps of each of its envs."""
 
     env: Any
     key: jax.Array
@@ -54,25 +48,19 @@ class FunctionalState(NamedTuple):
 @dataclass(frozen=True)
 class JaxFunctions:
     """The pure per-env functions of a JAX-family env (``env.jax_functions()``), for ``jit`` / ``vmap`` /
-    ``lax.scan``: one env as the torch-facing env runs each of its envs, key chain and ``max_steps`` included.
-
-    Data are nested dicts keyed as the env's TensorDicts, without the batch dim: ``obs`` as the root data of
-    ``env.reset()`` (observations, action masks, the done entries), ``out`` as ``td["next"]`` after ``env.step``
-    (observations, rewards, ``done`` / ``terminated`` / ``truncated`` at every level), ``actions`` as the env's
-    action keys (``{"agents": {"action": a}}``, or ``{"action": a}``).
+    ``lax.scan``: one env as the torch-facing env runs each of its envs, key chain and ``max_steps`` included. Data
+    are nested dicts keyed as the env's TensorDicts, without the batch dim (``obs``: the root data of a reset,
+    ``out``: ``td["next"]`` of a step, ``actions``: the action keys).
 
     Attributes:
         reset: ``reset(key) -> (state, obs)``: a fresh episode; ``key`` is the env's key (``first_keys``).
-        step: ``step(state, actions) -> (state, out)``: one step, no reset; ``out`` counts the step against
-            ``max_steps`` (the env's when ``jax_functions()`` was called): ``truncated`` from the step that
-            reaches it on, as ``env.step``.
+        step: ``step(state, actions) -> (state, out)``: one step, no reset, counted against ``max_steps`` (the
+            env's when ``jax_functions()`` was called), as ``env.step``.
         step_autoreset: ``step_autoreset(state, actions) -> (state, out, obs)``: ``step``, then, where ``out``'s
-            root ``done`` is set, ``reset`` from the state's carried key, as ``env.step_and_maybe_reset``: ``out``
-            is the terminal step's data (its observation, rewards and done entries), ``state`` and ``obs`` the
-            next episode's first (else ``obs`` is ``out`` without the rewards).
-        first_keys: ``first_keys(seed, num_envs)``: the env keys of the torch-facing env after ``set_seed(seed)``
-            (``fold_in(PRNGKey(seed), i)``): ``reset`` of key ``i`` is env ``i``'s first reset, and
-            ``step_autoreset`` then runs env ``i``'s episodes with the same random draws.
+            root ``done`` is set, ``reset`` from the carried key, as ``env.step_and_maybe_reset`` (``state`` and
+            ``obs`` the next episode's first; else ``obs`` is ``out`` without the rewards).
+        first_keys: ``first_keys(seed, num_envs)``: the env keys after ``set_seed(seed)`` (``fold_in(PRNGKey(seed),
+            i)``), so that key ``i`` runs env ``i``'s episodes with the same random draws.
     """
 
     reset: Callable[[jax.Array], tuple[FunctionalState, dict]]

@@ -10,7 +10,7 @@ built, and declared (``auto_reset``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -23,11 +23,11 @@ from ..._core.leaf_specs import as_tuple
 from ..._core.rules import merge_rows
 from ..._core.tensordicts import Tree, read_entry
 from ..._core.actions import action_domain, forbidden_message
-from ._model import env_keys, quiet_tracing
+from ._model import quiet_tracing
 from ._programs import NO_LIMIT, ModelDescription, Programs, Record
 from ._transfer import Transfer
 
-__all__ = ["BadAction", "JaxExecutor", "JaxHooks", "read_computed"]
+__all__ = ["JaxExecutor", "JaxHooks", "read_computed"]
 
 AutoReset = Literal["fused", "after_step"]
 
@@ -36,24 +36,6 @@ class JaxHooks(BackendHooks, Protocol):
     """The hook a JAX-family env gives its executor: ``BackendHooks`` and what runs after each step."""
 
     _after_step: Callable[[], None] | None  # Brax: its cache_clear_frequency
-
-
-class BadAction(NamedTuple):
-    """The deferred check's record of a bad action, read on the host (``Record``'s fields)."""
-
-    step: int
-    env: int
-    column: int
-    value: float
-    legal: np.ndarray  # one 0 / 1 per choice of the action's mask (empty without masks)
-
-    @classmethod
-    def of(cls, record: np.ndarray) -> BadAction | None:
-        if not record[Record.SET]:
-            return None
-        value = record[Record.VALUE:Record.VALUE + 1].view(np.float32)[0]
-        return cls(int(record[Record.STEP]), int(record[Record.ENV]), int(record[Record.COLUMN]), float(value),
-                   record[Record.LEGAL:])
 
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -231,29 +213,29 @@ class JaxExecutor(Executor):
                 return
             self._watch = None
             record = read_computed(watch)
-        bad = BadAction.of(record)
-        if bad is None:
+        if not record[Record.SET]:
             return
         cleared = np.zeros_like(record)
         cleared[Record.STEPS] = record[Record.STEPS]
         self._record = self._put(cleared)
         programs = self.programs
-        key, index = programs.action_names[bad.column]
-        spec = self._action_specs[as_tuple(key)]
+        env, step, column = int(record[Record.ENV]), int(record[Record.STEP]), int(record[Record.COLUMN])
+        value = float(record[Record.VALUE:Record.VALUE + 1].view(np.float32)[0])
+        key, index = programs.action_names[column]
         after = (f"validate_actions='deferred' left that env where it was and set its float outputs of that step to "
                  f"NaN; set env.validate_actions='immediate' to raise before the step instead")
-        if np.isfinite(bad.value) and programs.low[bad.column] <= bad.value <= programs.high[bad.column]:
-            mask = next(m for m in programs.masks if m.column <= bad.column < m.column + m.width)  # a forbidden choice
-            allowed = [i for i in range(mask.n) if bad.legal[i]]
+        if np.isfinite(value) and programs.low[column] <= value <= programs.high[column]:  # a choice its mask forbids
+            mask = next(m for m in programs.masks if m.column <= column < m.column + m.width)
+            allowed = [i for i in range(mask.n) if record[Record.LEGAL + i]]
             grouped = isinstance(key, tuple)
             raise ValueError(
-                forbidden_message(key, bad.env, index if grouped else None,
-                                  self.facts.group_map.get(key[0], ()) if grouped else (), int(bad.value),
+                forbidden_message(key, env, index if grouped else None,
+                                  self.facts.group_map.get(key[0], ()) if grouped else (), int(value),
                                   mask.key[0] if len(mask.key) == 1 else mask.key, allowed)
-                + f" At step {bad.step} (counted from the env's build), {after}")
-        raise ValueError(
-            f"action {key!r} of env {bad.env} at step {bad.step} (counted from the env's build) was "
-            f"{bad.value!r} (its entry {index} per env); expected {action_domain(spec)}. {after}")
+                + f" At step {step} (counted from the env's build), {after}")
+        raise ValueError(f"action {key!r} of env {env} at step {step} (counted from the env's build) was {value!r} "
+                         f"(its entry {index} per env); expected {action_domain(self._action_specs[as_tuple(key)])}. "
+                         f"{after}")
 
     # -- the executor ---------------------------------------------------------------------------------
     def reset(self, hooks: BackendHooks, mask: torch.Tensor | None) -> TensorDictBase:

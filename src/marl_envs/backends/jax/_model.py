@@ -1,20 +1,13 @@
 """``JaxModel``: one env written in JAX, the hook every JAX family implements and a user's JAX env can too.
 
-A model gives two pure per-env functions whose outputs are named by the env's keys (see ``docs/custom_env.md``):
-
-- ``reset_one(key) -> (state, outputs)``: a fresh state and its observations,
-- ``step_one(key, state, actions) -> (state, outputs)``: one step; ``actions`` maps each action key to one env's
-  action, ``outputs`` holds the observations, rewards, the root ``"terminated"`` (and ``"truncated"``), and each
-  group's own ``terminated`` where the env declares one,
-- ``observe_one(state) -> outputs`` (optional): ``reset_one``'s outputs for a state a partial reset kept.
-
-The env binds a ``ModelLayout`` (``JaxModel.bind``) read from its specs: each named output is checked against its
-spec once, when the env is built, and from then on laid into one float32 vector per env for the compiled programs.
-This class owns the batched pieces once: the state of ``num_envs`` envs kept in JAX, packed into one ``(B, n)``
-buffer per dtype (``StatePacking``: every buffer costs a dispatch of its own, and a state has tens of leaves); the
-batched ``jit(vmap(...))`` step and masked reset with per-env keys (``fold_in(PRNGKey(seed), i)``, split at every
-reset and, for a model whose step is random, at every step); and the same functions traced as ``jax.export``
-modules of a symbolic batch size when asked (Brax's saved envs).
+A model gives one env's ``reset_one(key) -> (state, outputs)`` and ``step_one(key, state, actions) -> (state,
+outputs)`` (and optionally ``observe_one(state) -> outputs``, for a state a partial reset kept), ``outputs`` named
+by the env's keys (``docs/custom_env.md``). The env binds a ``ModelLayout`` read from its specs: the outputs are
+checked against it when the env is built and laid into one float32 vector per env for the compiled programs. The
+model owns the batched pieces: the state of ``num_envs`` envs packed into one ``(B, n)`` buffer per dtype
+(``StatePacking``: every buffer costs a dispatch), the ``jit(vmap(...))`` step and masked reset with per-env keys
+(``fold_in(PRNGKey(seed), i)``, split at every reset and, where the step is random, every step), and the same
+functions as ``jax.export`` modules of a symbolic batch size when asked (Brax's saved envs).
 """
 
 from __future__ import annotations
@@ -202,7 +195,8 @@ class JaxModel:
     batched state: ``_packing.Carry``).
 
     Subclasses define ``reset_one`` and ``step_one`` (and ``observe_one``) with named outputs (see the module
-    docstring) and call ``JaxModel.__init__(num_envs=..., device=...)`` (``device``: the env's ``jax_device``). The state's structure is read from ``reset_one``
+    docstring) and call ``JaxModel.__init__(num_envs=..., device=...)`` (``device``: the env's
+    ``jax_device``). The state's structure is read from ``reset_one``
     (override ``_reference`` where it is known otherwise). ``JaxEnvBase._set_model`` binds the layout.
 
     Attributes:

@@ -129,7 +129,7 @@ class Layout:
 
 
 class Carry:
-    """What a JAX-family env carries from one compiled call to the next: the core's state buffers as they are, and
+    """What a JAX-family env carries from one compiled call to the next: the model's state buffers as they are, and
     the env keys and step counts side by side in one uint32 ``(B, 3)`` array (two words of key, then the step count's
     bits). Every array a compiled call takes or returns adds to its dispatch on a CPU, a cheap env's margin; the
     state buffers stay apart, so that XLA compiles the state's arithmetic alike in every program (the

@@ -1,20 +1,13 @@
 """The compiled programs of a JAX-family env: a reset or a step of every env, with its outputs, as one pure JAX
-function.
-
-A JAX-family env's model (``_model``) lays its named outputs of one env into a float32 vector (``ModelLayout``: the
-observations, rewards, masks stored as 0 / 1, then the root ``terminated`` and ``truncated``). Here that vector
-becomes the env's entries, inside the compiled call, for every env at once:
+function over the float32 vectors the model lays its named outputs in (``ModelLayout``).
 
 - ``VectorEntries``: one output's entries from the vectors (float and integer columns cast, bool columns compared to
-  0.5, the done entries of every level by the env's ``DonePlan``, the time limit read from the step counts). The
-  same function makes the data of ``jax_functions()``.
-- ``Programs``: the compiled reset, step and step-with-auto-reset, each output packed by a ``Layout``
-  (``_packing``). The step count of each env lives in JAX beside the state; the time limit is a device scalar, read
-  by ``TimeLimit``, the rule ``EnvBase``'s executor runs too; the auto-reset draws a fresh start for every env and selects it where the step ended the
-  episode (no conditional: a conditional's predicate is read on the host on a GPU). Optionally
-  (``validate_actions="deferred"``) the step checks the actions itself.
-
-The torch side that runs them is the executor (``_executor``).
+  0.5, the done entries of every level by the env's ``DonePlan``, the time limit by ``TimeLimit``: the rules
+  ``EnvBase``'s executor runs too). ``jax_functions()`` makes its data with it.
+- ``Programs``: the compiled reset, step and step-with-auto-reset, each output packed by a ``Layout``. Each env's
+  step count lives in JAX beside the state, the time limit is a device scalar; the auto-reset draws a fresh start for
+  every env and selects it where the episode ended (no conditional: on a GPU its predicate is read on the host).
+  With ``validate_actions="deferred"`` the step checks the actions itself (``Record``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""JaxMARL backend: every JaxMARL env that runs on the installed JAX, by name, through the one JAX core.
+"""JaxMARL backend: every JaxMARL env that runs on the installed JAX, by name, through the one JAX
+path (``backends.jax``).
 
 >>> import marl_envs
 >>> env = marl_envs.make("jaxmarl/MPE_simple_spread_v3", num_envs=8)
@@ -31,7 +32,7 @@ the env's ``max_steps`` (MPE, SMAX, Overcooked, JaxNav, switch riddle) ended by 
 episode that Brax's ``EpisodeWrapper`` marks with its ``truncation``, and Coin Game and STORM episodes end only by
 their step counts;
 ``terminated`` is ``dones["__all__"]`` and not ``truncated``. The step is ``step_env`` (no auto-reset), so the
-terminal observation stays in ``next``; the envs that are done are reset by the core's masked reset.
+terminal observation stays in ``next``; the envs that are done are reset by the model's masked reset.
 
 **Time limit.** The env's own limit is ``max_steps`` (``env.max_steps``), counted in env steps: MPE and SMAX test
 ``step >= max_steps`` before counting the step, so their episodes last JaxMARL's ``max_steps`` + 1 steps (MPE: 26,

@@ -170,7 +170,8 @@ class _JaxMarlModel(JaxModel):
         if self._allies is not None:
             alive = getattr(state, "state", state).unit_alive  # HeuristicEnemySMAX wraps SMAX's state
             allies, enemies = alive[:self.env.num_allies].any(), alive[self.env.num_allies:].any()
-            won = [(allies & ~enemies).astype(jnp.float32).reshape(1), (enemies & ~allies).astype(jnp.float32).reshape(1)]
+            won = [(allies & ~enemies).astype(jnp.float32).reshape(1),
+                   (enemies & ~allies).astype(jnp.float32).reshape(1)]
             out.update({(g, "info", "won"): jnp.stack([won[0] if self._allies[i] else won[1] for i in members])
                         for g, members in self.groups.items()})
         return out
@@ -206,7 +207,8 @@ class _JaxMarlModel(JaxModel):
 
 
 class JaxMarlEnv(NamedRepr, JaxEnvBase):
-    """A JaxMARL env by name (``jaxmarl.make(name, **env_kwargs)``), batched by the JAX core.
+    """A JaxMARL env by name (``jaxmarl.make(name, **env_kwargs)``), batched by the JAX
+    path (``backends.jax.JaxModel``).
 
     Args:
         env_name: a name of ``env_names()`` (``jaxmarl.registered_envs`` less ``unavailable()``).

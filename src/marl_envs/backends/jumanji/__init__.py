@@ -1,4 +1,4 @@
-"""Jumanji backend: Jumanji's multi-agent envs by name, through the one JAX core.
+"""Jumanji backend: Jumanji's multi-agent envs by name, through the one JAX path (``backends.jax``).
 
 >>> import marl_envs
 >>> env = marl_envs.make("jumanji/LevelBasedForaging-v0", num_envs=8)
@@ -41,10 +41,10 @@ true terminal state: ``terminated``, and ``truncated`` (the time limit) too.
 with the worst-case remaining cost charged, a ``termination`` (``max_episode_length`` is that bound).
 
 The step is Jumanji's ``step`` (no auto-reset: the terminal
-observation stays in ``next``); the envs that are done are reset by the core's masked reset. Jumanji keeps its
+observation stays in ``next``); the envs that are done are reset by the model's masked reset. Jumanji keeps its
 random key in the state, so a step draws no key of ours.
 
-Integer fields travel through the core's float32 buffer, exact for values below 2**24 (grids, counts, indices).
+Integer fields travel through the model's float32 buffer, exact for values below 2**24 (grids, counts, indices).
 """
 
 from ...registry import Backend

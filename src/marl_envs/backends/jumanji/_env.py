@@ -89,7 +89,6 @@ def _make(env_name: str, env_kwargs: dict[str, Any]) -> Any:
     return getattr(quiet_import(module, EVERY_WARNING, alone=True), name)(**env_kwargs)
 
 
-
 class _Field:
     """One leaf of Jumanji's observation (or extras) and where it goes: ``path`` in the tree, ``key`` in the
     TensorDict (without the group for per-agent fields), ``shape`` (per agent: without the agent dim)."""
@@ -260,7 +259,8 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
 
 
 class JumanjiEnv(NamedRepr, JaxEnvBase):
-    """A multi-agent Jumanji env by name (``jumanji.make(name, **env_kwargs)``), batched by the JAX core.
+    """A multi-agent Jumanji env by name (``jumanji.make(name, **env_kwargs)``), batched by
+    the JAX path (``backends.jax.JaxModel``).
 
     Args:
         env_name: a name of ``env_names()`` (``RobotWarehouse-v0``, ``LevelBasedForaging-v0``, ...).

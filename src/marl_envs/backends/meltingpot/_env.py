@@ -18,7 +18,7 @@ from ..._core.tensordicts import unchecked_nested, unchecked_tensordict
 from ..._core.validate import checked_keywords
 from ...specs import Bounded, Categorical, Composite, OneHot, Unbounded
 from .._named import NamedRepr
-from ..pettingzoo._workers import DEFAULT_TIMEOUT_S, InstanceError, WorkerError, WorkerPool, shared_zeros
+from ..pettingzoo import DEFAULT_TIMEOUT_S, InstanceError, WorkerError, WorkerPool, shared_zeros
 from ._library import Facts, Instance, facts, row_seed, scenarios, substrate_names
 from ._shard import Layout, SubstrateBuffers, SubstrateShard
 

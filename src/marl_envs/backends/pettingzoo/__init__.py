@@ -28,10 +28,12 @@ def family_record(module: str, library: str, *, env_class: str, check_env: tuple
                    docs=docs, builds_on=("pettingzoo",), example=example)
 
 
-#: What the families built on PettingZoo's machinery take from it (OpenSpiel, MAgent2, MaMuJoCo, LBF, RWARE).
+#: What the families built on PettingZoo's machinery take from it (OpenSpiel, MAgent2, MaMuJoCo, LBF, RWARE; Melting
+#: Pot its worker pool).
 __getattr__, __dir__ = BACKEND.lazy_attributes({
     "._gymnasium": ("TupleAgentsFamily", "raw_env"),
     "._shard": ("BatchFacts", "Buffers", "StepArrays", "Shard", "batch_index", "state_of"),
     "._spaces": ("ACTION_MASK",),
     "._tasks": ("builds",),
+    "._workers": ("DEFAULT_TIMEOUT_S", "WorkerPool", "shared_zeros"),
 })

@@ -8,12 +8,12 @@
 
 Playground's envs keep Brax's interface (``reset(rng)``, ``step(state, action)``, a ``State`` of ``obs``,
 ``reward``, ``done``, ``metrics``, ``info``) over MJX physics, so they run through the Brax backend's
-``BraxWrapper`` and its JAX core: the single-agent layout of ``brax/ant`` for ``playground/<Env>``, the
+``BraxWrapper`` and its JAX model: the single-agent layout of ``brax/ant`` for ``playground/<Env>``, the
 multi-agent layout of the Brax scenes (per-agent observations, the robot's reward per agent, the full observation
 as the root ``state``) for ``playground/<Env>_<split>``.
 
 **Which envs.** The DM Control suite (``registry.dm_control_suite.ALL_ENVS``), built with MJX's JAX
-implementation (``impl="jax"``): the JAX core vmaps one env, which MuJoCo Warp's data layout (Playground's
+implementation (``impl="jax"``): the JAX model vmaps one env, which MuJoCo Warp's data layout (Playground's
 default ``impl="warp"``, its GPU kernels) does not allow. The locomotion and manipulation suites are not offered:
 building one clones the ``mujoco_menagerie`` model repository with ``git``: marl-envs downloads nothing at run time.
 

@@ -33,10 +33,9 @@ SPLITS: dict[str, str | tuple[tuple[str, ...], ...]] = {
 """Robot (the DM Control task's prefix) -> the Brax scenes' split rule (``Scene.split``)."""
 
 SETTLING_RESETS: dict[str, int] = {"CheetahRun": 200}
-"""DM Control tasks whose reset lets the model settle -> its physics steps (CheetahRun: a fresh start costs many
-steps). Only these compute fresh starts behind a conditional, at steps where some env ended: on a GPU, one
-wait for the device a step. Every other task's reset is a forward pass, cheaper than a step; its
-auto-reset computes a fresh start for every env and selects, never waiting, as the other JAX families do."""
+"""DM Control tasks whose reset lets the model settle -> its physics steps. Only these compute fresh starts behind a
+conditional, at steps where some env ended: on a GPU, one wait for the device a step. Every other task's reset is
+cheaper than a step: a fresh start for every env, selected, never waiting, as the other JAX families do."""
 
 _SETTOTALMASS = re.compile(r"WARNING: compiler attribute 'settotalmass' is deprecated[^\n]*\n*")
 _MENAGERIE = ("clones the mujoco_menagerie model repository with git when built (marl-envs downloads nothing at "
@@ -77,7 +76,6 @@ def env_names() -> list[str]:
     """The DM Control suite's envs, and ``<Env>_<split>`` for those of the robots ``SPLITS`` names."""
     suite = _suite()
     return sorted([*suite, *(f"{t}_{_suffix(_robot(t))}" for t in suite if _robot(t))])
-
 
 
 def _load(task: str, config: dict[str, Any] | None = None):
@@ -184,9 +182,7 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
                          device_path=device_path)
 
     def _resets_when_needed(self) -> bool:
-        """A reset that settles the model would cost a hundred steps at every step: its fresh starts are computed
-        only at steps where some env ended (behind a conditional); every other task's reset costs a fraction of a
-        step."""
+        """A reset that settles the model (``SETTLING_RESETS``) would cost a hundred steps at every step."""
         return self.env_name.partition("_")[0] in SETTLING_RESETS
 
     def _library_horizon(self, env: Any, frame_skip: int) -> tuple[int, str]:
