@@ -186,7 +186,8 @@ def test_a_registered_family_and_a_name_of_no_family_are_looked_up_among_the_nam
     with pytest.raises(ValueError, match=r"^unknown env 'test/predator_pray'; did you mean 'test/predator_prey'\? "
                                          r"available: test/predator_prey \(marl_envs.available_envs\(\) lists them"):
         marl_envs.make("test/predator_pray")
-    with pytest.raises(ValueError, match=r"^unknown env 'predator_prey'; did you mean 'test/predator_prey'\? "):
+    with pytest.raises(ValueError, match=r"^unknown env 'predator_prey'; did you mean 'test/predator_prey'( or "
+                                         r"'meltingpot/predator_prey__open')?\? "):
         marl_envs.make("predator_prey")
 
 
