@@ -67,8 +67,15 @@ FUZZ = settings(max_examples=4, deadline=None, derandomize=True, database=None, 
 BEFORE_RESET: dict[str, dict[str, Exception | None]] = {}
 
 
+#: cases whose twins differ however they are seeded (upstream), and why: the twin comparisons cannot run on them
+NOT_REPRODUCIBLE = {"meltingpot-example": "two substrates built with one env_seed differ in one process (Melting "
+                                          "Pot 2.4.1; docs/backends/meltingpot.md, known limit)"}
+
+
 @pytest.fixture(scope="module", params=list(CASES))
 def twins(request):
+    if request.param in NOT_REPRODUCIBLE:
+        pytest.skip(NOT_REPRODUCIBLE[request.param])
     a, b = CASES[request.param](), CASES[request.param]()
     for env in (a, b):  # the contract fuzzed here: a bad value raises at once, nothing applied (the JAX families'
         env.validate_actions = "immediate"  # default check, inside the step, is tests/backends/test_device_path.py's)
