@@ -123,8 +123,8 @@ class SubstrateShard:
             buf = arrays.obs[key]
             if self.scalar[key]:
                 buf[i, :, 0] = [player[key] for player in players]
-            else:
-                buf[i] = [player[key] for player in players]
+            else:  # one copy into the batch (an assignment from a list would stack it first)
+                np.stack([player[key] for player in players], out=buf[i])
         world = players[0][WORLD]
         arrays.world[i] = world
         self.frames[i - self.lo] = world
