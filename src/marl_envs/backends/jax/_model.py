@@ -225,7 +225,7 @@ class JaxModel:
 
     def _setup(self, *, num_envs: int, device, exported: Mapping[str, Any] | None = None) -> None:
         self.num_envs, self.device = num_envs, device
-        if not self.label:
+        if not vars(self).get("label") and type(self).label == "":  # (Brax's is a property: it names the env)
             self.label = type(self).__name__
         self.sharding = jax.sharding.SingleDeviceSharding(device)
         self._compiled: dict[str, Any] = {}
