@@ -110,30 +110,26 @@ def test_no_stand_in_is_left_where_a_users_import_finds_it():
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
 
 def test_substrates_build_where_tensorflow_is_absent():
-    """Without TensorFlow (hidden here by an import hook), the substrates still build, and a later ``import
-    tensorflow`` fails as it would without us."""
+    """Without TensorFlow (its import blocked here, as Python blocks a ``None`` in ``sys.modules``), the substrates
+    still build, and a later ``import tensorflow`` fails as it would without us."""
     code = (
         "import sys\n"
-        "class Hide:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'tensorflow':\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-        "sys.meta_path.insert(0, Hide())\n"
+        "sys.modules['tensorflow'] = None\n"
         "import marl_envs\n"
         "env = marl_envs.make('meltingpot/collaborative_cooking__asymmetric')\n"
         "assert env.rand_step(env.reset())['next', 'agents', 'reward'].shape == (1, 2, 1)\n"
-        "assert 'tensorflow' not in sys.modules\n"
+        "assert sys.modules['tensorflow'] is None\n"
         "try:\n"
         "    import tensorflow\n"
         "except ModuleNotFoundError:\n"
         "    print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
 
 @pytest.mark.xfail(reason="Melting Pot 2.4.1 builds two substrates of one env_seed differently in one process",

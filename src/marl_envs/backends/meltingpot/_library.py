@@ -56,8 +56,10 @@ class _StandIn(types.ModuleType):
 
 @contextlib.contextmanager
 def _without_tensorflow() -> Iterator[None]:
-    """A stand-in ``tensorflow`` in ``sys.modules`` for the duration of the block, none after."""
-    if _TF in sys.modules:  # the real one is imported already: Melting Pot uses it
+    """A stand-in ``tensorflow`` in ``sys.modules`` for the duration of the block; after it, what was there before
+    (nothing, or the ``None`` that blocks the import)."""
+    before = sys.modules.get(_TF, _Absent)
+    if before is not None and before is not _Absent:  # the real one is imported already: Melting Pot uses it
         yield
         return
     stand_in = _StandIn()
@@ -66,9 +68,11 @@ def _without_tensorflow() -> Iterator[None]:
         yield
     finally:
         stand_in.importing = False
-        for name in [name for name in sys.modules if name == _TF or name.startswith(_TF + ".")]:
-            if sys.modules[name] is stand_in:
-                del sys.modules[name]
+        if sys.modules.get(_TF) is stand_in:
+            if before is _Absent:
+                del sys.modules[_TF]
+            else:
+                sys.modules[_TF] = before
 
 
 @functools.cache
