@@ -131,7 +131,8 @@ class MarlEnvsTask(TaskClass):
     def get_env_transforms(self, env: _TorchRLEnvBase) -> list[Transform]:
         """With ``flatten``: each observed entry made an MLP's input, its feature dims flattened to one and its
         values cast to float32 (a board of int8 cells). Without: uint8 images and float64 values (Melting Pot's ``RGB``
-        and scalars, a root ``state`` image) cast to float32, which BenchMARL's models take. BenchMARL reads the specs after these transforms."""
+        and scalars, a root ``state`` image) cast to float32, which BenchMARL's models take. BenchMARL reads the specs
+        after these transforms."""
         spec, observed = env.full_observation_spec, self.observation_spec(env)
         transforms = []
         for group in env.group_map:
