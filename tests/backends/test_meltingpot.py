@@ -42,6 +42,46 @@ def test_keys_shapes_and_dtypes(cooking):
     marl_envs.check_env_specs(cooking)
 
 
+def test_the_data_are_the_raw_timesteps_across_episode_ends(monkeypatch):
+    """Every entry is the raw substrate's (its timesteps recorded as they leave Melting Pot), across episode ends,
+    with the players in their groups and the world view at the root. (Two builds of one seed differ upstream, so a
+    second, raw substrate cannot be the reference.)"""
+    from marl_envs.backends.meltingpot._library import Instance
+
+    seen = []
+    reset, step = Instance.reset, Instance.step
+    monkeypatch.setattr(Instance, "reset", lambda self, seed: seen.append(("reset", reset(self, seed))) or seen[-1][1])
+    monkeypatch.setattr(Instance, "step", lambda self, actions: seen.append(("step", step(self, actions), list(actions)))
+                        or seen[-1][1])
+    env = marl_envs.make("meltingpot/predator_prey__open", num_envs=1, seed=0, max_steps=3)
+    try:
+        td = env.reset()
+        first = seen.pop(0)[1]
+        order = [p for members in env.group_map.values() for p in members]
+        for t in range(7):
+            td = env.rand_action(td)
+            td, td_next = env.step_and_maybe_reset(td)
+            _, timestep, actions = seen.pop(0)
+            nxt = td["next"]
+            for group, members in env.group_map.items():
+                idx = [int(m.partition("_")[2]) for m in members]
+                assert td[group, "action"][0].tolist() == [actions[k] for k in idx]
+                assert np.array_equal(nxt[group, "observation", "RGB"][0].numpy(),
+                                      np.stack([timestep.observation[k]["RGB"] for k in idx]))
+                assert nxt[group, "observation", "STAMINA"][0, :, 0].tolist() == [
+                    float(timestep.observation[k]["STAMINA"]) for k in idx]
+                assert nxt[group, "reward"][0, :, 0].tolist() == [float(timestep.reward[k]) for k in idx]
+            assert np.array_equal(nxt["state"][0].numpy(), timestep.observation[0]["WORLD.RGB"])
+            assert bool(nxt["truncated"]) == (t % 3 == 2)
+            if t % 3 == 2:  # a new episode: its first observation is the reset's
+                first = seen.pop(0)[1]
+                assert np.array_equal(td_next["state"][0].numpy(), first.observation[0]["WORLD.RGB"])
+            td = td_next
+        assert not seen and len(order) == 13
+    finally:
+        env.close()
+
+
 def test_roles_are_groups_where_they_differ():
     env = marl_envs.make("meltingpot/predator_prey__open", num_envs=1)
     try:
