@@ -1,13 +1,10 @@
 """The Brax model (``backends.jax.JaxModel``): a Brax env's reset and step as one env's functions, outputs named.
 
-Per env step (inside the one compiled ``jit(vmap(...))`` call): the agent actions are scattered into the
-robot's action, the env is stepped ``frame_skip`` times with ``lax.scan`` (rewards summed, an env that ends
-mid-skip stays frozen), and the agent observations are gathered. Brax's step is deterministic, so it takes no
-key; resets draw fresh per-env keys (the model's masked reset).
-
-The differentiable variant (``Differentiable``) hands the float32 buffer (the part gradients flow through) to
-the caller, so a ``torch.autograd.Function`` can carry it between steps; its backward is a second compiled
-function that recomputes the step under ``jax.vjp`` (nothing but the step's inputs is kept per step).
+Per env step: the agent actions are scattered into the robot's action, the env is stepped ``frame_skip`` times with
+``lax.scan`` (rewards summed, an env that ends mid-skip stays frozen), and the agent observations are gathered. Brax's
+step is deterministic: it takes no key. The differentiable variant (``Differentiable``) hands the float32 buffer (the
+part gradients flow through) to the caller, so a ``torch.autograd.Function`` can carry it between steps; its backward
+recomputes the step under ``jax.vjp`` (nothing but the step's inputs is kept per step).
 """
 
 from __future__ import annotations
@@ -33,10 +30,9 @@ _RESET_STRUCTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 @dataclass(frozen=True)
 class Split:
-    """Static tables of a multi-agent split, in data order (groups in group_map order).
+    """Static tables of a multi-agent split, in data order: the ``groups``' names in group_map order, and
 
     Attributes:
-        groups: the groups' names, in group_map order.
         action_source: ``(action_size,)``: for each robot action dim, its column in the flat agent action
             ``concat([group_action.reshape(B, -1) for each group])``.
         gathers: per group, ``(n_agents, width)`` indices into the robot observation with one zero appended
@@ -76,9 +72,8 @@ def _step_errors(env) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What is known of a Brax env without running it: the shapes the compiled functions take and return.
-
-    Plain data (``to_json`` / ``from_json``), so it can be saved with the exported functions.
+    """What is known of a Brax env without running it: the shapes the compiled functions take and return, as plain
+    data (``to_json`` / ``from_json``), saved with the exported functions.
 
     Attributes:
         action_size: the robot's action size.
@@ -160,8 +155,7 @@ class BraxModel(JaxModel):
         resets_when_needed: bool = False,
     ):
         self.info, self.frame_skip, self.split = info, frame_skip, split
-        self.resets_when_needed = resets_when_needed
-        self.widths, self.dtypes = info.widths, info.dtypes
+        self.widths, self.dtypes, self.resets_when_needed = info.widths, info.dtypes, resets_when_needed
         self._env, self._env_factory = (None, env) if exported else (env, None)
         self.observation_size = info.flat_observation_size if split is not None else None  # the wrapper checked it
         self._differentiable, self._export_now = differentiable, export
@@ -233,11 +227,8 @@ class BraxModel(JaxModel):
 
     def step_one(self, key: jax.Array, state: Any, actions: Mapping) -> tuple[Any, dict]:
         del key  # Brax steps are deterministic
-        if self.split is None:
-            action = actions["action"]
-        else:
-            action = jnp.concatenate([actions[g, "action"].reshape(-1) for g in self.split.groups])
-            action = action[self.split.action_source]
+        action = actions["action"] if self.split is None else jnp.concatenate(
+            [actions[g, "action"].reshape(-1) for g in self.split.groups])[self.split.action_source]
         state, reward = self._advance(state, action)
         done = state.done > 0
         truncated = (state.info["truncation"] > 0) & done if self.info.has_truncation else jnp.zeros_like(done)

@@ -156,8 +156,7 @@ class _JumanjiModel(JaxModel):
 
     def __init__(self, env, *, name: str, groups: dict[str, list[int]], fields: Sequence[_Field],
                  extras: Sequence[str], action_width: int, action_dtype: Any, separate: bool, num_envs: int, device):
-        self.env, self.label = env, f"Jumanji {name}"
-        self._groups = {g: np.asarray(members) for g, members in groups.items()}
+        self.env, self.label, self._groups = env, f"Jumanji {name}", {g: np.asarray(m) for g, m in groups.items()}
         self._agent_order = np.argsort(np.concatenate(list(self._groups.values())))  # group order -> Jumanji's
         self._fields, self._extras, self._separate = list(fields), list(extras), separate
         self._width, self._action_dtype = action_width, action_dtype
