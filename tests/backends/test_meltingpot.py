@@ -50,9 +50,16 @@ def test_the_data_are_the_raw_timesteps_across_episode_ends(monkeypatch):
 
     seen = []
     reset, step = Instance.reset, Instance.step
-    monkeypatch.setattr(Instance, "reset", lambda self, seed: seen.append(("reset", reset(self, seed))) or seen[-1][1])
-    monkeypatch.setattr(Instance, "step", lambda self, actions: seen.append(("step", step(self, actions), list(actions)))
-                        or seen[-1][1])
+    def recorded_reset(self, seed):
+        seen.append(("reset", reset(self, seed)))
+        return seen[-1][1]
+
+    def recorded_step(self, actions):
+        seen.append(("step", step(self, actions), list(actions)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(Instance, "reset", recorded_reset)
+    monkeypatch.setattr(Instance, "step", recorded_step)
     env = marl_envs.make("meltingpot/predator_prey__open", num_envs=1, seed=0, max_steps=3)
     try:
         td = env.reset()
