@@ -174,7 +174,7 @@ def _env_keywords(env, backend: str) -> tuple[list[tuple[str, str]], str]:
                      "jumanji": lambda: env.jumanji_env}[backend]()
         target = type(unwrapped).__init__
         where = f"the signature of {type(unwrapped).__name__}.__init__"
-    elif pettingzoo_machinery(backend):  # the task's own keywords
+    elif pettingzoo_machinery(backend) and hasattr(env, "task_spec"):  # the task's own keywords (Melting Pot: none)
         keywords = env.task_spec.own_keywords() or {}
         return ([(name, "required" if default is inspect.Parameter.empty else repr(default))
                  for name, default in keywords.items()], f"the keywords of {backend} task {env.task!r}")
