@@ -28,7 +28,7 @@ RULES = {
     # the time limit: a step count compared with max_steps
     "time limit": (r'\w*(count|steps)\w*\s*>=\s*[\w.]*(max_steps|limit)\b', "_core/rules.py"),
     # the merge by env: one row mask broadcast over an entry's trailing dims to pick new or old rows
-    "merge by env": (r'where\(\s*[\w.]+(\.view|\.reshape)\(\s*-1', "_core/rules.py"),
+    "merge by env": (r'where\(\s*[\w.]+(\.view|\.reshape)\(', "_core/rules.py"),
 }
 
 

@@ -276,7 +276,7 @@ class EnvBase(SpecsAndKeys):
     # Validation (construction-time facts are trusted; only the data is checked)
     # ------------------------------------------------------------------------------------------------
     def _check_ready(self, method: str) -> None:
-        """The one refusal of a step before the first ``reset()``, whatever the backend."""
+        """The one refusal of a step (or a render) before the first ``reset()``, whatever the backend."""
         if not self._ready:
             raise RuntimeError(f"{type(self).__name__}.{method}() before reset(): call env.reset() first "
                                f"(env.rollout() resets for you)")
@@ -355,6 +355,8 @@ class EnvBase(SpecsAndKeys):
                              f"is opened; show the frames it returns, or write them to a GIF)")
         if "agent_index_focus" in kwargs and kwargs["agent_index_focus"] is None:
             del kwargs["agent_index_focus"]  # VMAS's default view, the one every backend draws
+        if self.renders:
+            self._check_ready("render")
         frame = self._render(check_env_index(env_index, self.num_envs), **kwargs)
         if not isinstance(frame, np.ndarray):
             return frame

@@ -19,6 +19,7 @@ from .._mujoco import camera_of
 from ..._core.validate import checked_keywords
 from ...specs import Bounded, Composite, Unbounded
 from ..._core.executor import TensorDictExecutor
+from ..._core.rules import where_rows
 from ..._core.tensordicts import Tree
 from ..jax import JaxEnvBase, configure_jax, enable_compilation_cache
 from . import _exports as exports
@@ -234,7 +235,7 @@ class BraxWrapper(JaxEnvBase):
         flat, out = self._diff.reset(previous, jmask)
         flat, out = io.to_torch_all((flat, out))
         if previous is not None:  # envs not reset keep their state, and its gradient history
-            flat = torch.where(mask.view(-1, 1), flat, self._flat)
+            flat = where_rows(mask, flat, self._flat)
         self._flat = flat
         return self._columns_data("reset", out)
 
@@ -300,14 +301,10 @@ class BraxWrapper(JaxEnvBase):
                 f"{type(self.brax_env.unwrapped).__name__} has no MuJoCo model to render (an env without a physics "
                 f"pipeline, or Brax's 'fast'); render() draws PipelineEnv physics envs"
             )
-        try:
-            if self._diff is None:
-                state = self._env_state(env_index)
-            else:
-                state = self._diff.env_state(self._flat.detach().cpu().numpy() if self._flat is not None else None,
-                                             env_index)
-        except RuntimeError as err:
-            raise RuntimeError("render() before reset(): reset the env first") from err
+        if self._diff is None:
+            state = self._env_state(env_index)
+        else:
+            state = self._diff.env_state(self._flat.detach().cpu().numpy(), env_index)
         renderer = self._renderers.get((height, width))
         if renderer is None:
             try:

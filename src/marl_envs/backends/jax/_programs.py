@@ -26,7 +26,7 @@ from ..._core.executor import EnvFacts
 from ..._core.leaf_specs import (
     Binary, Categorical, MultiCategorical, OneHot, TensorSpec, as_tuple, legal_choices,
 )
-from ..._core.rules import DonePlan, TimeLimit
+from ..._core.rules import DonePlan, TimeLimit, where_rows
 from ..._core.actions import ActionCheck
 from ._packing import Carry, Layout, numpy_dtype
 
@@ -241,7 +241,7 @@ class Programs:
         for key, given in zip(self.kept, self._fresh):
             value = entries[key]
             if given:
-                value = jnp.where(done.reshape(-1, *([1] * (value.ndim - 1))), fresh[key], value)
+                value = where_rows(done, fresh[key], value)
             root.append(value)
         return root
 

@@ -265,9 +265,7 @@ class MeltingpotEnv(NamedRepr, EnvBase):
         """``WORLD.RGB`` of env ``env_index`` as it last stood (reset or step)."""
         if kwargs:
             raise TypeError(f"Melting Pot's render() takes no keywords, got {sorted(kwargs)}")
-        frame = self._runner.render(env_index)
-        if frame is None:
-            raise RuntimeError("render() before reset(): call env.reset() first")
+        frame = self._runner.render(env_index)  # EnvBase.render refuses one until the first reset
         return np.asarray(frame)
 
     def close(self) -> None:
