@@ -1,11 +1,6 @@
-"""What ``mappo.py`` and ``mappo_rnn.py`` share that is not their algorithm: the bookkeeping of a run, and GAE.
-
-Reading a trainer does not need this file. It holds the per-env presets, the command line both take, the run's
-set-up (torch threads, seeds, the device, torchrun's process group and gradient averaging), the episode accounting
-and its ``metrics.csv`` / ``timings.csv`` / ``summary.json`` / ``learning_curve.png``, checkpoints and ``--resume``,
-the random-policy baseline, the optional GIF and the progress bar. ``gae`` is the one formula both trainers use,
-written once here; ``ippo_minimal.py`` keeps its own copy, as the one-file example it is.
-"""
+"""What ``mappo.py`` and ``mappo_rnn.py`` share besides their algorithm (reading a trainer does not need it): the
+presets (``presets.toml``), the command line, seeds and torchrun, episode accounting, the files a run writes,
+checkpoints, the random-policy baseline, the GIF, and ``gae`` (``ippo_minimal.py`` keeps its own copy)."""
 
 from __future__ import annotations
 
@@ -18,6 +13,7 @@ import random
 import re
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -32,115 +28,46 @@ from marl_envs.cli import parse_kwargs
 
 NestedKey = str | tuple[str, ...]
 
-# ---------------------------------------------------------------------------------------------------
-# Per-env presets: the settings a user would start from (over each trainer's DEFAULTS)
-# ---------------------------------------------------------------------------------------------------
-PRESETS: dict[str, dict] = {
-    "vmas/navigation": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
-    "vmas/balance": {"env_kwargs": {"n_agents": 3, "max_steps": 100}, "num_envs": 60, "frames": 120_000},
-    "vmas/simple_adversary": {"env_kwargs": {"max_steps": 25}, "num_envs": 240, "frames": 120_000},
-    "brax/ant_4x2": {"env_kwargs": {"backend": "spring", "max_steps": 250}, "num_envs": 64, "frames": 400_000,
-                     "steps_per_batch": 100, "epochs": 10, "minibatch": 1600, "lr": 3e-4},
-    "jaxmarl/MPE_simple_spread_v3": {"env_kwargs": {}, "num_envs": 60, "frames": 360_000},
-    # SMAX's 3m map, the allies against JaxMARL's heuristic enemy (jaxmarl/SMAX makes both sides agents: one group
-    # would play itself, and its reward averaged over both sides does not measure skill)
-    "jaxmarl/HeuristicEnemySMAX": {"env_kwargs": {"scenario": "3m"}, "num_envs": 120, "frames": 1_500_000,
-                                   "epochs": 5, "minibatch": 1500, "lr": 1e-3},
-    # EPyMARL's tasks report the team's return (summed over the agents), as the papers do
-    "lbforaging/Foraging-8x8-2p-2f-coop-v3": {"num_envs": 64, "frames": 1_000_000, "steps_per_batch": 100,
-                                              "epochs": 5, "minibatch": 1600,
-                                              "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True,
-                                              "team_return": True},
-    "rware/rware-tiny-2ag-v2": {"num_envs": 64, "frames": 3_000_000, "steps_per_batch": 100, "epochs": 5,
-                                "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True,
-                                "team_return": True},
-    # Jumanji's LBF (8x8, 2 agents, 2 foods: the task above in JAX) rewards each agent's share of the foods it
-    # helped load; its RWARE (4 agents) gives one team reward, every agent's, so its mean is the team's return
-    "jumanji/LevelBasedForaging-v0": {"num_envs": 64, "frames": 1_000_000, "epochs": 5, "minibatch": 1600,
-                                      "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True, "team_return": True},
-    # MuJoCo Playground's cheetah, one agent per joint (MJX physics; episodes of 1000 steps)
-    "playground/CheetahRun_6x1": {"num_envs": 64, "frames": 1_000_000, "steps_per_batch": 100, "epochs": 10,
-                                  "minibatch": 1600, "lr": 3e-4},
-    # Connector's 10 agents each read their own view of the shared grid (own path, position, target; the others')
-    "jumanji/Connector-v3": {"num_envs": 64, "frames": 150_000},
-    "jumanji/RobotWarehouse-v0": {"num_envs": 64, "frames": 2_000_000, "steps_per_batch": 100, "epochs": 5,
-                                  "minibatch": 1600, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True},
-}
-
-# mappo_rnn.py's presets, over the env's preset above less the settings its DEFAULTS give (RNN_OWN)
-RNN_PRESETS: dict[str, dict] = {
-    # JaxMARL's baselines/MAPPO/config/mappo_homogenous_rnn_smax.yaml (every SMAX map: --env-kwargs scenario=NAME):
-    # 128 envs x 128 steps, 4 epochs of 4 minibatches, Adam at 2e-3 annealed, clip 0.2, no entropy bonus, gradient
-    # norms clipped at 0.25, the world state (the root "state") and the agent's index into the critic
-    # (its sequences of 128 steps cut into 16 for backpropagation, as the MAPPO paper's code cuts its into 10)
-    "jaxmarl/HeuristicEnemySMAX": {"num_envs": 128, "steps_per_batch": 128, "minibatch": 4096, "epochs": 4,
-                                   "lr": 2e-3, "clip": 0.2, "entropy": 0.0, "max_grad_norm": 0.25, "bptt": 16},
-    # JaxMARL's baselines/MAPPO/config/mappo_homogenous_rnn_mpe.yaml (128-step sequences, 4 epochs of 4 minibatches,
-    # Adam at 2e-3 annealed, entropy 0.01, gradient norms at 0.5; 1M steps, as measured beside ours), with 32 envs a
-    # batch where it takes 16 (half the updates, each twice as large: a loop that steps its GRU from Python pays per
-    # update) and backpropagation through 16 steps
-    "jaxmarl/MPE_simple_spread_v3": {"num_envs": 32, "steps_per_batch": 128, "minibatch": 1024, "epochs": 4,
-                                     "frames": 1_000_000, "lr": 2e-3, "entropy": 0.01, "max_grad_norm": 0.5,
-                                     "bptt": 16},
-    # EPyMARL's src/config/algs/mappo.yaml (recurrent actor and critic of 64 units, the agent's index in its input,
-    # Adam at 5e-4, entropy 0.01, 4 epochs, clip 0.2) on its LBF and RWARE tasks; GAE where it takes 5-step returns
-    "lbforaging/Foraging-8x8-2p-2f-coop-v3": {"hidden": 64, "agent_ids": True, "lr": 5e-4, "entropy": 0.01,
-                                              "epochs": 4, "anneal_lr": False},
-    "rware/rware-tiny-2ag-v2": {"hidden": 64, "agent_ids": True, "lr": 5e-4, "entropy": 0.01, "epochs": 4,
-                                "anneal_lr": False},
-}
-# The settings of mappo_rnn.py's DEFAULTS that an env's feed-forward preset does not override
-RNN_OWN = ("hidden", "epochs", "lmbda", "max_grad_norm", "anneal_lr", "normalize_advantage", "lr", "entropy")
+# The per-env presets, in presets.toml beside the trainers: [ff."ENV"] mappo.py's, [rnn."ENV"] mappo_rnn.py's
+_PRESETS = tomllib.loads(Path(__file__).with_name("presets.toml").read_text())
+PRESETS: dict[str, dict] = _PRESETS["ff"]
+RNN_PRESETS: dict[str, dict] = _PRESETS["rnn"]
+RNN_OWN = tuple(_PRESETS["rnn_own"])  # mappo_rnn.py's DEFAULTS that an env's feed-forward preset does not override
 
 
 def presets(env: str, defaults: dict, recurrent: bool = False) -> dict:
     """``defaults`` under the env's preset (``recurrent``: the feed-forward one less ``RNN_OWN``, then its own)."""
-    preset = PRESETS.get(env, {})
-    if not recurrent:
-        return {**defaults, **preset}
-    return {**defaults, **{k: v for k, v in preset.items() if k not in RNN_OWN}, **RNN_PRESETS.get(env, {})}
+    own = RNN_PRESETS.get(env, {}) if recurrent else {}
+    return {**defaults, **{k: v for k, v in PRESETS.get(env, {}).items() if not (recurrent and k in RNN_OWN)}, **own}
 
 
-# ---------------------------------------------------------------------------------------------------
-# The command line
-# ---------------------------------------------------------------------------------------------------
 def parser(doc: str, defaults: dict) -> argparse.ArgumentParser:
     """The arguments both trainers take; a setting left out comes from the env's preset, else ``defaults``."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="vmas/navigation", help="any name marl_envs.make accepts")
     p.add_argument("--env-kwargs", nargs="*", default=None, metavar="KEY=VALUE", help="forwarded to marl_envs.make")
     p.add_argument("--num-envs", type=int, help="envs per process (per rank under torchrun)")
-    p.add_argument("--frames", type=int,
-                   help="env-steps to train for, all ranks together, in whole batches: rounded down to ranks x "
-                        "num_envs x steps per batch x updates (one batch at least; the start prints it)")
+    p.add_argument("--frames", type=int, help="env-steps to train for, all ranks together, rounded down to whole "
+                                              "batches (one at least; the start prints it)")
     p.add_argument("--steps-per-batch", type=int, help="steps per env per update (default: max_steps, or 100)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads per process (fixed, not the core count: the result depends on it)")
-    p.add_argument("--device", default=None,
-                   help="default: cpu; under torchrun cuda:LOCAL_RANK when CUDA is available, else cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (the result depends on it)")
+    p.add_argument("--device", default=None, help="default: cpu; under torchrun cuda:LOCAL_RANK where CUDA is")
     p.add_argument("--out", default=None, help="output folder (default runs/<env>)")
     p.add_argument("--ippo", action="store_true", help="decentralised critics (IPPO) instead of a centralised one")
-    p.add_argument("--epochs", type=int, help=f"passes over each batch (default {defaults['epochs']})")
     p.add_argument("--minibatch", type=int, help="(env, step) samples per gradient step, all ranks together")
-    p.add_argument("--lr", type=float, help=f"Adam's learning rate (default {defaults['lr']})")
-    p.add_argument("--hidden", type=int, help=f"hidden units (default {defaults['hidden']})")
-    p.add_argument("--gamma", type=float, help=f"discount (default {defaults['gamma']})")
-    p.add_argument("--lmbda", type=float, help=f"GAE lambda (default {defaults['lmbda']})")
-    p.add_argument("--clip", type=float, help=f"PPO's ratio clip (default {defaults['clip']})")
-    p.add_argument("--entropy", type=float, help=f"entropy bonus coefficient (default {defaults['entropy']})")
-    p.add_argument("--max-grad-norm", type=float, help=f"gradient norm clip (default {defaults['max_grad_norm']})")
-    p.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"the learning rate decays linearly to 0 over the run (default {defaults['anneal_lr']})")
-    p.add_argument("--normalize-advantage", action=argparse.BooleanOptionalAction, default=None,
-                   help="standardise the advantages of each minibatch (for sparse, small rewards; default: the "
-                        f"env's preset, else {defaults['normalize_advantage']})")
-    p.add_argument("--team-return", action=argparse.BooleanOptionalAction, default=None,
-                   help="an episode's return is its agents' sum (EPyMARL's tasks), not their mean (default: the "
-                        "env's preset, else off)")
+    for name, kind, what in [("epochs", int, "passes over each batch"), ("lr", float, "Adam's learning rate"),
+                             ("hidden", int, "hidden units"), ("gamma", float, "discount"), ("lmbda", float, "GAE "
+                             "lambda"), ("clip", float, "PPO's ratio clip"), ("entropy", float, "entropy bonus"),
+                             ("max_grad_norm", float, "gradient norm clip")]:
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"{what} (default {defaults[name]})")
+    for flag, what in [("anneal-lr", f"the learning rate decays linearly to 0 (default {defaults['anneal_lr']})"),
+                       ("normalize-advantage", "standardise each minibatch's advantages (default: the env's preset, "
+                                               f"else {defaults['normalize_advantage']})"),
+                       ("team-return", "an episode's return is its agents' sum (EPyMARL's tasks), not their mean")]:
+        p.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, default=None, help=what)
     p.add_argument("--gif", action=argparse.BooleanOptionalAction, default=False,
-                   help="after training, OUT/policy.gif of one episode under the trained policy (it renders every "
-                        "step: on some envs longer than the training; off by default)")
+                   help="after training, OUT/policy.gif of the trained policy (rendering can outlast training)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_checkpoint_arguments(p)
     return p
@@ -148,8 +75,7 @@ def parser(doc: str, defaults: dict) -> argparse.ArgumentParser:
 
 def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace, preset: dict, trainer: str
                 ) -> argparse.Namespace:
-    """Check the arguments and fill what was not given from ``preset`` (or, with ``--resume``, from the run's
-    checkpoint); ``args.trainer`` names the script, so that a checkpoint resumes under the trainer that wrote it."""
+    """Check the arguments; fill the missing ones from ``preset``, or with ``--resume`` from ``trainer``'s run."""
     if args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
     if resumed_args(p, args, preset):
@@ -168,15 +94,13 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace, preset: di
 
 def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
     """``--checkpoint-every N`` and ``--resume DIR`` (both trainers' and the TorchRL variant's)."""
-    p.add_argument("--checkpoint-every", type=int, default=10, metavar="N",
-                   help="write OUT/checkpoint.pt (and metrics.csv so far) every N updates; 0: never")
+    p.add_argument("--checkpoint-every", type=int, default=10, metavar="N", help="OUT/checkpoint.pt every N updates")
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the run whose --out was DIR from DIR/checkpoint.pt, with that run's settings")
 
 
 def resumed_args(p: argparse.ArgumentParser, args: argparse.Namespace, defaults: dict | None = None) -> bool:
-    """Check ``--checkpoint-every``; with ``--resume DIR``, give ``args`` the settings of the run saved in DIR (how
-    this process shows its progress stays its own, and a ``--frames`` given sets a new budget) and say so."""
+    """Check ``--checkpoint-every``; with ``--resume DIR``, True and ``args`` given the run's saved settings."""
     if args.checkpoint_every < 0:
         p.error(f"--checkpoint-every must be 0 (never) or more, got {args.checkpoint_every}")
     if args.resume is None:
@@ -192,18 +116,9 @@ def resumed_args(p: argparse.ArgumentParser, args: argparse.Namespace, defaults:
     return True
 
 
-# ---------------------------------------------------------------------------------------------------
-# The run: threads, seeds, device, torchrun
-# ---------------------------------------------------------------------------------------------------
 class Run:
-    """A training run's set-up and bookkeeping; a context manager that gives the process its torch thread count
-    back and leaves torchrun's process group at the end.
-
-    On entry: ``args.threads`` torch threads (a fixed count, not one per core: reductions split over threads round
-    differently, so a seed's curve would change with the machine), this rank's device and seed (``args.seed`` on
-    rank 0), every global generator seeded. Under torchrun each rank builds ``--num-envs`` envs of its own,
-    ``same_start`` gives every rank rank 0's parameters and ``average_gradients`` averages the gradients.
-    """
+    """A run's set-up and bookkeeping, as a context manager: ``args.threads`` torch threads (fixed: reductions split
+    over threads round differently), this rank's device and seed; under torchrun, the process group."""
 
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -211,16 +126,20 @@ class Run:
         if args.minibatch % self.info.world_size:
             raise ValueError(f"--minibatch {args.minibatch} counts samples over all {self.info.world_size} ranks; "
                              f"pass a multiple of {self.info.world_size}")
-        self.device = pick_device(args.device, self.info)
+        launched = args.device == "cuda" or (args.device is None and self.info.launched)  # this rank's GPU, if any
+        self.device = distributed.rank_device(self.info, cuda=True if args.device else None) if launched else \
+            torch.device(args.device or "cpu")
         self.seed = distributed.rank_seed(args.seed, self.info.rank, self.info.world_size)
-        self.rows: list[dict] = []
-        self.frames, self.first, self.bar, self.joined = 0, 0, None, None
+        self.rows, self.frames, self.first, self.bar, self.joined = [], 0, 0, None, None
 
     def __enter__(self) -> Run:
         self.previous_threads = torch.get_num_threads()
         torch.set_num_threads(self.args.threads)
         self.joined = distributed.init_process_group(self.device, self.info)  # None outside torchrun
-        seed_everything(self.seed)
+        # torch's generator (the trainers' only), NumPy's and Python's (VMAS copies theirs when first imported)
+        torch.manual_seed(self.seed)
+        np.random.seed(self.seed % 2**32)
+        random.seed(self.seed)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -237,14 +156,12 @@ class Run:
         return env
 
     def budget(self, steps: int) -> tuple[int, int]:
-        """``(updates, minibatch per rank)``; rank 0 prints the frames the run will take (``--frames`` rounded to
-        whole batches)."""
+        """``(updates, minibatch per rank)``; rank 0 prints the frames the run will take."""
         batch = self.info.world_size * self.args.num_envs * steps
         updates = max(1, self.args.frames // batch)
         if self.info.is_main:
             ranks = f"{self.info.world_size} ranks x " if self.info.world_size > 1 else ""
-            plural = "s" * (updates != 1)
-            print(f"{self.args.env}: {updates * batch:,} frames = {updates} update{plural} x {ranks}"
+            print(f"{self.args.env}: {updates * batch:,} frames = {updates} update{'s' * (updates != 1)} x {ranks}"
                   f"{self.args.num_envs} envs x {steps} steps (--frames {self.args.frames:,} in whole batches)",
                   flush=True)
         return updates, self.args.minibatch // self.info.world_size
@@ -267,14 +184,11 @@ class Run:
             p.grad = g.view_as(p)
 
     def resume(self, env, model: nn.Module, optim: torch.optim.Optimizer, updates: int, steps: int) -> int:
-        """The first update to run: 0, or with ``--resume`` the one after the checkpoint's, whose model, optimiser,
-        random generators and rows are restored (the envs restart from fresh episodes, seeded from the seed and
-        the update). Starts the progress bar."""
+        """The first update: 0, or with ``--resume`` the checkpoint's next, its state restored; starts the bar."""
         if self.args.resume:
-            self.rows, self.frames, self.first, spent, extra = load_checkpoint(self.args, model, optim,
-                                                                               self.info.world_size)
+            self.rows, self.frames, self.first, spent, self.extra = load_checkpoint(self.args, model, optim,
+                                                                                    self.info.world_size)
             env.set_seed(distributed.rank_seed(self.args.seed + self.first, self.info.rank, self.info.world_size))
-            self.extra = extra
         else:
             spent, self.extra = 0.0, {}
         if not self.args.quiet and self.info.is_main:
@@ -287,8 +201,7 @@ class Run:
 
     def log(self, iteration: int, data: TensorDictBase, stats: dict, model: nn.Module,
             optim: torch.optim.Optimizer, extra: dict | None = None) -> dict:
-        """After an update: the row of ``stats`` (``Episodes.update``'s), the bar and, every ``--checkpoint-every``
-        updates and at the end, the checkpoint (with ``extra``: tensors the run carries)."""
+        """After an update: the row of ``stats``, the bar and the checkpoint (with ``extra``) when it is due."""
         self.frames += data.numel() * self.info.world_size
         wall = time.perf_counter() - self.start
         row = {"frames": self.frames, **stats, "wall_s": round(wall, 2)}
@@ -302,12 +215,9 @@ class Run:
         return row
 
     def finish(self, env, rewards: list[NestedKey], steps: int, algorithm: str, play=None) -> dict:
-        """The summary (with the random policy's figures over as many frames), the files on rank 0 and, with
-        ``--gif``, the GIF of ``play(env, td) -> (td, td_next)``, the trained policy's most likely actions."""
+        """The summary (beside the random policy's over as many frames), the files and, with ``--gif``, the GIF."""
         wall = time.perf_counter() - self.start
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        self.bar = self.bar.close() if self.bar is not None else None  # the random policy's steps are not training's
         random_columns = random_policy(env, rewards, self.frames, steps, self.info, bool(self.args.team_return))
         summary = {
             "env": self.args.env, "env_kwargs": self.args.env_kwargs, "algorithm": algorithm, "frames": self.frames,
@@ -322,40 +232,16 @@ class Run:
             if self.args.gif and play is not None:
                 gif = write_gif(self.args, play, steps, self.device)
                 if gif is not None:
-                    summary["gif"] = str(gif)
-                    write_summary(self.args, summary)  # summary.json holds every field main() prints
+                    summary["gif"] = str(gif)  # summary.json holds every field main() prints
+                    (self.args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         env.close()
         return summary
 
 
-def pick_device(requested: str | None, info: distributed.RankInfo) -> torch.device:
-    """``--device``: cpu by default; under torchrun (or for a bare ``cuda``) this rank's GPU when CUDA is there."""
-    if requested == "cuda" or (requested is None and info.launched):
-        return distributed.rank_device(info, cuda=True if requested else None)
-    return torch.device(requested or "cpu")
-
-
-def seed_everything(seed: int) -> None:
-    """Seed torch's, NumPy's and Python's global generators.
-
-    The trainers draw from torch's only (initial weights, action samples, minibatch order). NumPy's and Python's
-    are seeded for envs that draw from them (VMAS builds its worlds from copies of the global states it takes
-    when first imported); unseeded, every process starts them from fresh OS entropy.
-    """
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
-
-
-# ---------------------------------------------------------------------------------------------------
-# GAE: the one formula both trainers share
-# ---------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def gae(reward: torch.Tensor, value: torch.Tensor, next_value: torch.Tensor, done: torch.Tensor,
         terminated: torch.Tensor, gamma: float, lmbda: float) -> torch.Tensor:
-    """Generalised advantage estimation over ``(B, T, ...)`` tensors (``done`` and ``terminated`` as 0/1 floats
-    shaped like ``reward``): the chain is cut where an episode ended, and the next value bootstrapped unless it
-    terminated (a time limit keeps the value of its last observation, ``next_value``)."""
+    """GAE over ``(B, T, ...)`` (0/1 float ``done``, ``terminated``): the next value bootstrapped unless terminated."""
     delta = reward + gamma * next_value * (1 - terminated) - value
     advantage = torch.zeros_like(delta)
     running = torch.zeros_like(delta[:, 0])
@@ -370,41 +256,27 @@ def as_tuple(key: NestedKey) -> tuple[str, ...]:
     return (key,) if isinstance(key, str) else tuple(key)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Episode accounting: metrics.csv's columns
-# ---------------------------------------------------------------------------------------------------
-#: Info entries that describe the game's state, not how well the policy plays: not logged (OpenSpiel's chance
-#: outcome, the player to act)
-NOT_METRICS = frozenset({"chance", "current_player"})
+NOT_METRICS = frozenset({"chance", "current_player"})  #: info entries that describe the game, not the play
 
 
 class Episodes:
-    """Per group, the per-agent return summed over an episode, averaged over the agents (summed with ``team``: the
-    team's return, as EPyMARL's papers report it) and over finished episodes; each info entry that is a metric
-    (``(group, "info", key)``, not in ``NOT_METRICS``) averaged over the steps that end an episode (SMAX's ``won``
-    so becomes the win rate). A group of players taking turns (its ``"mask"`` marks one agent per env at every step
-    of the first batch: a board game) also gets each player's return and win rate (the episodes it ends with a
-    positive return): in a zero-sum game the group's mean is 0 by construction. ``players`` is set by the first batch.
-
-    ``update(data)`` gives the row's columns; ``sums(data)`` the sums and counts behind them, which ranks add up.
-    """
+    """Per group, the episode return averaged over agents (summed with ``team``, as EPyMARL reports it); each info
+    metric at the steps that end an episode (SMAX's ``won``: the win rate); for a group taking turns (a board game,
+    zero-sum), each player's return and win rate. ``sums`` gives the sums that ranks add up, ``update`` the row."""
 
     def __init__(self, env: marl_envs.EnvBase, rewards: list[NestedKey], team: bool = False):
         self.names = list(env.group_map) or ["agent"]
         self.rewards, self.team = rewards, team
         self.infos = [[k for k in env.observation_keys if isinstance(k, tuple) and k[:2] == (name, "info")
                        and k[-1] not in NOT_METRICS] for name in self.names]
-        # each group's players, found in the first batch (every step marks one acting agent: a turn-based game)
         self.acting = [(name, "mask") if name in env.group_map and len(env.group_map[name]) > 1
                        and (name, "mask") in env.observation_keys else None for name in self.names]
         self.agents = [list(env.group_map.get(name, [])) for name in self.names]
         self.players: list[list[str]] | None = None
-        self.running = [None] * len(rewards)
-        self.player_running = [None] * len(rewards)
+        self.running, self.player_running = [None] * len(rewards), [None] * len(rewards)
 
     def sums(self, data: TensorDictBase) -> torch.Tensor:
-        """``(groups, width)``: per group, its finished episodes' summed returns, their count, the sum of each info
-        at their last steps, then each player's summed returns and wins (zero-padded across groups)."""
+        """``(groups, width)``: per group, the ended episodes' return sum and count, info sums, players' (padded)."""
         if self.players is None:
             self.players = [agents if key is not None and bool((data.get(key).flatten(2).sum(-1) == 1).all()) else []
                             for key, agents in zip(self.acting, self.agents)]
@@ -412,35 +284,16 @@ class Episodes:
         done = data.get(("next", "done")).squeeze(-1)  # the env is the unit of episodes
         width = 2 + max(len(i) + 2 * len(p) for i, p in zip(self.infos, self.players))
         for i, reward_key in enumerate(self.rewards):
-            reward = data.get(("next", *as_tuple(reward_key)))
-            per_agent = reward.flatten(2)
+            per_agent = data.get(("next", *as_tuple(reward_key))).flatten(2)
             reward = per_agent.sum(-1) if self.team else per_agent.mean(-1)  # (B, T): over agents
-            running = self.running[i] if self.running[i] is not None else torch.zeros_like(reward[:, 0])
-            finished = []
-            for t in range(reward.shape[1]):
-                running = running + reward[:, t]
-                finished.append(running[done[:, t]])
-                running = torch.where(done[:, t], 0.0, running)
-            self.running[i] = running
-            ended = torch.cat(finished)
+            self.running[i], ended = ended_sums(self.running[i], reward, done)
             row = [ended.sum(), ended.new_tensor(ended.numel())]
             row += [data.get(("next", *key)).flatten(2).float().mean(-1)[done].sum() for key in self.infos[i]]
-            if self.players[i]:
-                row += self._players(i, per_agent, done)
+            if self.players[i]:  # each player's summed returns and wins
+                self.player_running[i], won = ended_sums(self.player_running[i], per_agent, done)
+                row += [*won.sum(0), *(won > 0).float().sum(0)]
             out.append(torch.stack(row + [ended.new_zeros(())] * (width - len(row))))
         return torch.stack(out)
-
-    def _players(self, i: int, per_agent: torch.Tensor, done: torch.Tensor) -> list[torch.Tensor]:
-        """Each player's summed returns and wins over the finished episodes."""
-        running = self.player_running[i] if self.player_running[i] is not None else torch.zeros_like(per_agent[:, 0])
-        finished = []
-        for t in range(per_agent.shape[1]):
-            running = running + per_agent[:, t]
-            finished.append(running[done[:, t]])
-            running = torch.where(done[:, t, None], 0.0, running)
-        self.player_running[i] = running
-        ended = torch.cat(finished)  # (episodes, players)
-        return [*ended.sum(0), *(ended > 0).float().sum(0)]
 
     def means(self, sums: torch.Tensor, info: distributed.RankInfo) -> dict[str, float]:
         """The row's columns from ``sums`` (added up over ranks first): nan where no episode finished."""
@@ -466,6 +319,18 @@ class Episodes:
         return self.means(self.sums(data), info)
 
 
+def ended_sums(running: torch.Tensor | None, values: torch.Tensor, done: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``running`` (sums so far, or None) carried through ``(B, T, ...)`` values; it and the ended episodes' sums."""
+    running = torch.zeros_like(values[:, 0]) if running is None else running
+    finished = []
+    for t in range(values.shape[1]):
+        running = running + values[:, t]
+        finished.append(running[done[:, t]])
+        running = torch.where(done[:, t].view(-1, *[1] * (running.dim() - 1)), 0.0, running)
+    return running, torch.cat(finished)
+
+
 def mean_of(values) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) / len(finite) if finite else float("nan")
@@ -476,20 +341,9 @@ def last_finite(rows: list[dict], column: str) -> float:
     return next((row[column] for row in reversed(rows) if not math.isnan(row.get(column, math.nan))), math.nan)
 
 
-def info_columns(infos: dict[str, float], groups: int) -> dict[str, float]:
-    """Info means given as ``"<group>/<key>"`` as metrics columns: ``<key>`` for an env of one group, else
-    ``<key>_<group>`` (the TorchRL variant's)."""
-    columns = {}
-    for name, value in infos.items():
-        group, key = name.split("/", 1)
-        columns[key if groups == 1 else f"{key}_{group}"] = value
-    return columns
-
-
 def random_policy(env, rewards: list[NestedKey], frames: int, steps: int, info: distributed.RankInfo,
                   team: bool = False) -> dict[str, float]:
-    """The same accounting as training, over ``frames`` frames (all ranks) of uniformly random actions (masks
-    honoured): the mean episode reward averaged over batches, the other columns over every episode."""
+    """The training's columns over ``frames`` frames of random actions (the mean reward averaged over batches)."""
     env.set_seed(distributed.rank_seed(12345, info.rank, info.world_size))
     episodes = Episodes(env, rewards, team)
     td, means, totals = env.reset(), [], None
@@ -507,112 +361,79 @@ def random_policy(env, rewards: list[NestedKey], frames: int, steps: int, info: 
     return {**columns, "mean_episode_reward": mean_of(means)}
 
 
-# ---------------------------------------------------------------------------------------------------
-# Files: metrics.csv, timings.csv, summary.json, learning_curve.png, policy.gif
-# ---------------------------------------------------------------------------------------------------
-# Columns that measure the machine, not the training: they go to timings.csv, so that metrics.csv is the same
-# file for the same seed and threads.
-TIMING_COLUMNS = ("wall_s",)
-
-
 def write_metrics(args, rows: list[dict]) -> None:
     """One row per update: ``metrics.csv`` (frames and rewards), ``timings.csv`` (frames and wall time)."""
     args.out.mkdir(parents=True, exist_ok=True)
-    fields = list(dict.fromkeys(k for row in rows for k in row))
-    for name, columns in [("metrics.csv", [k for k in fields if k not in TIMING_COLUMNS]),
-                          ("timings.csv", ["frames", *(k for k in fields if k in TIMING_COLUMNS)])]:
+    fields = list(dict.fromkeys(k for row in rows for k in row))  # wall time apart: metrics.csv is the same file
+    for name, columns in [("metrics.csv", [k for k in fields if k != "wall_s"]),  # for the same seed and threads
+                          ("timings.csv", ["frames", "wall_s"])]:
         with open(args.out / name, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
 
 
-def write_summary(args, summary: dict) -> None:
-    """``summary.json``: the summary ``main`` prints."""
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-
-
 def write_outputs(args, rows: list[dict], summary: dict, title: str = "") -> None:
-    """``metrics.csv``, ``timings.csv``, ``summary.json`` and ``learning_curve.png`` (one curve per group or
-    player, and the random policy; win rates on a panel of their own)."""
+    """``metrics.csv``, ``timings.csv``, ``summary.json`` and ``learning_curve.png`` (win rates on a second panel)."""
     write_metrics(args, rows)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    from matplotlib.figure import Figure  # no pyplot: no backend, no global figure state
+
     fields = list(dict.fromkeys(k for row in rows for k in row))
-    write_summary(args, summary)
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    wins = [k for k in fields if k == "won" or k.startswith("won_")]  # a win signal gets a panel of its own
-    fig, axes = plt.subplots(1, 2 if wins else 1, figsize=(10.5 if wins else 6, 3.6), squeeze=False)
-    ax = axes[0, 0]
-    frames = [r["frames"] for r in rows]
-    for col in [k for k in fields if k.startswith("reward_")] or ["mean_episode_reward"]:
-        label = col.removeprefix("reward_") if col.startswith("reward_") else summary["algorithm"]
-        ax.plot(frames, [r[col] for r in rows], marker="o", ms=3, label=label)
-    ax.axhline(summary["random_policy_reward"], color="grey", ls="--", label="random policy")
-    ax.set_ylabel("mean episode reward")
+    panels = [([k for k in fields if k.startswith("reward_")] or ["mean_episode_reward"], "mean episode reward",
+               [summary["random_policy_reward"]])]
+    wins = [k for k in fields if k == "won" or k.startswith("won_")]
     if wins:
-        for col in wins:
-            axes[0, 1].plot(frames, [r[col] for r in rows], marker="o", ms=3,
-                            label=col.removeprefix("won_") if col != "won" else summary["algorithm"])
-        random_wins = [summary[f"random_policy_{col}"] for col in wins if f"random_policy_{col}" in summary]
-        if random_wins:
-            axes[0, 1].axhline(sum(random_wins) / len(random_wins), color="grey", ls="--", label="random policy")
-        axes[0, 1].set_ylabel("win rate (episodes won)")
-        axes[0, 1].set_ylim(-0.02, 1.02)
-    for axis in axes[0]:
-        axis.set_xlabel("frames")
+        panels.append((wins, "win rate (episodes won)", [summary[f"random_policy_{k}"] for k in wins
+                                                          if f"random_policy_{k}" in summary]))
+    fig = Figure(figsize=(10.5 if wins else 6, 3.6))
+    axes = fig.subplots(1, len(panels), squeeze=False)
+    for axis, (columns, ylabel, random_line) in zip(axes[0], panels):
+        for col in columns:
+            label = col.split("_", 1)[1] if col.startswith(("reward_", "won_")) else summary["algorithm"]
+            axis.plot([r["frames"] for r in rows], [r[col] for r in rows], marker="o", ms=3, label=label)
+        if random_line:
+            axis.axhline(sum(random_line) / len(random_line), color="grey", ls="--", label="random policy")
+        axis.set(xlabel="frames", ylabel=ylabel, **({"ylim": (-0.02, 1.02)} if columns is wins else {}))
         axis.legend()
         axis.grid(alpha=0.3)
     fig.suptitle(title or f"{summary['algorithm']} on {summary['env']} ({summary['wall_s']:.0f} s)")
     fig.tight_layout()
     fig.savefig(args.out / "learning_curve.png", dpi=110)
-    plt.close(fig)
 
 
 def write_gif(args, play, steps: int, device: torch.device) -> Path | None:
-    """A GIF of env 0 under ``play(env, td) -> (td, td_next)``; None, saying why on stderr, where the env does not
-    render here (the run's other files are written by then). Prints how long it took."""
+    """A GIF of env 0 under ``play(env, td) -> (td, td_next)``; None, saying why, where the env does not render."""
     import imageio.v2 as imageio
 
     start = time.perf_counter()
     env = marl_envs.make(args.env, num_envs=1, device=device, **args.env_kwargs)
     env.set_seed(args.seed + 1)
     images, td = [], env.reset()
-    why = None if env.renders else "the env does not draw images (env.renders is False)"
-    if why is None:
-        try:
-            env.render(env_index=0)
-        except Exception as err:  # a finished run keeps its results whatever the renderer lacks here
-            why = f"env.render() raised {type(err).__name__}: {err}"
-    if why is not None:
-        print(f"no policy.gif for {args.env}: {why}", file=sys.stderr)
-        env.close()
-        return None
+    why = "the env does not draw images (env.renders is False)"
+    try:
+        why = None if env.renders and env.render(env_index=0) is not None else why
+    except Exception as err:  # a finished run keeps its results whatever the renderer lacks here
+        why = f"env.render() raised {type(err).__name__}: {err}"
     with torch.no_grad():
-        for _ in range(steps):
+        for _ in range(steps if why is None else 0):
             images.append(env.render(env_index=0)[::2, ::2])  # half size keeps the GIF small
             _, td = play(env, td)
     env.close()
+    if why is not None:
+        print(f"no policy.gif for {args.env}: {why}", file=sys.stderr)
+        return None
     path = args.out / "policy.gif"
     imageio.mimsave(path, images, duration=50, loop=0)
     print(f"policy.gif: {steps} frames rendered in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return path
 
 
-# ---------------------------------------------------------------------------------------------------
-# Checkpoints: --checkpoint-every, --resume
-# ---------------------------------------------------------------------------------------------------
-CHECKPOINT = "checkpoint.pt"
-
-
 def read_checkpoint(out: Path) -> dict:
     """``out/checkpoint.pt``, or a ``FileNotFoundError`` that says what to pass."""
-    path = out / CHECKPOINT
+    path = out / "checkpoint.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"--resume {out}: no {CHECKPOINT} there; pass the --out folder of a run that wrote "
+        raise FileNotFoundError(f"--resume {out}: no checkpoint.pt there; pass the --out folder of a run that wrote "
                                 f"one (every --checkpoint-every updates, default 10)")
     try:  # tensors and plain values only: unpickling anything else could run code from the file
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -626,19 +447,16 @@ def read_checkpoint(out: Path) -> dict:
 
 def save_checkpoint(args, rows: list[dict], frames: int, iterations: int, wall: float, model: nn.Module,
                     optim: torch.optim.Optimizer, extra: dict | None = None) -> None:
-    """Everything a resumed run continues from: the settings, the updates done and their frames, wall time and
-    metrics rows, the model's parameters, the optimiser's state, every random generator's state and ``extra``
-    (tensors the run carries). Written to a temporary file, then renamed: a run killed while writing keeps the
-    previous checkpoint. ``metrics.csv`` and ``timings.csv`` are written with it."""
+    """What a resumed run continues from, written then renamed (a run killed meanwhile keeps the last); the CSVs."""
     args.out.mkdir(parents=True, exist_ok=True)
     state = {
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "iterations": iterations, "frames": frames, "wall_s": wall, "rows": rows,
         "model": model.state_dict(), "optim": optim.state_dict(), "rng": rng_states(), "extra": extra or {},
     }
-    tmp = args.out / f".{CHECKPOINT}.tmp"
+    tmp = args.out / ".checkpoint.pt.tmp"
     torch.save(state, tmp)
-    tmp.replace(args.out / CHECKPOINT)
+    tmp.replace(args.out / "checkpoint.pt")
     write_metrics(args, rows)
 
 
@@ -658,22 +476,17 @@ def load_checkpoint(args, model: nn.Module, optim: torch.optim.Optimizer, world_
 def rng_states() -> dict:
     """Every random generator's state as tensors and plain values (what ``torch.load(weights_only=True)`` reads)."""
     _, keys, pos, has_gauss, cached = np.random.get_state()
-    version, internal, gauss = random.getstate()
-    return {"torch": torch.get_rng_state(),
-            "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
-                      "cached_gaussian": float(cached)},
-            "python": {"version": version, "internal": list(internal), "gauss_next": gauss},
+    return {"torch": torch.get_rng_state(), "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos),
+                                                      int(has_gauss), float(cached)], "python": random.getstate(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}
 
 
 def set_rng_states(rng: dict) -> None:
     """Restore ``rng_states()``."""
     torch.set_rng_state(rng["torch"])
-    state = rng["numpy"]
-    np.random.set_state(("MT19937", state["keys"].numpy().astype(np.uint32), state["pos"], state["has_gauss"],
-                         state["cached_gaussian"]))
-    python = rng["python"]
-    random.setstate((python["version"], tuple(python["internal"]), python["gauss_next"]))
+    keys, *rest = rng["numpy"]
+    np.random.set_state(("MT19937", keys.numpy().astype(np.uint32), *rest))
+    random.setstate(tuple(rng["python"]))
     if rng["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
 

@@ -34,7 +34,7 @@ import _common  # noqa: E402  (bookkeeping: presets, files, checkpoints, torchru
 import marl_envs  # noqa: E402
 from marl_envs.specs import Bounded, Categorical, OneHot  # noqa: E402
 
-# The settings of any env; an env's preset (_common.PRESETS) and the command line override them.
+# The settings of any env; an env's preset (examples/presets.toml) and the command line override them.
 DEFAULTS = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 30,
             "minibatch": 400, "lr": 3e-4, "entropy": 1e-4, "normalize_advantage": False, "team_return": False,
             "hidden": 256, "gamma": 0.99, "lmbda": 0.9, "clip": 0.2, "max_grad_norm": 1.0, "anneal_lr": False}

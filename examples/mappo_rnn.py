@@ -42,7 +42,7 @@ import _common  # noqa: E402  (bookkeeping: presets, files, checkpoints, torchru
 import marl_envs  # noqa: E402
 from marl_envs.specs import Bounded, Categorical, OneHot  # noqa: E402
 
-# JaxMARL's recurrent MAPPO settings for any env; an env's preset (_common.RNN_PRESETS) and the command line override
+# JaxMARL's recurrent MAPPO settings for any env; an env's preset ([rnn] in presets.toml) and the command line override
 DEFAULTS = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 4,
             "minibatch": 400, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True, "team_return": False,
             "hidden": 128, "gamma": 0.99, "lmbda": 0.95, "clip": 0.2, "max_grad_norm": 0.5, "anneal_lr": True,

@@ -57,7 +57,7 @@ from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common.py, from any working directory
 from _common import (  # noqa: E402  (bookkeeping shared with mappo.py: checkpoints, metrics.csv, the plot)
-    NOT_METRICS, add_checkpoint_arguments, as_tuple, info_columns, load_checkpoint, resumed_args, save_checkpoint,
+    NOT_METRICS, add_checkpoint_arguments, as_tuple, load_checkpoint, resumed_args, save_checkpoint,
     write_metrics, write_outputs,
 )
 
@@ -212,6 +212,16 @@ def episode_infos(data, groups: list[Group], info: distributed.RankInfo | None =
     if info is not None and info.world_size > 1:
         dist.all_reduce(totals)
     return {name: s / c if c else float("nan") for name, (s, c) in zip(names, totals.tolist())}
+
+
+def info_columns(infos: dict[str, float], groups: int) -> dict[str, float]:
+    """Info means given as ``"<group>/<key>"`` as metrics columns: ``<key>`` for an env of one group, else
+    ``<key>_<group>`` (the TorchRL variant's)."""
+    columns = {}
+    for name, value in infos.items():
+        group, key = name.split("/", 1)
+        columns[key if groups == 1 else f"{key}_{group}"] = value
+    return columns
 
 
 def mean_of(values) -> float:
