@@ -3,7 +3,8 @@
 Read top to bottom: the settings, the networks, then ``train``: rollout, GAE, the PPO loss and the update, inline.
 Everything env-specific is read from the env: groups, action / reward / done keys and specs. One policy per
 group, parameters shared inside the group; a centralised critic fed the root ``state`` when the env has one,
-else the group's observations side by side (MAPPO), or a per-agent critic (IPPO). The recurrent version (GRU
+else the group's observations side by side (MAPPO), or a per-agent critic (IPPO); an observation shaped like an
+image or a grid ((H, W, C) or (C, H, W)) passes a small convolutional torso first. The recurrent version (GRU
 actors and critics, the settings of JaxMARL's MAPPO RNN baselines) is its own file, ``mappo_rnn.py``.
 
     python examples/mappo.py --env vmas/navigation --out runs/navigation
@@ -58,6 +59,39 @@ def mlp(n_in: int, n_out: int, hidden: int) -> nn.Sequential:
                          nn.Linear(hidden, n_out))
 
 
+class ConvTorso(nn.Module):
+    """A group's flat observation ``(..., k * F)`` whose features from ``start`` hold an image or a grid ``shape``
+    ((H, W, C) or (C, H, W): a Melting Pot view, a MAgent2 grid, a board): two 3x3 convolutions pooled to at most
+    4x4, the other features beside them; ``k`` agents side by side (a centralised critic's input) each encoded."""
+
+    def __init__(self, image: tuple, features: int, agents: int = 1):
+        super().__init__()
+        (self.shape, self.start, self.scale), self.features, self.agents = image, features, agents
+        self.channels_last = self.shape[-1] < self.shape[0]  # (40, 40, 3), (13, 13, 5); a board (3, 3, 3) is (C, H, W)
+        c, h, w = (self.shape[2], *self.shape[:2]) if self.channels_last else self.shape
+        stride = 2 if min(h, w) >= 8 else 1
+        self.conv = nn.Sequential(nn.Conv2d(c, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride, padding=1),
+                                  nn.ReLU(), nn.AdaptiveAvgPool2d((min(4, h), min(4, w))), nn.Flatten())
+        self.size = math.prod(self.shape)
+        self.out_dim = agents * (32 * min(4, h) * min(4, w) + features - self.size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.unflatten(-1, (self.agents, self.features))
+        end = self.start + self.size
+        image = x[..., self.start:end].reshape(-1, *self.shape) * self.scale
+        image = image.permute(0, 3, 1, 2) if self.channels_last else image
+        encoded = self.conv(image).reshape(*x.shape[:-1], -1)
+        return torch.cat([encoded, x[..., :self.start], x[..., end:]], -1).flatten(-2)
+
+
+def network(n_in: int, n_out: int, hidden: int, image: tuple | None = None, agents: int = 1) -> nn.Module:
+    """The MLP; where the group's observation holds an image or a grid, a convolutional torso before it."""
+    if image is None:
+        return mlp(n_in, n_out, hidden)
+    torso = ConvTorso(image, n_in // agents, agents)
+    return nn.Sequential(torso, mlp(torso.out_dim, n_out, hidden))
+
+
 class Policy(nn.Module):
     """One group's policy, shared by its agents: observation -> action, its log-probability and entropy.
 
@@ -65,16 +99,16 @@ class Policy(nn.Module):
     sample is kept so log-probabilities are exact. Discrete actions are categorical and honour an action mask.
     """
 
-    def __init__(self, obs_dim: int, spec, hidden: int):
+    def __init__(self, obs_dim: int, spec, hidden: int, image: tuple | None = None):
         super().__init__()
         self.discrete, self.one_hot = isinstance(spec, (Categorical, OneHot)), isinstance(spec, OneHot)
         if self.discrete:
-            self.net, self.n = mlp(obs_dim, spec.n, hidden), spec.n
+            self.net, self.n = network(obs_dim, spec.n, hidden, image), spec.n
         else:
             if not isinstance(spec, Bounded):
                 raise TypeError(f"mappo.py supports Bounded, Categorical and OneHot actions, got {type(spec).__name__}")
             dim = spec.shape[-1]
-            self.net = mlp(obs_dim, dim, hidden)
+            self.net = network(obs_dim, dim, hidden, image)
             self.log_std = nn.Parameter(torch.full((dim,), 0.0))
             low, high = spec.low[0], spec.high[0]  # (n_agents, dim): agents of a group may differ in range
             self.register_buffer("centre", (high + low) / 2)
@@ -128,6 +162,10 @@ class Group:
         lead = 1 if group is None else 2  # (B,) or (B, n_agents) before an entry's features
         self.dims = [probe.get(k).ndim - lead for k in self.observations]  # each entry flattened past its agent dim
         self.obs_dim = sum(probe.get(k).shape[lead:].numel() for k in self.observations)
+        # the first entry shaped like an image or a grid, as (its shape, where it starts in obs(), its scale)
+        starts = [sum(probe.get(k).shape[lead:].numel() for k in self.observations[:i]) for i in range(len(self.dims))]
+        self.image = next(((tuple(probe.get(k).shape[lead:]), start, 1 / 255 if probe.get(k).dtype == torch.uint8
+                            else 1.0) for k, d, start in zip(self.observations, self.dims, starts) if d == 3), None)
         self.n = 1 if group is None else len(env.group_map[group])
 
     def at(self, name: str):
@@ -164,13 +202,19 @@ class Critic(nn.Module):
         self.centralised = centralised and bool(g.prefix)
         self.state = self.centralised and "state" in env.observation_keys
         n_in = probe.get("state").shape[-1] if self.state else g.obs_dim * (g.n if self.centralised else 1)
-        self.net = mlp(n_in, g.n if self.centralised else 1, hidden)
+        image = None if self.state else g.image
+        self.state_image = self.state and probe.get("state").ndim == 4  # (B, H, W, C): the world's view (Melting Pot)
+        if self.state_image:
+            state = probe.get("state")
+            n_in, image = state[0].numel(), (tuple(state.shape[1:]), 0, 1 / 255 if state.dtype == torch.uint8 else 1.0)
+        agents = g.n if self.centralised and not self.state else 1  # the observations side by side
+        self.net = network(n_in, g.n if self.centralised else 1, hidden, image, agents)
 
     def forward(self, g: Group, td) -> torch.Tensor:
         if not self.centralised:
             return self.net(g.obs(td))
         x = td.get("state") if self.state else g.obs(td).flatten(-2)
-        return self.net(x).unsqueeze(-1)
+        return self.net(x.flatten(-3).float() if self.state_image else x).unsqueeze(-1)
 
 
 class Agents(nn.Module):
@@ -182,7 +226,7 @@ class Agents(nn.Module):
         self.groups = [Group(env, group, probe) for group in list(env.group_map) or [None]]
         policies, critics = [], []
         for g in self.groups:
-            policies.append(Policy(g.obs_dim, env.full_action_spec[g.action], hidden))
+            policies.append(Policy(g.obs_dim, env.full_action_spec[g.action], hidden, g.image))
             critics.append(Critic(g, env, probe, hidden, centralised))
         self.policies, self.critics = nn.ModuleList(policies), nn.ModuleList(critics)
 
