@@ -35,9 +35,10 @@ RNN_PRESETS: dict[str, dict] = _PRESETS["rnn"]
 RNN_OWN = tuple(_PRESETS["rnn_own"])  # mappo_rnn.py's DEFAULTS that an env's feed-forward preset does not override
 
 
-def presets(env: str, defaults: dict, recurrent: bool = False) -> dict:
-    """``defaults`` under the env's preset (``recurrent``: the feed-forward one less ``RNN_OWN``, then its own)."""
-    own = RNN_PRESETS.get(env, {}) if recurrent else {}
+def presets(env: str, defaults: dict, recurrent: bool = False, ippo: bool = False) -> dict:
+    """``defaults`` under the env's preset (``recurrent``: the feed-forward one less ``RNN_OWN``, then its own, then
+    with ``ippo`` its IPPO one)."""
+    own = {**RNN_PRESETS.get(env, {}), **(_PRESETS["rnn_ippo"].get(env, {}) if ippo else {})} if recurrent else {}
     return {**defaults, **{k: v for k, v in PRESETS.get(env, {}).items() if not (recurrent and k in RNN_OWN)}, **own}
 
 

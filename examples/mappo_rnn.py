@@ -59,7 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--agent-ids", action=argparse.BooleanOptionalAction, default=None,
                    help="each agent's one-hot index in its group added to its policy's input (default: the preset)")
     args = p.parse_args(argv)
-    return _common.finish_args(p, args, _common.presets(args.env, DEFAULTS, recurrent=True), "mappo_rnn.py")
+    return _common.finish_args(p, args, _common.presets(args.env, DEFAULTS, recurrent=True, ippo=args.ippo), "mappo_rnn.py")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -628,3 +628,16 @@ def test_a_short_run_ends_normally_on_every_backend(tmp_path, name, kwargs):
         assert (tmp_path / "policy.gif").read_bytes()[:6] == b"GIF89a"
     else:
         assert f"no policy.gif for {name}: " in run.stderr, run.stderr[-2000:]
+
+
+def test_recurrent_ippo_on_smax_takes_jaxmarls_ippo_settings():
+    """``mappo_rnn.py --ippo`` on SMAX: JaxMARL's ippo_rnn_smax.yaml (Adam 4e-3, clip 0.05, entropy 0.01) over the
+    MAPPO preset (2e-3, 0.2, 0), whose other settings it shares."""
+    mappo_preset = _common.presets("jaxmarl/HeuristicEnemySMAX", mappo_rnn.DEFAULTS, recurrent=True)
+    ippo_preset = _common.presets("jaxmarl/HeuristicEnemySMAX", mappo_rnn.DEFAULTS, recurrent=True, ippo=True)
+    assert (mappo_preset["lr"], mappo_preset["clip"], mappo_preset["entropy"]) == (2e-3, 0.2, 0.0)
+    assert (ippo_preset["lr"], ippo_preset["clip"], ippo_preset["entropy"]) == (4e-3, 0.05, 0.01)
+    assert {k: v for k, v in ippo_preset.items() if k not in ("lr", "clip", "entropy")} == \
+        {k: v for k, v in mappo_preset.items() if k not in ("lr", "clip", "entropy")}
+    assert _common.presets("vmas/navigation", mappo_rnn.DEFAULTS, recurrent=True, ippo=True) == \
+        _common.presets("vmas/navigation", mappo_rnn.DEFAULTS, recurrent=True)  # no IPPO preset: the MAPPO one
