@@ -2,7 +2,8 @@
 
 >>> import marl_envs
 >>> marl_envs.available_backends()
-['brax', 'gymnax', 'jaxmarl', 'jumanji', 'lbforaging', 'magent2', 'mamujoco', 'openspiel', 'pettingzoo', 'playground', 'rware', 'vmas']
+['brax', 'gymnax', 'jaxmarl', 'jumanji', 'lbforaging', 'magent2', 'mamujoco', 'meltingpot', 'openspiel',
+ 'pettingzoo', 'playground', 'rware', 'vmas']
 """
 
 import importlib
