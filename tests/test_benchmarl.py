@@ -163,6 +163,7 @@ def test_task_reads_the_env():
     assert list(balance.observation_spec(env)["agents"].keys()) == ["observation"]
     assert set(balance.info_spec(env)["agents", "info"].keys()) == {"pos_rew", "ground_rew"}
     assert balance.action_mask_spec(env) is None and balance.state_spec(env) is None
+    env.reset()  # BenchMARL renders in its evaluation rollouts, after their reset (ours refuse a render before one)
     frame = balance.render_callback(None, env, None)
     assert frame.shape[-1] == 3 and frame.dtype.name == "uint8" and torch.as_tensor(frame).ndim == 3
     continuous = balance.get_env_fun(num_envs=2, continuous_actions=True, seed=1, device="cpu")()
