@@ -4,6 +4,7 @@ TorchRL's own ``MeltingpotEnv``. These run in the TorchRL virtualenvs (``make te
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 import pytest
@@ -36,7 +37,11 @@ def _layout(env, steps: int = 3) -> dict:
 def theirs_and_ours():
     from torchrl.envs.libs.meltingpot import MeltingpotEnv
 
-    theirs, mine = MeltingpotEnv(SUBSTRATE), ours.MeltingpotEnv(SUBSTRATE, batch_size=(2,), seed=0)
+    # ours first: it imports Melting Pot without TensorFlow, and TorchRL's then finds it imported (TensorFlow,
+    # imported beside JAX and torch, can crash the process: seen under pytest-xdist on a 2-core machine)
+    mine = ours.MeltingpotEnv(SUBSTRATE, batch_size=(2,), seed=0)
+    theirs = MeltingpotEnv(SUBSTRATE)
+    assert "tensorflow" not in sys.modules
     yield theirs, mine
     theirs.close()
     mine.close()
