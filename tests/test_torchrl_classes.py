@@ -144,11 +144,29 @@ def test_jumanji_and_playground_splits_by_torchrls_keywords():
         ours.MujocoPlaygroundEnv("HopperHop", agent_mapping="hopper_3x1")
 
 
+def test_openspiel_return_state_resets_to_the_saved_games():
+    """TorchRL's ``return_state=True``: ``"state"`` holds each game serialized, and ``reset(data)`` of data holding
+    it resets to those games (the rows a ``_reset`` entry selects), batched."""
+    _needs("openspiel")
+    from tensordict import NonTensorStack
+
+    env = ours.OpenSpielEnv("tic_tac_toe", return_state=True, batch_size=(3,), seed=0)
+    torchrl_check_env_specs(env)
+    td = env.step(env.rand_action(env.reset()))
+    saved = td["next"].clone()
+    assert isinstance(saved.get("state"), NonTensorStack) and saved.get("state").tolist() == env.env.game_states()
+    moved = env.step(env.rand_action(saved))["next"]
+    back = env.reset(saved)
+    assert back.get("state").tolist() == saved.get("state").tolist() != moved.get("state").tolist()
+    assert (back.exclude("state") == saved.exclude("state")).all()
+    env.step(env.rand_action(back))
+    kept = env.env.game_states()[1]
+    env.reset(saved.clone().set("_reset", torch.tensor([[True], [False], [True]])))
+    assert env.env.game_states() == [saved.get("state").tolist()[0], kept, saved.get("state").tolist()[2]]
+
+
 def test_what_our_classes_refuse_names_the_reason():
     _needs("openspiel")
-    with pytest.raises(ValueError, match=r"OpenSpielEnv\(return_state=True\): TorchRL's 'state' is the game's "
-                                         r"serialized state"):
-        ours.OpenSpielEnv("chess", return_state=True)
     with pytest.raises(TypeError, match=r"Batch size used in constructor is not compatible with openspiel. "
                                         r"batch_size=\(2, 3\)"):
         ours.OpenSpielEnv("tic_tac_toe", batch_size=[2, 3])

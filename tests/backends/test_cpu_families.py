@@ -226,6 +226,35 @@ def test_games_that_end_themselves_report_their_bound_and_no_time_limit():
     assert data["next", "done"].any(1).all()  # every game ends within its bound
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_openspiel_games_reset_to_their_serialized_states(num_workers):
+    """``game_states()`` serializes each game as it stands; ``reset_to`` puts them back (the rows a ``_reset``
+    entry selects): the same data as when they were saved, and the same games as pyspiel deserializes."""
+    _installed("openspiel")
+    import pyspiel
+
+    env = marl_envs.make("openspiel/backgammon", num_envs=3, seed=0, num_workers=num_workers)
+    td = env.step(env.rand_action(env.reset()))
+    saved = env.game_states()
+    game = pyspiel.load_game("backgammon")
+    assert all(str(game.deserialize_state(state)) for state in saved)
+    env.step(env.rand_action(td["next"]))
+    assert env.game_states() != saved
+    back = env.reset_to(saved)
+    assert env.game_states() == saved
+    compared = [key for key in back.keys(True, True) if key[-1] in ("observation", "action_mask", "mask")]
+    assert len(compared) >= 3 and all((back[key] == td["next"][key]).all() for key in compared), compared
+    env.step(env.rand_action(back))
+    rows = torch.tensor([[True], [False], [True]])
+    kept = env.game_states()[1]
+    env.reset_to(saved, back.set("_reset", rows))
+    assert env.game_states() == [saved[0], kept, saved[2]]
+    with pytest.raises(ValueError, match=r"^reset_to takes one serialized game state \(a str, env.game_states\(\)'s\) "
+                                         r"per env: 3 here, got 2 \(str\)$"):
+        env.reset_to(saved[:2])
+    env.close()
+
+
 def test_mamujoco_max_episode_steps_is_max_steps_and_truncates():
     """Gymnasium's time limit of the robot (Reacher's: 50), a move of each agent per step in the AEC API."""
     _installed("mamujoco")

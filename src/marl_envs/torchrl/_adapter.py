@@ -264,7 +264,11 @@ class TorchRLEnv(_TorchRLEnvBase):
                 f"reset() got keyword arguments {sorted(kwargs)}; marl-envs envs take only seed= (select envs "
                 f"with a '_reset' entry)"
             )
-        return self._masked(self.env.reset(tensordict, seed=seed), self.env._reset_mask(tensordict))
+        return self._masked(self._reset_env(tensordict, seed), self.env._reset_mask(tensordict))
+
+    def _reset_env(self, tensordict: TensorDictBase | None, seed: int | None) -> TensorDictBase:
+        """The wrapped env's reset (a class of ``marl_envs.torchrl`` may reset otherwise: OpenSpiel's states)."""
+        return self.env.reset(tensordict, seed=seed)
 
     def _set_seed(self, seed: int | None) -> None:
         if seed is not None:

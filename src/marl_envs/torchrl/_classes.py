@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Sequence
 
 import torch
+from tensordict import NonTensorData, NonTensorStack
 
 from groupings import MarlGroupMapType
 
@@ -128,7 +129,9 @@ class OpenSpielEnv(TorchRLEnv):
     """``torchrl.envs.OpenSpielEnv``'s arguments, our OpenSpiel env inside, batched:
     ``OpenSpielEnv("tic_tac_toe", batch_size=(8,))`` is ``to_torchrl(marl_envs.make("openspiel/tic_tac_toe",
     num_envs=8, categorical_actions=False))``. One-hot actions by default, as TorchRL's; ``parameters`` are the
-    game's (``{"players": 3}``)."""
+    game's (``{"players": 3}``). With ``return_state=True``, as TorchRL's, the data hold ``"state"``: each game
+    serialized (a str per env), and ``reset(data)`` of data holding ``"state"`` resets the envs it selects (all,
+    or a ``_reset`` entry's) to those games instead of new ones (``reset_to`` of our env)."""
 
     available_envs = _EnvNames("openspiel")
     lib = _Library("pyspiel")
@@ -137,10 +140,6 @@ class OpenSpielEnv(TorchRLEnv):
                  categorical_actions: bool = False, return_state: bool = False, parameters: dict | None = None,
                  batch_size: BatchSize = None, num_envs: int | None = None, seed: int | None = None,
                  device: torch.device | str | None = None, **kwargs):
-        if return_state:
-            raise ValueError("OpenSpielEnv(return_state=True): TorchRL's 'state' is the game's serialized state, to "
-                             "reset one game to; our envs are batched and reset from the game's start, and OpenSpiel "
-                             "games have no global state tensor: leave return_state=False")
         env = backend_module("openspiel").OpenSpielEnv(
             game_string, num_envs=_num_envs(batch_size, num_envs, "openspiel"), group_map=group_map,
             categorical_actions=categorical_actions, seed=seed, device=device or "cpu", **(parameters or {}),
@@ -154,7 +153,10 @@ class OpenSpielEnv(TorchRLEnv):
         observations = self.full_observation_spec.clone()
         observations["current_player"] = rl_specs.Unbounded(shape=self.batch_size, dtype=torch.int32,
                                                             device=self.device)
+        if return_state:
+            observations["state"] = rl_specs.NonTensor(shape=self.batch_size, device=self.device)
         self.full_observation_spec = observations
+        self.return_state = return_state
 
     def _with_current_player(self, data):
         groups, players = self._turns
@@ -166,13 +168,25 @@ class OpenSpielEnv(TorchRLEnv):
             ended = ended | (count == 0)
         else:  # every player acts at every step: one player, or simultaneous moves
             turn = torch.full_like(ended, 0 if self.n_agents == 1 else -2, dtype=torch.int32)
-        return data.set("current_player", torch.where(ended, -4, turn).int())
+        data.set("current_player", torch.where(ended, -4, turn).int())
+        if self.return_state:
+            data.set("state", NonTensorStack(*(NonTensorData(state) for state in self.env.game_states())))
+        return data
 
     def _step(self, tensordict):
         return self._with_current_player(super()._step(tensordict))
 
     def _reset(self, tensordict=None, **kwargs):
         return self._with_current_player(super()._reset(tensordict, **kwargs))
+
+    def _reset_env(self, tensordict, seed):
+        if not self.return_state or tensordict is None or "state" not in tensordict.keys():
+            return super()._reset_env(tensordict, seed)
+        states = tensordict.get("state")
+        states = states.tolist() if isinstance(states, NonTensorStack) else [states.data] * self.num_envs
+        if seed is not None:
+            self.env.set_seed(seed)
+        return self.env.reset_to(states, tensordict.exclude("state"))
 
 
 class OpenSpielWrapper(OpenSpielEnv):

@@ -18,7 +18,7 @@ from ..._core.tensordicts import unchecked_nested, unchecked_tensordict
 from ..._core.validate import checked_keywords
 from ...specs import Bounded, Categorical, Composite, OneHot, Unbounded
 from .._named import NamedRepr
-from ..pettingzoo import DEFAULT_TIMEOUT_S, InstanceError, WorkerError, WorkerPool, shared_zeros
+from ..pettingzoo import DEFAULT_TIMEOUT_S, InstanceError, PooledEnv, WorkerError, WorkerPool, shared_zeros
 from ._library import Facts, Instance, facts, row_seed, scenarios, substrate_names
 from ._shard import Layout, SubstrateBuffers, SubstrateShard
 
@@ -52,7 +52,7 @@ def _default_group_map(roles: tuple[str, ...], players: list[str]) -> dict[str, 
     return groups
 
 
-class MeltingpotEnv(NamedRepr, EnvBase):
+class MeltingpotEnv(NamedRepr, PooledEnv, EnvBase):
     """A Melting Pot substrate by name, ``num_envs`` copies batched (``B = num_envs``, ``n`` players in the group;
     players ``player_0 ... player_{N-1}``):
 
@@ -93,7 +93,8 @@ class MeltingpotEnv(NamedRepr, EnvBase):
     """
 
     family: ClassVar[str] = "meltingpot"
-    _fused_reset = True
+    _library = "Melting Pot"
+    _row_seed = staticmethod(row_seed)
 
     @checked_keywords
     def __init__(self, substrate: str, *, num_envs: int = 1, roles: list[str] | tuple[str, ...] | None = None,
@@ -136,12 +137,11 @@ class MeltingpotEnv(NamedRepr, EnvBase):
         if num_workers:
             self._runner: SubstrateShard | WorkerPool = WorkerPool(
                 make, num_envs, num_workers, self._layout, self._buffers, SubstrateShard,
-                name=f"meltingpot/{substrate}", timeout=worker_timeout, library="Melting Pot")
+                name=f"meltingpot/{substrate}", timeout=worker_timeout, library=self._library)
         else:
             self._runner = SubstrateShard([make() for _ in range(num_envs)], 0, self._layout, self._buffers)
         self._seed: int | None = None
         self._seeds: list[int | None] = [None] * num_envs  # each row's seed for its next reset
-        self._unseeded = [None] * num_envs
         if seed is not None:
             self.set_seed(seed)
 
@@ -172,42 +172,6 @@ class MeltingpotEnv(NamedRepr, EnvBase):
                                  len(members)))
 
     # -- the backend hook ----------------------------------------------------------------------------
-    def _set_seed(self, seed: int) -> None:
-        self._seed = seed
-        self._seeds = [row_seed(seed, i) for i in range(self.num_envs)]
-
-    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
-        if isinstance(self._runner, WorkerPool) and self._runner.failure is not None:
-            self._restart_workers(mask)
-        rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
-        seeds = [self._seeds[i] for i in rows]
-        for i in rows:
-            self._seeds[i] = None
-        self._call("reset", rows, seeds)
-        return self._to_tensordict(self._buffers.reset)
-
-    def _restart_workers(self, mask: torch.Tensor | None) -> None:
-        """New workers in place of those that failed, every row's next seed back to the env's own (the whole batch
-        restarts, as a fresh env built with the env's seed would)."""
-        if mask is not None and not bool(mask.all()):
-            raise ValueError(f"after a worker failure every env is reset, to start again from the env's seed: call "
-                             f"env.reset() without a '_reset' entry; the failure was: {self._runner.failure}")
-        self._runner.restart()
-        if self._seed is not None:
-            self._set_seed(self._seed)
-
-    def _call(self, command: str, *args: Any) -> None:
-        """``runner.<command>(*args)``; a substrate's error in this process re-raised as the workers' are."""
-        try:
-            getattr(self._runner, command)(*args)
-        except InstanceError:
-            raise
-        except Exception as err:
-            if not isinstance(self._runner, SubstrateShard):
-                raise
-            raise InstanceError(f"the Melting Pot substrate of env {self._runner.current} raised in {command}: "
-                                f"{type(err).__name__}: {err}") from err
-
     def _load_actions(self, tensordict: TensorDictBase) -> None:
         wire = self._buffers.actions
         for name, index, _ in self._groups:
@@ -215,28 +179,6 @@ class MeltingpotEnv(NamedRepr, EnvBase):
             if not self.categorical_actions:
                 action = action.argmax(-1)
             wire[:, index] = action.cpu().numpy()
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._load_actions(tensordict)
-        self._call("step")
-        return self._to_tensordict(self._buffers.step, with_reward=True)
-
-    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None
-                    ) -> tuple[TensorDictBase, TensorDictBase | None, torch.Tensor]:
-        b = self._buffers
-        self._load_actions(tensordict)
-        b.ends[:] = False if ends is None else ends.cpu().numpy()
-        seeded = self._seeds != self._unseeded  # a seed waits for some row's next reset
-        self._call("step_reset", None, self._seeds if seeded else None)
-        ended = b.reset_rows.copy()
-        any_ended = bool(ended.any())
-        if seeded and any_ended:
-            for i in np.flatnonzero(ended).tolist():
-                self._seeds[i] = None
-        fresh = self._to_tensordict(b.reset) if any_ended else None
-        rows = torch.from_numpy(ended)
-        return self._to_tensordict(b.step, with_reward=True), fresh, rows if self.device.type == "cpu" else \
-            rows.to(self.device)
 
     def _to_tensordict(self, arrays: Any, with_reward: bool = False) -> TensorDictBase:
         """The one output builder: the arrays the shards wrote -> one TensorDict."""
@@ -256,18 +198,9 @@ class MeltingpotEnv(NamedRepr, EnvBase):
         return td if self.device.type == "cpu" else td.to(self.device)
 
     # -- extras --------------------------------------------------------------------------------------
-    @property
-    def worker_pids(self) -> list[int]:
-        """The worker processes' ids (``[]`` with ``num_workers=0``)."""
-        return self._runner.pids if isinstance(self._runner, WorkerPool) else []
-
     def _render(self, env_index: int, **kwargs: Any) -> Any:
         """``WORLD.RGB`` of env ``env_index`` as it last stood (reset or step)."""
         if kwargs:
             raise TypeError(f"Melting Pot's render() takes no keywords, got {sorted(kwargs)}")
         frame = self._runner.render(env_index)  # EnvBase.render refuses one until the first reset
         return np.asarray(frame)
-
-    def close(self) -> None:
-        """Close the substrates (and stop the worker processes)."""
-        self._runner.close()

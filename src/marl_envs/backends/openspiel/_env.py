@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
+from tensordict import TensorDictBase
 
 from .._quiet import filtered_output
-from ..pettingzoo import ACTION_MASK, BatchFacts, Buffers, StepArrays, PettingZooEnv, Shard, Task, batch_index
+from ..pettingzoo import (ACTION_MASK, BatchFacts, Buffers, PettingZooEnv, Shard, StepArrays, Task, WorkerPool,
+                          batch_index)
 from ._drawing import text_image
 
 __all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "tasks"]
@@ -81,15 +84,20 @@ class _Game:
         self.longer = None if self.horizon is None else _load_game(name, {**params, "horizon": horizon + 1})
         self.cut = False  #: the game ended at its horizon, without a true end (a truncation)
 
-    def reset(self, seed: int | None) -> None:
+    def reset(self, seed: int | None, state: str | None = None) -> None:
+        """A new game, or the game ``state`` serializes (``pyspiel.State.serialize()``), its returns so far kept."""
         if seed is not None:
             self.rng = np.random.default_rng(seed)
-        self.state = self.game.new_initial_state()
-        self.returns = [0.0] * len(self.players)
+        self.state = self.game.new_initial_state() if state is None else self.game.deserialize_state(state)
+        self.returns = self.state.returns()
         self.last = [0.0] * len(self.players)
         self.chance = -1
-        self.cut = False
         self.resolve_chance()
+        self.cut = self.state.is_terminal() and self._at_horizon()
+
+    def _at_horizon(self) -> bool:
+        """Whether the game ended at its horizon alone: not terminal in the game one move longer."""
+        return self.longer is not None and not self.longer.deserialize_state(self.state.serialize()).is_terminal()
 
     def resolve_chance(self) -> None:
         """Draw and apply chance outcomes until a player acts or the game ends."""
@@ -110,8 +118,8 @@ class _Game:
             state.apply_action(int(actions[state.current_player()]))
         self.resolve_chance()
         self.rewards()
-        if self.longer is not None and state.is_terminal():  # once a game, at its end: the state replayed
-            self.cut = not self.longer.deserialize_state(state.serialize()).is_terminal()
+        if state.is_terminal():  # once a game, at its end
+            self.cut = self._at_horizon()
 
     def ends(self) -> tuple[bool, bool]:
         """``(terminated, truncated)`` of the game as it stands: a state ended by the horizon alone is truncated."""
@@ -178,10 +186,11 @@ class OpenSpielAEC(AECEnv):
         elif self.agent_selection not in self.agents and self.agents:
             self.agent_selection = self.agents[0]
 
-    def restart(self, seed: int | None) -> None:
-        """A new game, and who acts in it: ``reset`` without PettingZoo's dicts (``GameShard`` reads the game)."""
+    def restart(self, seed: int | None, state: str | None = None) -> None:
+        """A new game (or serialized ``state``), and who acts in it: ``reset`` without PettingZoo's dicts
+        (``GameShard`` reads the game)."""
         core = self.core
-        core.reset(seed)
+        core.reset(seed, state)
         core.rewards()
         self.agents = list(self.possible_agents)
         state = core.state
@@ -230,10 +239,10 @@ class OpenSpielParallel(ParallelEnv):
     def _observations(self) -> dict[str, dict]:
         return {agent: self.core.observe(p) for p, agent in enumerate(self.possible_agents)}
 
-    def restart(self, seed: int | None) -> None:
-        """A new game: ``reset`` without PettingZoo's dicts (``GameShard`` reads the game)."""
-        self.core.reset(seed)
-        self.agents = list(self.possible_agents)
+    def restart(self, seed: int | None, state: str | None = None) -> None:
+        """A new game (or serialized ``state``): ``reset`` without PettingZoo's dicts (``GameShard`` reads the game)."""
+        self.core.reset(seed, state)
+        self.agents = [] if self.core.state.is_terminal() else list(self.possible_agents)
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         self.restart(seed)
@@ -296,13 +305,22 @@ class GameShard(Shard):
         self._read(b.step, range(lo, hi))
         self._flags(b.step)
 
-    def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
+    def reset(self, rows: Sequence[int], seeds: Sequence[int | None], states: Sequence[str] | None = None) -> None:
+        """New games in rows ``rows`` (``seeds``: see ``Shard``), or the games ``states`` serialize (``restore``)."""
         arrays = self._reset_arrays(rows)
-        for i, seed in zip(rows, seeds):
+        for k, (i, seed) in enumerate(zip(rows, seeds)):
             self.current = i
-            self.instances[i - self.lo].restart(seed)
+            self.instances[i - self.lo].restart(seed, None if states is None else states[k])
         self._read(arrays, rows)
         self._flags(arrays)
+
+    def restore(self, rows: Sequence[int], states: Sequence[str]) -> None:
+        """Rows ``rows`` set to the games ``states`` serialize, written as a reset writes (no reward yet)."""
+        self.reset(rows, [None] * len(rows), states)
+
+    def states(self) -> list[str]:
+        """Each row's game, serialized (``pyspiel.State.serialize()``; ``restore`` reads it back)."""
+        return [game.state.serialize() for game in self.games]
 
     def _read(self, f: StepArrays, rows: Sequence[int]) -> None:
         """Rows ``rows`` of arrays ``f`` and of the episode flags, from their games as they stand."""
@@ -398,6 +416,40 @@ class OpenSpielEnv(PettingZooEnv):
 
     family: ClassVar[str] = "openspiel"
     shard_class = GameShard
+    _restoring: list[str] | None = None  # the states reset_to resets to, for the duration of its reset
+
+    def game_states(self) -> list[str]:
+        """Every env's game as it stands, serialized (``pyspiel.State.serialize()``), in batch order: what
+        ``reset_to`` and ``pyspiel.Game.deserialize_state`` read back."""
+        return self._call("states")
+
+    def reset_to(self, states: Sequence[str], tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """``reset(tensordict)``, the envs reset (all, or those a ``_reset`` entry selects) set to the serialized
+        games ``states`` (one per env, ``game_states()``'s) instead of new games: their rewards start from there,
+        their step count from 0, chance outcomes after them drawn as after a reset.
+
+        Raises:
+            ValueError: not one state per env.
+            InstanceError: OpenSpiel cannot read a state (its message).
+        """
+        states = list(states)
+        if len(states) != self.num_envs or not all(isinstance(state, str) for state in states):
+            raise ValueError(f"reset_to takes one serialized game state (a str, env.game_states()'s) per env: "
+                             f"{self.num_envs} here, got {len(states)} ({type(states[0]).__name__ if states else ''})")
+        self._restoring = states
+        try:
+            return self.reset(tensordict)
+        finally:
+            self._restoring = None
+
+    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        if self._restoring is None:
+            return super()._reset(mask)
+        if isinstance(self._runner, WorkerPool) and self._runner.failure is not None:
+            self._restart_workers(mask)
+        rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
+        self._call("restore", rows, [self._restoring[i] for i in rows])
+        return self._to_tensordict(self._buffers.reset)
 
     @classmethod
     def known_tasks(cls) -> dict[str, Task]:

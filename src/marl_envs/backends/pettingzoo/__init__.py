@@ -35,5 +35,5 @@ __getattr__, __dir__ = BACKEND.lazy_attributes({
     "._shard": ("BatchFacts", "Buffers", "StepArrays", "Shard", "batch_index", "state_of"),
     "._spaces": ("ACTION_MASK",),
     "._tasks": ("builds",),
-    "._workers": ("DEFAULT_TIMEOUT_S", "WorkerPool", "shared_zeros"),
+    "._workers": ("DEFAULT_TIMEOUT_S", "PooledEnv", "WorkerPool", "shared_zeros"),
 })

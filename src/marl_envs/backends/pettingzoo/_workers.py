@@ -42,11 +42,13 @@ from multiprocessing.reduction import ForkingPickler
 from typing import IO, Any
 
 import numpy as np
+import torch
+from tensordict import TensorDictBase
 
 from .._quiet import Filter, ignored_warnings
 from ._shard import BatchFacts, Buffers, Shard
 
-__all__ = ["DEFAULT_TIMEOUT_S", "InstanceError", "WorkerError", "WorkerPool", "shared_zeros"]
+__all__ = ["DEFAULT_TIMEOUT_S", "InstanceError", "PooledEnv", "WorkerError", "WorkerPool", "shared_zeros"]
 
 #: how long a worker that has replied polls for its next command (yielding its core to any other runnable
 #: thread) before it sleeps: waking a sleeping worker costs a good part of a short step, and its idle core
@@ -352,8 +354,20 @@ class WorkerPool:
     # -- a Shard's interface, over the workers ------------------------------------------------------
     def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
         """``Shard.reset`` on every worker (each clears its rows, even with none to reset)."""
-        self._call([("reset", ([i for i in rows if lo <= i < hi], [s for i, s in zip(rows, seeds) if lo <= i < hi]))
-                    for lo, hi in self.slices])
+        self._call(self._by_rows("reset", rows, seeds))
+
+    def restore(self, rows: Sequence[int], states: Sequence[Any]) -> None:
+        """``restore`` on every worker, as ``reset`` (OpenSpiel's shard: games set to serialized states)."""
+        self._call(self._by_rows("restore", rows, states))
+
+    def states(self) -> list:
+        """Every row's ``states()`` in batch order (OpenSpiel's shard: the games, serialized)."""
+        return [state for part in self._call([("states", ())] * len(self.slices)) for state in part]
+
+    def _by_rows(self, command: str, rows: Sequence[int], values: Sequence) -> list:
+        """Each worker's message: ``command`` with its rows of ``rows`` and their ``values``."""
+        return [(command, ([i for i in rows if lo <= i < hi], [v for i, v in zip(rows, values) if lo <= i < hi]))
+                for lo, hi in self.slices]
 
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
         """``Shard.step`` on every worker (the actions are in the shared buffers; ``decoded``: see ``Shard``)."""
@@ -376,3 +390,86 @@ class WorkerPool:
     def close(self) -> None:
         """Stop every worker (each closes its instances first); idempotent."""
         self._finalizer()
+
+
+class PooledEnv:
+    """The env's side of a batch of instances run by a ``Shard`` (``num_workers=0``) or a :class:`WorkerPool`:
+    seeds, resets, the fused step and reset, restarts after a worker failure, and errors that name the env. Mixed
+    in before ``EnvBase`` by the families run here (PettingZoo's, Melting Pot); the env provides ``_runner``,
+    ``_buffers``, ``_seed``/``_seeds`` (None until seeded), ``_load_actions`` (the actions into the wire buffers;
+    it returns what only a shard can decode, or None) and ``_to_tensordict``."""
+
+    #: what the instances are, in errors (the pool's ``library``)
+    _library: str = "PettingZoo"
+    _fused_reset = True  # step_and_maybe_reset steps and resets the instances in one pass (one call per worker)
+
+    def _row_seed(self, seed: int, row: int) -> int:
+        """The seed of row ``row``'s next reset in an env seeded with ``seed``."""
+        return seed + row
+
+    def _set_seed(self, seed: int) -> None:
+        self._seed = seed
+        self._seeds = [self._row_seed(seed, i) for i in range(self.num_envs)]
+
+    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+        if isinstance(self._runner, WorkerPool) and self._runner.failure is not None:
+            self._restart_workers(mask)
+        rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
+        seeds = [self._seeds[i] for i in rows]
+        for i in rows:
+            self._seeds[i] = None
+        self._call("reset", rows, seeds)
+        return self._to_tensordict(self._buffers.reset)
+
+    def _restart_workers(self, mask: torch.Tensor | None) -> None:
+        """New workers in place of those that failed, and every row's next seed back to the env's own: the other
+        workers' instances may have stepped past the data the caller holds (a failed call runs on the others), so
+        the whole batch restarts, as a fresh env built with the env's seed would."""
+        if mask is not None and not bool(mask.all()):
+            raise ValueError(f"after a worker failure every env is reset, to start again from the env's seed: call "
+                             f"env.reset() without a '_reset' entry; the failure was: {self._runner.failure}")
+        self._runner.restart()
+        self._seeds = [None if self._seed is None else self._row_seed(self._seed, i) for i in range(self.num_envs)]
+
+    def _call(self, command: str, *args: Any) -> Any:
+        """``runner.<command>(*args)``; a library error of an instance in this process re-raised once, as the
+        workers' are: an ``InstanceError`` naming the env."""
+        try:
+            return getattr(self._runner, command)(*args)
+        except InstanceError:
+            raise
+        except Exception as err:
+            if isinstance(self._runner, WorkerPool):
+                raise
+            raise InstanceError(f"the {self._library} instance of env {self._runner.current} raised in {command}: "
+                                f"{type(err).__name__}: {err}") from err
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self._call("step", self._load_actions(tensordict))
+        return self._to_tensordict(self._buffers.step, with_reward=True)
+
+    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None
+                    ) -> tuple[TensorDictBase, TensorDictBase | None, torch.Tensor]:
+        b = self._buffers
+        decoded = self._load_actions(tensordict)
+        b.ends[:] = False if ends is None else ends.cpu().numpy()
+        seeded = any(seed is not None for seed in self._seeds)  # a seed waits for some row's next reset
+        self._call("step_reset", decoded, self._seeds if seeded else None)
+        ended = b.reset_rows.copy()  # host memory: the instances run on the CPU
+        reset_any = bool(ended.any())
+        if seeded and reset_any:
+            for i in np.flatnonzero(ended).tolist():
+                self._seeds[i] = None
+        fresh = self._to_tensordict(b.reset) if reset_any else None  # read only where a row was reset
+        rows = torch.from_numpy(ended)
+        return self._to_tensordict(b.step, with_reward=True), fresh, rows.to(self.device)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids, worker ``k`` running a contiguous slice of the batch (``[]`` with
+        ``num_workers=0``); a reset after a worker failure replaces the failed workers' ids."""
+        return self._runner.pids if isinstance(self._runner, WorkerPool) else []
+
+    def close(self) -> None:
+        """Close the instances (and stop the worker processes)."""
+        self._runner.close()

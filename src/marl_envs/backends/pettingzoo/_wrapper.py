@@ -21,7 +21,7 @@ from ...specs import Binary, Composite, Unbounded
 from ._shard import BatchFacts, Buffers, StepArrays, Group, Shard, dead_message, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
 from ._tasks import EPISODE_BOUNDS, SWIG_WARNINGS
-from ._workers import DEFAULT_TIMEOUT_S, InstanceError, WorkerPool, shared_zeros
+from ._workers import DEFAULT_TIMEOUT_S, PooledEnv, WorkerPool, shared_zeros
 
 __all__ = ["PettingZooWrapper", "cycle_steps"]
 
@@ -45,7 +45,7 @@ def _numeric_infos(info: dict) -> dict[str, tuple[int, ...]]:
     return out
 
 
-class PettingZooWrapper(EnvBase):
+class PettingZooWrapper(PooledEnv, EnvBase):
     """Batch ``num_envs`` instances of a PettingZoo env, parallel or turn-based (AEC).
 
     Keys (``B = num_envs``, ``n`` agents in the group, groups from ``groupings.default_group_map``):
@@ -163,7 +163,7 @@ class PettingZooWrapper(EnvBase):
             first.close()  # a probe: the workers build the instances
             self._runner: Shard | WorkerPool = WorkerPool(env, num_envs, num_workers, facts, self._buffers,
                                                           self.shard_class, name=self._name_in_errors(),
-                                                          timeout=worker_timeout)
+                                                          timeout=worker_timeout, library=self._library)
         else:
             self._runner = self.shard_class(instances, 0, facts, self._buffers)
         if seed is not None:
@@ -321,63 +321,6 @@ class PettingZooWrapper(EnvBase):
     # ------------------------------------------------------------------------------------------------
     # The backend hook
     # ------------------------------------------------------------------------------------------------
-    def _set_seed(self, seed: int) -> None:
-        self._seed = seed
-        self._seeds = [seed + i for i in range(self.num_envs)]
-
-    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
-        if isinstance(self._runner, WorkerPool) and self._runner.failure is not None:
-            self._restart_workers(mask)
-        rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
-        seeds = [self._seeds[i] for i in rows]
-        for i in rows:
-            self._seeds[i] = None
-        self._call("reset", rows, seeds)
-        return self._to_tensordict(self._buffers.reset)
-
-    def _restart_workers(self, mask: torch.Tensor | None) -> None:
-        """New workers in place of those that failed, and every row's next seed back to the env's own: the other
-        workers' instances may have stepped past the data the caller holds (a failed call runs on the others), so
-        the whole batch restarts, as a fresh env built with the env's seed would."""
-        if mask is not None and not bool(mask.all()):
-            raise ValueError(f"after a worker failure every env is reset, to start again from the env's seed: call "
-                             f"env.reset() without a '_reset' entry; the failure was: {self._runner.failure}")
-        self._runner.restart()
-        self._seeds = [None if self._seed is None else self._seed + i for i in range(self.num_envs)]
-
-    def _call(self, command: str, *args: Any) -> None:
-        """``runner.<command>(*args)``; a library error of an instance in this process re-raised once, as the
-        workers' are: an ``InstanceError`` naming the env."""
-        try:
-            getattr(self._runner, command)(*args)
-        except InstanceError:
-            raise
-        except Exception as err:
-            if not isinstance(self._runner, Shard):
-                raise
-            raise InstanceError(f"the PettingZoo instance of env {self._runner.current} raised in {command}: "
-                              f"{type(err).__name__}: {err}") from err
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        self._call("step", self._load_actions(tensordict))
-        return self._to_tensordict(self._buffers.step, with_reward=True)
-
-    _fused_reset = True  # step_and_maybe_reset steps and resets the instances in one pass (one call per worker)
-
-    def _step_reset(self, tensordict: TensorDictBase, ends: torch.Tensor | None
-                    ) -> tuple[TensorDictBase, TensorDictBase | None, torch.Tensor]:
-        b = self._buffers
-        decoded = self._load_actions(tensordict)
-        b.ends[:] = False if ends is None else ends.cpu().numpy()
-        seeded = any(seed is not None for seed in self._seeds)
-        self._call("step_reset", decoded, self._seeds if seeded else None)
-        rows = torch.from_numpy(b.reset_rows.copy())
-        if seeded:
-            for i in rows.nonzero().flatten().tolist():
-                self._seeds[i] = None
-        fresh = self._to_tensordict(b.reset) if rows.any() else None  # read only where a row was reset
-        return self._to_tensordict(b.step, with_reward=True), fresh, rows.to(self.device)
-
     def _load_actions(self, tensordict: TensorDictBase) -> list | None:
         """Each group's actions into its wire buffer (a ``Dict`` action space's decoded values are returned
         instead: ``[gi][i][j]``, None for the other groups; None if no group has one), after checking that the
@@ -434,12 +377,6 @@ class PettingZooWrapper(EnvBase):
         return list(self._runner.instances)
 
     @property
-    def worker_pids(self) -> list[int]:
-        """The worker processes' ids, worker ``k`` running a contiguous slice of the batch (``[]`` with
-        ``num_workers=0``); a reset after a worker failure replaces the failed workers' ids."""
-        return self._runner.pids if isinstance(self._runner, WorkerPool) else []
-
-    @property
     def renders(self) -> bool:
         """Whether ``render()`` gives images: instances built with ``render_mode="rgb_array"`` (or declaring none)
         of an env that draws them."""
@@ -458,7 +395,3 @@ class PettingZooWrapper(EnvBase):
                 f"render_mode={self.render_mode!r}: build them with {self._built_with(RGB_ARRAY)}"
             )
         return frame
-
-    def close(self) -> None:
-        """Close the instances (and stop the worker processes)."""
-        self._runner.close()
