@@ -89,7 +89,7 @@ def _plays_masked(name: str, **kwargs) -> None:
 JAX_DEFAULT = {"jaxmarl/MPE_simple_spread_v3", "jaxmarl/MPE_simple_adversary_v3", "jaxmarl/SMAX",
                "jaxmarl/switch_riddle", "gymnax/CartPole-v1", "gymnax/Pendulum-v1", "gymnax/Breakout-MinAtar",
                "jumanji/LevelBasedForaging-v0",  # every Jumanji env runs check_env_specs in tests/backends/test_jumanji.py
-               "playground/CheetahRun"}  # a minute of MJX compiling each: the others with --all
+               "playground/CartpoleBalance"}  # a robot's MJX compiles for a minute: the others with --all
 
 
 # Melting Pot's substrates build and reset their Lua worlds in seconds each: one by default, the 48 others with --all

@@ -34,7 +34,7 @@ import marl_envs.torchrl as ours  # noqa: E402
 HAS = {backend: marl_envs.backend_installed(backend) for backend in marl_envs.available_backends()}
 
 #: Our class -> (backend, TorchRL's docstring example: args and keywords, the keywords TorchRL's class is given here).
-#: Ours is batched where TorchRL's OpenSpiel and LBF are not (batch (1,) for their examples); the Brax example's
+#: Without a batch_size, ours is one env of batch (), as TorchRL's; the Brax example's
 #: keywords on Brax's test env "fast" (its "ant" takes minutes to compile on a CPU in TorchRL's default pipeline).
 EXAMPLES = {
     "OpenSpielEnv": ("openspiel", ("chess",), {}, {}),
@@ -76,7 +76,7 @@ def test_each_class_takes_torchrls_example_keywords_and_writes_torchrls_keys(nam
     if not HAS[backend]:
         pytest.skip(f"the {backend} backend is not installed")
     env = getattr(ours, name)(*args, **kwargs)
-    assert isinstance(env, ours.TorchRLEnv) and env.batch_size == torch.Size(kwargs.get("batch_size") or [1])
+    assert isinstance(env, ours.TorchRLEnv) and env.batch_size == torch.Size(kwargs.get("batch_size") or [])
     torchrl_check_env_specs(env)
     if not hasattr(torchrl_envs, name):  # LBForagingEnv is new in TorchRL 0.14.1, MujocoPlaygroundEnv in 0.12
         return
@@ -84,6 +84,7 @@ def test_each_class_takes_torchrls_example_keywords_and_writes_torchrls_keys(nam
         warnings.simplefilter("ignore")
         theirs = getattr(torchrl_envs, name)(*args, **theirs_kwargs)
     mine = _layout(env)
+    assert env.batch_size == theirs.batch_size
     expected = {key: layout for key, layout in _layout(theirs).items() if not _skipped(key, DIFFERENT.get(name, set()))}
     assert expected and {key: layout for key, layout in expected.items() if mine.get(key) != layout} == {}
 
@@ -144,6 +145,31 @@ def test_jumanji_and_playground_splits_by_torchrls_keywords():
         ours.MujocoPlaygroundEnv("HopperHop", agent_mapping="hopper_3x1")
 
 
+def test_a_batch_of_one_dim_none_or_two_as_torchrls_classes_take_it():
+    """``batch_size=()`` (or none): one env, batch ``()``; ``(a, b)``: ``a * b`` envs seen as that batch. The specs,
+    the masks TorchRL's random draws read, the resets of ended games and TorchRL's checks all follow."""
+    _needs("openspiel")
+    from torchrl.envs.utils import RandomPolicy
+
+    one = ours.OpenSpielEnv("tic_tac_toe", categorical_actions=True, seed=0)
+    assert one.batch_size == () and one.num_envs == 1 and one.full_action_spec["agents", "action"].shape == (2,)
+    torchrl_check_env_specs(one)
+    data = one.rollout(12, RandomPolicy(one.full_action_spec), break_when_any_done=False)
+    assert data.batch_size == (12,) and data["next", "done"].any()  # a game ended and the next one started
+    board = one.reset()
+    for _ in range(12):  # every move drawn from the action spec is legal: its mask follows the games
+        _, board = one.step_and_maybe_reset(board.update(one.full_action_spec.rand()))
+    grid = ours.OpenSpielEnv("tic_tac_toe", batch_size=(2, 3), seed=0)
+    assert grid.num_envs == 6 and grid.full_action_spec["agents", "action"].shape == (2, 3, 2, 9)
+    torchrl_check_env_specs(grid)
+    data = grid.rollout(4, RandomPolicy(grid.full_action_spec), break_when_any_done=False)
+    assert data.batch_size == (2, 3, 4) and data["current_player"].shape == (2, 3, 4)
+    again = grid.reset(data[..., -1]["next"].set("_reset", torch.tensor([[True], [False], [False]] * 2).reshape(2, 3, 1)))
+    assert again.batch_size == (2, 3) and (again["current_player"][:, 0] == 0).all()
+    with pytest.raises(ValueError, match=r"^batch_size=\(2, 3\) holds 6 envs; the env has 4$"):
+        ours.TorchRLEnv(marl_envs.make("openspiel/tic_tac_toe", num_envs=4), batch_size=(2, 3))
+
+
 def test_openspiel_return_state_resets_to_the_saved_games():
     """TorchRL's ``return_state=True``: ``"state"`` holds each game serialized, and ``reset(data)`` of data holding
     it resets to those games (the rows a ``_reset`` entry selects), batched."""
@@ -167,10 +193,7 @@ def test_openspiel_return_state_resets_to_the_saved_games():
 
 def test_what_our_classes_refuse_names_the_reason():
     _needs("openspiel")
-    with pytest.raises(TypeError, match=r"Batch size used in constructor is not compatible with openspiel. "
-                                        r"batch_size=\(2, 3\)"):
-        ours.OpenSpielEnv("tic_tac_toe", batch_size=[2, 3])
-    with pytest.raises(TypeError, match=r"Batch size used in constructor does not match openspiel batch size. "
-                                        r"batch_size=\(2,\) but num_envs=3"):
+    with pytest.raises(TypeError, match=r"^Batch size used in constructor does not match openspiel batch size. "
+                                        r"batch_size=\(2,\) but num_envs=3: pass one of them$"):
         ours.OpenSpielEnv("tic_tac_toe", batch_size=[2], num_envs=3)
     assert "tic_tac_toe" in ours.OpenSpielEnv.available_envs

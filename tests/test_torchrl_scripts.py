@@ -42,7 +42,10 @@ DISCRETE = {
     "lbforaging/Foraging-8x8-2p-2f-coop-v3": ({"render_mode": "rgb_array"}, 20),
     "rware/rware-tiny-2ag-v2": ({"render_mode": "rgb_array"}, 20),
 }
-CASES = [pytest.param(name, kwargs, steps, True, id=f"{name}-continuous") for name, (kwargs, steps) in
+#: a minute of MJX compiling, for the code path brax/ant_4x2 takes: with --all
+HEAVY = {"playground/CheetahRun_6x1"}
+CASES = [pytest.param(name, kwargs, steps, True, id=f"{name}-continuous",
+                      marks=[pytest.mark.slow] if name in HEAVY else []) for name, (kwargs, steps) in
          CONTINUOUS.items()] + [pytest.param(name, kwargs, steps, False, id=f"{name}-discrete")
                                 for name, (kwargs, steps) in DISCRETE.items()]
 

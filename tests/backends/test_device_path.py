@@ -29,7 +29,7 @@ FAMILIES = {  # one env of each JAX family, small and quick to compile
     "jaxmarl_smax": ("jaxmarl/HeuristicEnemySMAX", {"scenario": "3m"}),  # masks, own ends, the root "state"
     "brax": ("brax/fast", {}),
     "jumanji": ("jumanji/LevelBasedForaging-v0", {}),
-    "playground": ("playground/WalkerWalk_2x3", {}),
+    "playground": ("playground/CartpoleBalance", {}),  # a split robot compiles a minute longer: the same code path
     "custom_env": ("docs/custom_env.md", {}),  # the user's JAX env of the docs, built from the page's code
 }
 B = 3

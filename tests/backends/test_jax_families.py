@@ -221,7 +221,8 @@ def test_done_entries_at_every_level(name):
         assert groups == ["ally", "enemy"]
 
 
-@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1", "playground/WalkerWalk_2x3"])
+@pytest.mark.parametrize("name", ["jaxmarl/SMAX", "brax/fast", "gymnax/CartPole-v1", "playground/CartpoleBalance",
+                                  pytest.param("playground/WalkerWalk_2x3", marks=pytest.mark.slow)])  # 100 s of MJX
 def test_device_path_matches_cpu_path(name):
     """The code path written for GPUs (DLPack both ways, actions checked inside the step, fresh starts computed for
     every env and selected) gives the CPU path's data (Brax and Playground: the ended envs restarted after the step)

@@ -65,7 +65,7 @@ def test_torchrls_keywords_and_keys(theirs_and_ours):
 def test_the_wrapper_takes_a_name_and_refuses_a_built_substrate():
     env = ours.MeltingpotWrapper(env=SUBSTRATE, categorical_actions=False, max_steps=5)
     try:
-        assert env.full_action_spec["agents", "action"].shape == (1, 2, 8)
+        assert env.batch_size == () and env.full_action_spec["agents", "action"].shape == (2, 8)  # TorchRL's
         assert env.rollout(10, break_when_any_done=False)["next", "done"].reshape(-1).tolist() == [False] * 4 + [True] \
             + [False] * 4 + [True]
     finally:

@@ -186,8 +186,9 @@ def merge_rows(tensordict: TensorDictBase, result: TensorDictBase, mask: torch.T
 
 def where_rows(rows: Any, new: Any, old: Any) -> Any:
     """``new``'s rows where ``rows`` ``(B,)`` is set, ``old``'s elsewhere: the merge by env of two torch tensors or
-    two JAX arrays of any trailing shape (a reset's data into a step's, a fresh state into a carried one)."""
-    shape = (-1,) + (1,) * (new.ndim - 1)
+    two JAX arrays of any trailing shape (a reset's data into a step's, a fresh state into a carried one). ``rows``
+    may have the shape of a batch of more dims (or none), which the arrays then begin with."""
+    shape = tuple(rows.shape) + (1,) * (new.ndim - rows.ndim)
     if isinstance(new, torch.Tensor):
         return torch.where(rows.reshape(shape), new, old)
     import jax.numpy as jnp  # only JAX arrays come here, so JAX is imported already

@@ -39,34 +39,49 @@ COLLECTOR_KWARGS: dict = (
 )
 
 
-def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite) -> rl_specs.TensorSpec:
+def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite, batch: Sequence[int] | None = None
+                    ) -> rl_specs.TensorSpec:
     """The ``torchrl.data`` spec equal to a ``marl_envs.specs`` one (same shape, dtype, device, bounds, mask).
 
     >>> from marl_envs import specs
     >>> spec = to_torchrl_spec(specs.Categorical(5, shape=(4, 3)))
     >>> type(spec).__name__, spec.shape, spec.n
     ('Categorical', torch.Size([4, 3]), 5)
+    >>> to_torchrl_spec(specs.Categorical(5, shape=(4, 3)), batch=(2, 2)).shape  # the 4 envs seen as 2 x 2
+    torch.Size([2, 2, 3])
+
+    Args:
+        spec: the spec, its first dim the envs.
+        batch: that first dim seen as this batch shape (of as many envs: ``()`` for one); None keeps it.
 
     Raises:
         TypeError: ``spec`` is of a class TorchRL has no counterpart for.
     """
     shape, device = spec.shape, spec.device
+    if batch is not None:
+        shape = torch.Size((*batch, *shape[1:]))
+
+    def view(values):  # bounds and masks laid out as the spec
+        return values if batch is None or not isinstance(values, torch.Tensor) else values.reshape(*batch,
+                                                                                                    *values.shape[1:])
+
     if isinstance(spec, specs.Composite):
         return rl_specs.Composite(
-            {name: to_torchrl_spec(sub) for name, sub in spec.items()}, shape=shape, device=device
+            {name: to_torchrl_spec(sub, batch) for name, sub in spec.items()}, shape=shape, device=device
         )
     if isinstance(spec, specs.Bounded):
-        return rl_specs.Bounded(low=spec.low, high=spec.high, shape=shape, dtype=spec.dtype, device=device)
+        return rl_specs.Bounded(low=view(spec.low), high=view(spec.high), shape=shape, dtype=spec.dtype,
+                                device=device)
     if isinstance(spec, specs.Unbounded):
         return rl_specs.Unbounded(shape=shape, dtype=spec.dtype, device=device)
     if isinstance(spec, specs.Categorical):
-        return rl_specs.Categorical(spec.n, shape=shape, dtype=spec.dtype, device=device, mask=spec.mask)
+        return rl_specs.Categorical(spec.n, shape=shape, dtype=spec.dtype, device=device, mask=view(spec.mask))
     if isinstance(spec, specs.OneHot):
-        return rl_specs.OneHot(spec.n, shape=shape, dtype=spec.dtype, device=device, mask=spec.mask)
+        return rl_specs.OneHot(spec.n, shape=shape, dtype=spec.dtype, device=device, mask=view(spec.mask))
     if isinstance(spec, specs.Binary):
         return rl_specs.Binary(shape=shape, dtype=spec.dtype, device=device)
     if isinstance(spec, specs.MultiCategorical):
-        return rl_specs.MultiCategorical(spec.nvec, shape=shape, dtype=spec.dtype, device=device)
+        return rl_specs.MultiCategorical(view(spec.nvec), shape=shape, dtype=spec.dtype, device=device)
     raise TypeError(
         f"no torchrl.data counterpart for the spec class {type(spec).__name__}; to_torchrl converts Composite, "
         "Bounded, Unbounded, Categorical, OneHot, Binary and MultiCategorical"
@@ -142,20 +157,24 @@ class TorchRLEnv(_TorchRLEnvBase):
         - ``set_seed(None)`` keeps the env's random state (TorchRL's VMAS wrapper does the same).
     """
 
-    def __init__(self, env: EnvBase):
+    def __init__(self, env: EnvBase, batch_size: Sequence[int] | None = None):
         if not isinstance(env, EnvBase):
             raise TypeError(
                 f"to_torchrl takes a marl_envs.EnvBase (e.g. marl_envs.make('vmas/balance', num_envs=8)), "
                 f"got {type(env).__name__}"
             )
-        super().__init__(device=env.device, batch_size=env.batch_size,
-                         allow_done_after_reset=env.allow_done_after_reset)
+        batch = env.batch_size if batch_size is None else torch.Size(batch_size)
+        if batch.numel() != env.num_envs:
+            raise ValueError(f"batch_size={tuple(batch)} holds {batch.numel()} envs; the env has {env.num_envs}")
+        super().__init__(device=env.device, batch_size=batch, allow_done_after_reset=env.allow_done_after_reset)
         self.env = env
-        self.full_observation_spec = to_torchrl_spec(env.full_observation_spec)
-        self.full_action_spec = to_torchrl_spec(env.full_action_spec)
-        self.full_reward_spec = to_torchrl_spec(env.full_reward_spec)
-        self.full_done_spec = to_torchrl_spec(env.full_done_spec)
-        self.full_state_spec = to_torchrl_spec(env.full_state_spec)
+        #: the env's batch (num_envs,) seen as another shape (TorchRL's classes: () for one env, (a, b)), else None
+        self._view = None if batch == env.batch_size else batch
+        self.full_observation_spec = to_torchrl_spec(env.full_observation_spec, self._view)
+        self.full_action_spec = to_torchrl_spec(env.full_action_spec, self._view)
+        self.full_reward_spec = to_torchrl_spec(env.full_reward_spec, self._view)
+        self.full_done_spec = to_torchrl_spec(env.full_done_spec, self._view)
+        self.full_state_spec = to_torchrl_spec(env.full_state_spec, self._view)
         # (mask key, holder) of each masked discrete action: its spec carries the env's current mask, so that
         # TorchRL's own random draws (RandomPolicy, a Collector with policy=None) are legal
         self._masks: list[tuple[specs.NestedKey, _SharedMask]] = []
@@ -218,6 +237,25 @@ class TorchRLEnv(_TorchRLEnvBase):
                                  f"{type(env).__name__}") from None
 
     # -- TorchRL's hooks ------------------------------------------------------------------------------
+    def _into_env(self, tensordict: TensorDictBase | None) -> TensorDictBase | None:
+        """TorchRL's data -> the wrapped env's batch ``(num_envs,)`` (a view where the batch is another shape)."""
+        if tensordict is None or self._view is None:
+            return tensordict
+        return tensordict.unsqueeze(0) if not self._view else tensordict.reshape(self.env.num_envs)
+
+    def _out_of_env(self, data: TensorDictBase, complete: bool = True) -> TensorDictBase:
+        """The wrapped env's data, completed (``_completed``) unless told not to, in TorchRL's batch shape."""
+        if complete:
+            data = self._completed(data)
+        if self._view is None:
+            return data
+        return data[0] if not self._view else data.reshape(self._view)
+
+    def _completed(self, data: TensorDictBase) -> TensorDictBase:
+        """What a class of ``marl_envs.torchrl`` adds to the env's data (OpenSpiel's ``current_player``), in the
+        env's batch ``(num_envs,)``."""
+        return data
+
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         # TorchRL's rollout(break_when_all_done=True) marks the envs to step ("_step") and leaves the per-group
         # "_neg_step" flags it worked them out from in the data (TorchRL 0.11-0.14 pop the root one only; kept,
@@ -226,10 +264,11 @@ class TorchRLEnv(_TorchRLEnvBase):
         if partial is not None:
             for key in [key for key in tensordict.keys(True) if isinstance(key, tuple) and key[-1] == "_neg_step"]:
                 del tensordict[key]
-            if not partial.all():
-                tensordict = self._restart_skipped(tensordict, ~partial.reshape(self.env.num_envs))
+        tensordict = self._into_env(tensordict)
+        if partial is not None and not partial.all():
+            tensordict = self._restart_skipped(tensordict, ~partial.reshape(self.env.num_envs))
         self.env.step(tensordict)  # writes tensordict["next"]; TorchRL's step sets it again
-        return self._masked(tensordict.pop("next"))
+        return self._masked(self._out_of_env(tensordict.pop("next")))
 
     def _masked(self, data: TensorDictBase, rows: torch.Tensor | None = None) -> TensorDictBase:
         """Give the masked actions' specs the masks in ``data`` (what the next actions are drawn for; only those of
@@ -237,6 +276,8 @@ class TorchRLEnv(_TorchRLEnvBase):
         (``marl_envs.specs.legal_choices``), and write those masks into ``data``: TorchRL's modules read the mask
         from the data (``QValueModule``, ``EGreedyModule``, ``MaskedCategorical``), and a row of all False would
         make their argmax a multi-hot action and their sampling fail."""
+        if rows is not None:
+            rows = rows.reshape(self.batch_size)
         for key, shared in self._masks:
             mask = data.get(key, None)
             if mask is not None:
@@ -264,10 +305,13 @@ class TorchRLEnv(_TorchRLEnvBase):
                 f"reset() got keyword arguments {sorted(kwargs)}; marl-envs envs take only seed= (select envs "
                 f"with a '_reset' entry)"
             )
-        return self._masked(self._reset_env(tensordict, seed), self.env._reset_mask(tensordict))
+        tensordict = self._into_env(tensordict)
+        data = self._out_of_env(self._reset_env(tensordict, seed))
+        return self._masked(data, self.env._reset_mask(tensordict))
 
     def _reset_env(self, tensordict: TensorDictBase | None, seed: int | None) -> TensorDictBase:
-        """The wrapped env's reset (a class of ``marl_envs.torchrl`` may reset otherwise: OpenSpiel's states)."""
+        """The wrapped env's reset, in its batch (a class of ``marl_envs.torchrl`` may reset otherwise: OpenSpiel's
+        states)."""
         return self.env.reset(tensordict, seed=seed)
 
     def _set_seed(self, seed: int | None) -> None:
@@ -282,7 +326,11 @@ class TorchRLEnv(_TorchRLEnvBase):
         action specs then carry (the actions drawn lie in the specs)."""
         if tensordict is not None:
             self._masked(tensordict)
-        return self.env.rand_action(tensordict)
+        if self._view is None:
+            return self.env.rand_action(tensordict)
+        drawn = self._out_of_env(self.env.rand_action(self._into_env(tensordict)), complete=False)
+        drawn = drawn.select(*self.env.action_keys)
+        return drawn if tensordict is None else tensordict.update(drawn)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         self.env.close()

@@ -2,10 +2,10 @@
 
 Each class takes the constructor keywords of TorchRL's class of the same name (``batch_size=``,
 ``categorical_actions=``, ``group_map=``, ``return_state=``, ``seed=``, ``device=`` as that class has them) and
-builds the marl-envs env of that library, adapted (a ``TorchRLEnv``). The batch is always ``(num_envs,)``:
-``batch_size=(N,)`` (or ``num_envs=N``) asks for N envs, batched where TorchRL's class is not (OpenSpiel,
-Level-Based Foraging); ``batch_size=()`` gives one env, batch ``(1,)``. ``docs/torchrl_classes.md`` lists what
-differs from TorchRL's.
+builds the marl-envs env of that library, adapted (a ``TorchRLEnv``), with TorchRL's batch: no ``batch_size``
+(or ``()``) gives one env, batch ``()``; ``batch_size=(N,)`` (or ``num_envs=N``) N envs, batched where TorchRL's
+class is not (OpenSpiel, Level-Based Foraging, PettingZoo, Melting Pot); ``batch_size=(a, b)`` ``a * b`` envs seen
+as that batch. VMAS keeps its ``(num_envs,)``. ``docs/torchrl_classes.md`` lists what differs from TorchRL's.
 """
 
 from __future__ import annotations
@@ -28,13 +28,19 @@ __all__ = ["BraxEnv", "BraxWrapper", "JumanjiEnv", "LBForagingEnv", "LBForagingW
 BatchSize = Sequence[int] | torch.Size | None
 
 
-def _num_envs(batch_size: BatchSize, num_envs: int | None, library: str) -> int:
-    """The number of envs a TorchRL-style constructor asks for: ``batch_size=(N,)``, else ``num_envs``, else 1
-    (``check_batch_size``'s messages for a batch of more than one dim, or one that contradicts ``num_envs``)."""
-    if batch_size is not None and len(batch_size) == 1 and num_envs is None:
-        return int(batch_size[0])
-    check_batch_size(batch_size, 1 if num_envs is None else num_envs, library)
-    return 1 if num_envs is None else num_envs
+def _batch(batch_size: BatchSize, num_envs: int | None, library: str) -> tuple[int, torch.Size]:
+    """The number of envs a TorchRL-style constructor asks for and the batch TorchRL sees: ``batch_size=(N,)`` or
+    ``num_envs=N``: N envs, batch ``(N,)``; ``batch_size=(a, b)``: ``a * b`` envs seen as ``(a, b)``; neither: one
+    env, batch ``()``, as TorchRL's classes."""
+    if num_envs is not None and (batch_size is None or len(batch_size) == 0):
+        return num_envs, torch.Size((num_envs,))
+    if batch_size is None or len(batch_size) == 0:
+        return 1, torch.Size(())
+    batch = torch.Size(batch_size)
+    if num_envs is not None and num_envs != batch.numel():
+        raise TypeError(f"Batch size used in constructor does not match {library} batch size. batch_size="
+                        f"{tuple(batch)} but num_envs={num_envs}: pass one of them")
+    return batch.numel(), batch
 
 
 class _Library:
@@ -94,17 +100,17 @@ class VmasEnv(VmasWrapper):
 
 
 class PettingZooWrapper(TorchRLEnv):
-    """``torchrl.envs.PettingZooWrapper``'s arguments, our ``PettingZooWrapper`` inside (batch ``(num_envs,)``,
-    ``num_envs=1`` by default: see ``docs/torchrl.md``)."""
+    """``torchrl.envs.PettingZooWrapper``'s arguments, our ``PettingZooWrapper`` inside (one env of batch ``()``
+    by default, as TorchRL's; ``batch_size=(N,)`` or ``num_envs=N`` for N)."""
 
     def __init__(self, env=None, return_state: bool = False, group_map=None, use_mask: bool = False,
                  categorical_actions: bool = True, seed: int | None = None, done_on_any: bool | None = None, *,
                  batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
-        check_batch_size(batch_size, kwargs.get("num_envs", 1), "pettingzoo")
+        count, batch = _batch(batch_size, kwargs.pop("num_envs", None), "pettingzoo")
         env = backend_module("pettingzoo").PettingZooWrapper(
-            env, return_state=return_state, group_map=group_map, use_mask=use_mask,
+            env, num_envs=count, return_state=return_state, group_map=group_map, use_mask=use_mask,
             categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any, **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
 
 
 class PettingZooEnv(TorchRLEnv):
@@ -117,12 +123,12 @@ class PettingZooEnv(TorchRLEnv):
                  use_mask: bool | None = None, categorical_actions: bool = True, seed: int | None = None,
                  done_on_any: bool | None = None, *, batch_size: Sequence[int] | torch.Size | None = None,
                  **kwargs):
-        check_batch_size(batch_size, kwargs.get("num_envs", 1), "pettingzoo")
+        count, batch = _batch(batch_size, kwargs.pop("num_envs", None), "pettingzoo")
         env = backend_module("pettingzoo").PettingZooEnv(
-            task, parallel=parallel, return_state=return_state, group_map=group_map,
+            task, num_envs=count, parallel=parallel, return_state=return_state, group_map=group_map,
             use_mask=use_mask, categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any,
             **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
 
 
 class OpenSpielEnv(TorchRLEnv):
@@ -140,11 +146,12 @@ class OpenSpielEnv(TorchRLEnv):
                  categorical_actions: bool = False, return_state: bool = False, parameters: dict | None = None,
                  batch_size: BatchSize = None, num_envs: int | None = None, seed: int | None = None,
                  device: torch.device | str | None = None, **kwargs):
+        count, batch = _batch(batch_size, num_envs, "openspiel")
         env = backend_module("openspiel").OpenSpielEnv(
-            game_string, num_envs=_num_envs(batch_size, num_envs, "openspiel"), group_map=group_map,
+            game_string, num_envs=count, group_map=group_map,
             categorical_actions=categorical_actions, seed=seed, device=device or "cpu", **(parameters or {}),
             **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
         # TorchRL's root "current_player": the player whose turn it is, read off the groups' "mask" (one acting
         # player), else pyspiel's ids for a simultaneous move (-2) and an ended game (-4, where "done" is set)
         groups = [group for group in env.group_map if (group, "mask") in env.observation_keys]
@@ -158,7 +165,7 @@ class OpenSpielEnv(TorchRLEnv):
         self.full_observation_spec = observations
         self.return_state = return_state
 
-    def _with_current_player(self, data):
+    def _completed(self, data):
         groups, players = self._turns
         ended = data["done"].reshape(self.num_envs)
         if groups:
@@ -172,12 +179,6 @@ class OpenSpielEnv(TorchRLEnv):
         if self.return_state:
             data.set("state", NonTensorStack(*(NonTensorData(state) for state in self.env.game_states())))
         return data
-
-    def _step(self, tensordict):
-        return self._with_current_player(super()._step(tensordict))
-
-    def _reset(self, tensordict=None, **kwargs):
-        return self._with_current_player(super()._reset(tensordict, **kwargs))
 
     def _reset_env(self, tensordict, seed):
         if not self.return_state or tensordict is None or "state" not in tensordict.keys():
@@ -221,10 +222,11 @@ class LBForagingEnv(TorchRLEnv):
     def __init__(self, env_name: str, *, categorical_actions: bool = True, seed: int | None = None,
                  batch_size: BatchSize = None, num_envs: int | None = None, device: torch.device | str | None = None,
                  **kwargs):
+        count, batch = _batch(batch_size, num_envs, "lbforaging")
         env = backend_module("lbforaging").LBForagingEnv(
-            env_name, num_envs=_num_envs(batch_size, num_envs, "lbforaging"), categorical_actions=categorical_actions,
+            env_name, num_envs=count, categorical_actions=categorical_actions,
             seed=seed, device=device or "cpu", **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
 
 
 class LBForagingWrapper(LBForagingEnv):
@@ -253,11 +255,12 @@ class BraxEnv(TorchRLEnv):
     def __init__(self, env_name: str, *, categorical_action_encoding: bool = False, requires_grad: bool = False,
                  cache_clear_frequency: int | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
                  device: torch.device | str | None = None, seed: int | None = None, **kwargs):
+        count, batch = _batch(batch_size, num_envs, "brax")
         env = backend_module("brax").BraxEnv(
-            env_name, num_envs=_num_envs(batch_size, num_envs, "brax"), device=device or "cpu",
+            env_name, num_envs=count, device=device or "cpu",
             requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency,
             seed=0 if seed is None else seed, **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
 
 
 class BraxWrapper(TorchRLEnv):
@@ -267,10 +270,11 @@ class BraxWrapper(TorchRLEnv):
     def __init__(self, env=None, *, categorical_action_encoding: bool = False, requires_grad: bool = False,
                  cache_clear_frequency: int | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
                  device: torch.device | str | None = None, seed: int | None = None, **kwargs):
+        count, batch = _batch(batch_size, num_envs, "brax")
         env = backend_module("brax").BraxWrapper(
-            env, num_envs=_num_envs(batch_size, num_envs, "brax"), device=device or "cpu", requires_grad=requires_grad,
+            env, num_envs=count, device=device or "cpu", requires_grad=requires_grad,
             cache_clear_frequency=cache_clear_frequency, seed=0 if seed is None else seed, **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
 
 
 class JumanjiEnv(TorchRLEnv):
@@ -290,10 +294,11 @@ class JumanjiEnv(TorchRLEnv):
         if not categorical_action_encoding:
             raise ValueError("JumanjiEnv(categorical_action_encoding=False): our Jumanji envs take categorical "
                              "actions (one choice per agent); leave it True and one-hot encode in the policy")
+        count, batch = _batch(batch_size, num_envs, "jumanji")
         env = backend_module("jumanji").JumanjiEnv(
-            env_name, num_envs=_num_envs(batch_size, num_envs, "jumanji"), device=device or "cpu",
+            env_name, num_envs=count, device=device or "cpu",
             seed=0 if seed is None else seed, **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
 
 
 class MujocoPlaygroundEnv(TorchRLEnv):
@@ -314,10 +319,11 @@ class MujocoPlaygroundEnv(TorchRLEnv):
                  device: torch.device | str | None = None, seed: int | None = None, **kwargs):
         name = env_name if agent_mapping is None else _playground_split(env_name, agent_mapping)
         overrides = {**(config.to_dict() if hasattr(config, "to_dict") else config or {}), **(config_overrides or {})}
+        count, batch = _batch(batch_size, num_envs, "mujoco_playground")
         env = backend_module("playground").PlaygroundEnv(
-            name, num_envs=_num_envs(batch_size, num_envs, "mujoco_playground"), device=device or "cpu",
+            name, num_envs=count, device=device or "cpu",
             seed=0 if seed is None else seed, config=overrides or None, **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
 
 
 def _playground_split(env_name: str, agent_mapping) -> str:
@@ -356,22 +362,23 @@ class MeltingpotEnv(TorchRLEnv):
         if not isinstance(substrate, str):
             raise TypeError(f"MeltingpotEnv takes a substrate's name ('commons_harvest__open'), got "
                             f"{type(substrate).__name__}: each env builds its substrate by name, in its own process")
+        count, batch = _batch(batch_size, num_envs, "meltingpot")
         env = backend_module("meltingpot").MeltingpotEnv(
-            substrate, num_envs=_num_envs(batch_size, num_envs, "meltingpot"), max_steps=max_steps,
+            substrate, num_envs=count, max_steps=max_steps,
             categorical_actions=categorical_actions, group_map=group_map, device=device or "cpu", seed=seed, **kwargs)
-        super().__init__(env)
+        super().__init__(env, batch)
         observations = self.full_observation_spec.clone()
         observations["RGB"] = observations["state"]
         del observations["state"]
         self.full_observation_spec = observations
 
-    def _step(self, tensordict):
-        return super()._step(tensordict).rename_key_("state", "RGB")
+    def _completed(self, data):
+        return data.rename_key_("state", "RGB")
 
     def _reset(self, tensordict=None, **kwargs):
         if tensordict is not None and "RGB" in tensordict.keys():
             tensordict = tensordict.clone(False).rename_key_("RGB", "state")
-        return super()._reset(tensordict, **kwargs).rename_key_("state", "RGB")
+        return super()._reset(tensordict, **kwargs)
 
     def get_rgb_image(self):
         """``WORLD.RGB`` of the first env, as TorchRL's ``get_rgb_image``."""
