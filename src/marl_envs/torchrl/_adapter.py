@@ -146,6 +146,10 @@ class TorchRLEnv(_TorchRLEnvBase):
     specs), ``has_action_mask`` (group -> bool); any other public attribute of the wrapped env is read through
     (``scenario_name``, ``categorical_actions``, ``parallel``, ``use_mask``, ``done_on_any``, ``return_state``).
 
+    ``TorchRLEnv(env, batch_size=...)`` shows TorchRL the env's ``num_envs`` envs as another batch of as many: ``()``
+    for one env, ``(a, b)`` for ``a * b`` (the specs, the data, the masks and the ``_reset`` entries in that shape),
+    as TorchRL's classes of ``marl_envs.torchrl`` do; without it, the env's ``(num_envs,)``.
+
     Attributes:
         env: the wrapped marl-envs env.
 
