@@ -8,14 +8,12 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from tensordict import TensorDictBase
 
 from .._quiet import filtered_output
-from ..pettingzoo import (ACTION_MASK, BatchFacts, Buffers, PettingZooEnv, Shard, StepArrays, Task, WorkerPool,
-                          batch_index)
+from ..pettingzoo import ACTION_MASK, BatchFacts, Buffers, PettingZooEnv, Shard, StepArrays, Task, batch_index
 from ._drawing import text_image
 
 __all__ = ["OpenSpielAEC", "OpenSpielEnv", "OpenSpielParallel", "env_names", "tasks"]
@@ -442,14 +440,11 @@ class OpenSpielEnv(PettingZooEnv):
         finally:
             self._restoring = None
 
-    def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
+    def _start(self, rows: list[int]) -> None:
         if self._restoring is None:
-            return super()._reset(mask)
-        if isinstance(self._runner, WorkerPool) and self._runner.failure is not None:
-            self._restart_workers(mask)
-        rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
-        self._call("restore", rows, [self._restoring[i] for i in rows])
-        return self._to_tensordict(self._buffers.reset)
+            super()._start(rows)
+        else:  # reset_to: the saved games, the rows' pending seeds kept for their next new game
+            self._call("restore", rows, [self._restoring[i] for i in rows])
 
     @classmethod
     def known_tasks(cls) -> dict[str, Task]:

@@ -414,12 +414,15 @@ class PooledEnv:
     def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         if isinstance(self._runner, WorkerPool) and self._runner.failure is not None:
             self._restart_workers(mask)
-        rows = list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist()
+        self._start(list(range(self.num_envs)) if mask is None else mask.nonzero().flatten().tolist())
+        return self._to_tensordict(self._buffers.reset)
+
+    def _start(self, rows: list[int]) -> None:
+        """New episodes in rows ``rows``, each from its row's pending seed (which it uses up)."""
         seeds = [self._seeds[i] for i in rows]
         for i in rows:
             self._seeds[i] = None
         self._call("reset", rows, seeds)
-        return self._to_tensordict(self._buffers.reset)
 
     def _restart_workers(self, mask: torch.Tensor | None) -> None:
         """New workers in place of those that failed, and every row's next seed back to the env's own: the other
