@@ -7,7 +7,8 @@ Per group, a GRU actor and a GRU critic, each shared by the group's agents; ever
 - **actor**: the agent's observation entries (and, with ``--agent-ids``, its one-hot index in the group) ->
   Linear + ReLU -> GRU -> Linear + ReLU -> the action distribution (masked where the env gives an action mask);
 - **critic**: MAPPO: the root ``"state"`` (else every agent's observations side by side) with the agent's one-hot
-  index, so that each agent gets a value of its own; IPPO: what its actor sees. The same GRU layout.
+  index, so that each agent gets a value of its own; IPPO: what its actor sees. The same GRU layout (with
+  ``--shared``, IPPO's critic is a second head on the actor's embedding and GRU, as JaxMARL's IPPO networks).
 
 A recurrent state is zeroed at the step an episode starts for that agent (after a step whose ``done`` was set: the
 group's own, for agents that end apart like a SMAX unit that dies, or the env's). Returns and advantages run to the
@@ -46,7 +47,7 @@ from marl_envs.specs import Bounded, Categorical, OneHot  # noqa: E402
 DEFAULTS = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 4,
             "minibatch": 400, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True, "team_return": False,
             "hidden": 128, "gamma": 0.99, "lmbda": 0.95, "clip": 0.2, "max_grad_norm": 0.5, "anneal_lr": True,
-            "agent_ids": False, "bptt": None}
+            "agent_ids": False, "bptt": None, "shared": False}
 VALUE_COEF = 0.5  # the value loss's weight (JaxMARL's VF_COEF)
 ADAM_EPS = 1e-5  # JaxMARL's (and CleanRL's) Adam epsilon
 
@@ -58,6 +59,9 @@ def parse_args(argv=None):
                         "gave it (default: the preset's, else the batch's steps)")
     p.add_argument("--agent-ids", action=argparse.BooleanOptionalAction, default=None,
                    help="each agent's one-hot index in its group added to its policy's input (default: the preset)")
+    p.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --ippo: actor and critic share one embedding and GRU, each with its own head, and one "
+                        "gradient clip (JaxMARL's IPPO networks; default: the preset)")
     args = p.parse_args(argv)
     return _common.finish_args(p, args, _common.presets(args.env, DEFAULTS, recurrent=True, ippo=args.ippo), "mappo_rnn.py")
 
@@ -72,15 +76,19 @@ def _init(layer: nn.Linear, gain: float) -> nn.Linear:
 
 
 class GRUNet(nn.Module):
-    """``input -> Linear(fc) + ReLU -> GRU(hidden) -> Linear(hidden) + ReLU -> Linear(n_out)`` over rows of agents.
+    """``input -> Linear(fc) + ReLU -> GRU(hidden) -> Linear(fc) + ReLU -> Linear(n_out)`` over rows of agents.
 
     ``step`` advances a batch of rows one step, ``sequence`` runs ``(T, N)`` rows from their first states; both
     zero a row's state where ``start`` is set, before the step (an episode starts there).
     """
 
-    def __init__(self, n_in: int, n_out: int, fc: int, hidden: int, out_gain: float):
+    def __init__(self, n_in: int, n_out: int, fc: int, hidden: int, out_gain: float, trunk: GRUNet | None = None):
         super().__init__()
         self.hidden = hidden
+        if trunk is not None:  # another head on ``trunk``'s embedding and GRU (their gradients flow into both)
+            self.embed, self.cell = trunk.embed, trunk.cell
+            self.head = self._head(fc, n_out, out_gain)
+            return
         # the initialisation of the baselines' networks (Flax's GRU cell: LeCun-normal input weights, orthogonal
         # recurrent ones, zero biases)
         self.embed = _init(nn.Linear(n_in, fc), math.sqrt(2))
@@ -90,8 +98,10 @@ class GRUNet(nn.Module):
             nn.init.orthogonal_(block)
         nn.init.zeros_(self.cell.bias_ih)
         nn.init.zeros_(self.cell.bias_hh)
-        self.head = nn.Sequential(_init(nn.Linear(hidden, hidden), 2.0), nn.ReLU(),
-                                  _init(nn.Linear(hidden, n_out), out_gain))
+        self.head = self._head(fc, n_out, out_gain)
+
+    def _head(self, fc: int, n_out: int, out_gain: float) -> nn.Sequential:
+        return nn.Sequential(_init(nn.Linear(self.hidden, fc), 2.0), nn.ReLU(), _init(nn.Linear(fc, n_out), out_gain))
 
     def step(self, x: torch.Tensor, h: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x (N, in)``, ``h (N, H)``, ``start (N,)``: ``(output, new state)``."""
@@ -181,10 +191,15 @@ class Group(nn.Module):
         actor_in = obs_dim + (self.n if self.agent_ids else 0)
         self.policy = Policy(actor_in, env.full_action_spec[self.action], args.hidden)
         central = not args.ippo and not self.single
+        if args.shared and central:
+            raise ValueError("--shared shares the actor's GRU with a critic that reads what the actor reads: pass "
+                             "--ippo too (MAPPO's critic reads the world state)")
         self.critic_input = ("state" if "state" in env.observation_keys else "joint") if central else "own"
         n_in = {"state": lambda: probe.get("state")[0].numel() + self.n, "joint": lambda: obs_dim * self.n + self.n,
                 "own": lambda: actor_in}[self.critic_input]()
-        self.critic = GRUNet(n_in, 1, args.hidden, args.hidden, out_gain=1.0)
+        self.shared = bool(args.shared)
+        self.critic = GRUNet(n_in, 1, args.hidden, args.hidden, out_gain=1.0,
+                             trunk=self.policy.net if self.shared else None)
         self.register_buffer("ids", torch.eye(self.n), persistent=False)
 
     def key(self, name: str):
@@ -311,9 +326,9 @@ def train(args, callback=None) -> dict:
         agents = Agents(env, args).to(run.device)
         params = list(agents.parameters())
         run.same_start(params)
-        # each set clipped on its own, as two optimisers would (the baselines')
-        clipped = [[p for g in agents.groups for p in g.policy.parameters()],
-                   [p for g in agents.groups for p in g.critic.parameters()]]
+        # each set clipped on its own, as two optimisers would (the MAPPO baselines'); one network (--shared), once
+        clipped = [params] if args.shared else [[p for g in agents.groups for p in g.policy.parameters()],
+                                                [p for g in agents.groups for p in g.critic.parameters()]]
         optim = torch.optim.Adam(params, lr=args.lr, eps=ADAM_EPS)
         episodes = _common.Episodes(env, [g.reward for g in agents.groups], bool(args.team_return))
         updates, minibatch = run.budget(steps)
@@ -364,7 +379,7 @@ def train(args, callback=None) -> dict:
                     for g in agents.groups:
                         x = g.actor_input(mb, 2).transpose(0, 1).flatten(1, 2)
                         h0 = mb.get(g.key("actor_hidden"))[:, 0].flatten(0, 1)
-                        out, _ = g.policy.net.sequence(x, h0, g.starts(mb)[..., 0])
+                        out, states = g.policy.net.sequence(x, h0, g.starts(mb)[..., 0])
                         dist = g.policy.distribution(g.batch(out, B), g.action_mask(mb, 2))
                         log_prob, entropy = g.policy.score(dist, g.get(mb, "action_sample"))
                         ratio = (log_prob - g.get(mb, "action_log_prob")).exp()
@@ -374,7 +389,10 @@ def train(args, callback=None) -> dict:
                         clip = ratio.clamp(1 - args.clip, 1 + args.clip)
                         policy_loss = -torch.minimum(ratio * advantage, clip * advantage).mean()
                         # the value loss of JaxMARL's MAPPO RNN: clipped around the value collection saw
-                        value, _ = g.values(mb, mb.get(g.key("critic_hidden"))[:, 0])
+                        if g.shared:  # the critic's head on the actor's states
+                            value = g.critic.head(states)
+                        else:
+                            value, _ = g.values(mb, mb.get(g.key("critic_hidden"))[:, 0])
                         value = g.batch(value, B)
                         old, target = g.get(mb, "state_value"), g.get(mb, "value_target")
                         value_clipped = old + (value - old).clamp(-args.clip, args.clip)

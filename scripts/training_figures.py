@@ -83,6 +83,16 @@ FIGURES: dict[str, Figure] = {
                "1.5M steps, run on this machine alone (its time from the process start, 22 s of compilation "
                "included); ours: mappo_rnn.py's preset, 3 seeds, one run at a time, time from the first step.",),
         date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
+    "smax_3m_recurrent_ippo": Figure(
+        runs=dict.fromkeys(["smax3m_rnn_ippo_s0", "smax3m_rnn_ippo_s1", "smax3m_rnn_ippo_s2"],
+                           "IPPO, GRU (mappo_rnn.py --ippo)"),
+        curves=tuple(f"JaxMARL's own IPPO (GRU), seed {s}=jaxmarl_ippo_rnn_smax3m_s{s}.csv" for s in range(3)),
+        per_second=True, random_panels=("reward", "won"),
+        notes=("JaxMARL's own IPPO: baselines/IPPO/ippo_rnn_smax.py at c793d09 with its config but map 3m and 1.5M "
+               "steps (distrax's Categorical and wandb replaced by stand-ins outside this repository), 3 seeds; "
+               "ours: mappo_rnn.py's preset with --ippo, 3 seeds, one torch thread each. Both ran two or three at a "
+               "time on the 2 cores: the times are slower than alone.",),
+        date="2026-12-02", machine="the 2-core CPU reference machine"),
     "mpe_spread_recurrent": Figure(
         runs=dict.fromkeys(["mpe_rnn_s0", "mpe_rnn_s1", "mpe_rnn_s2"], RECURRENT),
         curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_mpe_spread.csv",),

@@ -481,7 +481,7 @@ def test_a_short_recurrent_run_beats_the_random_policy(tmp_path):
     assert summary["final_mean_episode_reward"] > summary["random_policy_reward"] + 1
 
 
-@pytest.mark.parametrize("extra", [[], ["--ippo"]], ids=["mappo", "ippo"])
+@pytest.mark.parametrize("extra", [[], ["--ippo"], ["--ippo", "--shared"]], ids=["mappo", "ippo", "ippo_shared"])
 def test_recurrent_runs_on_two_groups_with_a_state_and_on_a_single_agent(tmp_path, extra):
     _check_outputs(_run(tmp_path / "groups", "test/predator_prey", ["--env-kwargs", "max_steps=10", "--agent-ids",
                                                                     *extra], mappo_rnn),
@@ -631,13 +631,33 @@ def test_a_short_run_ends_normally_on_every_backend(tmp_path, name, kwargs):
 
 
 def test_recurrent_ippo_on_smax_takes_jaxmarls_ippo_settings():
-    """``mappo_rnn.py --ippo`` on SMAX: JaxMARL's ippo_rnn_smax.yaml (Adam 4e-3, clip 0.05, entropy 0.01) over the
-    MAPPO preset (2e-3, 0.2, 0), whose other settings it shares."""
+    """``mappo_rnn.py --ippo`` on SMAX: JaxMARL's ippo_rnn_smax.yaml (Adam 4e-3, clip 0.05, entropy 0.01) and its
+    network (one trunk of two heads, whole 128-step sequences) over the MAPPO preset (2e-3, 0.2, 0, apart, 16
+    steps), whose other settings it shares."""
     mappo_preset = _common.presets("jaxmarl/HeuristicEnemySMAX", mappo_rnn.DEFAULTS, recurrent=True)
     ippo_preset = _common.presets("jaxmarl/HeuristicEnemySMAX", mappo_rnn.DEFAULTS, recurrent=True, ippo=True)
-    assert (mappo_preset["lr"], mappo_preset["clip"], mappo_preset["entropy"]) == (2e-3, 0.2, 0.0)
-    assert (ippo_preset["lr"], ippo_preset["clip"], ippo_preset["entropy"]) == (4e-3, 0.05, 0.01)
-    assert {k: v for k, v in ippo_preset.items() if k not in ("lr", "clip", "entropy")} == \
-        {k: v for k, v in mappo_preset.items() if k not in ("lr", "clip", "entropy")}
+    assert [mappo_preset[k] for k in ("lr", "clip", "entropy", "shared", "bptt")] == [2e-3, 0.2, 0.0, False, 16]
+    assert [ippo_preset[k] for k in ("lr", "clip", "entropy", "shared", "bptt")] == [4e-3, 0.05, 0.01, True, 128]
+    assert {k: v for k, v in ippo_preset.items() if k not in ("lr", "clip", "entropy", "shared", "bptt")} == \
+        {k: v for k, v in mappo_preset.items() if k not in ("lr", "clip", "entropy", "shared", "bptt")}
     assert _common.presets("vmas/navigation", mappo_rnn.DEFAULTS, recurrent=True, ippo=True) == \
         _common.presets("vmas/navigation", mappo_rnn.DEFAULTS, recurrent=True)  # no IPPO preset: the MAPPO one
+
+
+def test_recurrent_shared_critic_is_a_head_on_the_actors_gru():
+    """``--shared``: IPPO's critic reads the actor's embedding and GRU (the same parameters, trained by both losses,
+    counted once by the optimiser), with a head of its own; MAPPO's critic, which reads the world state, cannot."""
+    import argparse
+
+    env = marl_envs.make("vmas/navigation", num_envs=2, n_agents=2, max_steps=5)
+    args = argparse.Namespace(**{**mappo_rnn.DEFAULTS, "ippo": True, "shared": True, "agent_ids": False})
+    agents = mappo_rnn.Agents(env, args)
+    group = agents.groups[0]
+    assert group.critic.cell is group.policy.net.cell and group.critic.embed is group.policy.net.embed
+    assert group.critic.head is not group.policy.net.head
+    apart = mappo_rnn.Agents(env, argparse.Namespace(**{**vars(args), "shared": False}))
+    shared_ids = {id(p) for p in agents.parameters()}
+    assert len(shared_ids) == len(list(agents.parameters())) < len(list(apart.parameters()))
+    with pytest.raises(ValueError, match=r"^--shared shares the actor's GRU with a critic that reads what the actor "
+                                         r"reads: pass --ippo too \(MAPPO's critic reads the world state\)$"):
+        mappo_rnn.Agents(env, argparse.Namespace(**{**vars(args), "ippo": False}))

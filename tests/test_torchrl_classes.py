@@ -128,6 +128,16 @@ def test_the_lbforaging_and_brax_wrappers():
     theirs = torchrl_envs.BraxWrapper(brax.envs.get_environment("fast"), batch_size=[4], device="cpu")
     reference = {key: layout for key, layout in _layout(theirs).items() if not _skipped(key, {"state"})}
     assert {key: layout for key, layout in reference.items() if _layout(mine).get(key) != layout} == {}
+    # TorchRL's _env: the Brax env inside, which BraxWrapper takes back (the same rollout from the same seed)
+    made = ours.BraxEnv("fast", batch_size=[2], seed=3)
+    assert isinstance(made._env, brax.envs.Env)
+    again = ours.BraxWrapper(made._env, batch_size=[2], seed=3)
+    torch.manual_seed(0)
+    first = made.rollout(3)
+    torch.manual_seed(0)
+    assert (again.rollout(3) == first).all()
+    made.clear_cache()  # jax.clear_caches(): the env compiles again and steps on
+    assert made.rollout(2).shape == (2, 2)
 
 
 def test_jumanji_and_playground_splits_by_torchrls_keywords():
@@ -189,6 +199,29 @@ def test_openspiel_return_state_resets_to_the_saved_games():
     kept = env.env.game_states()[1]
     env.reset(saved.clone().set("_reset", torch.tensor([[True], [False], [True]])))
     assert env.env.game_states() == [saved.get("state").tolist()[0], kept, saved.get("state").tolist()[2]]
+
+
+def test_openspiel_steps_ended_games_as_torchrls_does():
+    """Once every game has ended, a step changes nothing (TorchRL's ``OpenSpielEnv``): the same data, rewards of 0,
+    until a reset; a batch of simultaneous-move games where only some have ended is refused, naming the env."""
+    _needs("openspiel")
+    env = ours.OpenSpielEnv("matrix_pd", return_state=True)  # one simultaneous move ends the game
+    env.reset()
+    ended = env.step(env.full_action_spec.rand())["next"]
+    assert ended["done"].all() and ended["agents", "reward"].abs().sum() > 0
+    again = env.step(env.full_action_spec.rand())["next"]
+    assert (again.exclude(("agents", "reward")) == ended.exclude(("agents", "reward"))).all()
+    assert (again["agents", "reward"] == 0).all()
+    assert (env.reset(ended)["done"]).all()  # reset(data) to a game that had ended, as TorchRL's allows
+    assert not env.reset()["done"].any()
+    assert env.step(env.full_action_spec.rand())["next", "agents", "reward"].abs().sum() > 0  # a real move again
+
+    env = ours.OpenSpielEnv("matrix_pd", batch_size=(2,), seed=0)
+    td = env.step(env.rand_action(env.reset()))["next"]
+    td = env.reset(td.set("_reset", torch.tensor([[False], [True]])))  # env 0 still ended, env 1 a new game
+    with pytest.raises(ValueError, match=r"^env 0 has no agents left: its episode is over \(done\); reset it before "
+                                         r"stepping again \(rollout and step_and_maybe_reset do\)$"):
+        env.step(env.rand_action(td))
 
 
 def test_what_our_classes_refuse_names_the_reason():

@@ -255,6 +255,23 @@ def test_openspiel_games_reset_to_their_serialized_states(num_workers):
     env.close()
 
 
+def test_openspiel_a_game_reset_to_its_end_stays_ended():
+    """A saved game that had ended is done from ``reset_to`` on: a step leaves it ended, with rewards of 0, as
+    stepping a game played to its end does."""
+    _installed("openspiel")
+    import pyspiel
+
+    state = pyspiel.load_game("tic_tac_toe").new_initial_state()
+    for move in (0, 3, 1, 4, 2):  # the first player wins
+        state.apply_action(move)
+    env = marl_envs.make("openspiel/tic_tac_toe", num_envs=2, seed=0)
+    td = env.reset_to([state.serialize(), env.game_states()[1]])
+    assert td["done"].flatten().tolist() == [True, False]
+    out = env.step(env.rand_action(td))["next"]
+    assert out["done"].flatten().tolist() == [True, False] and out["terminated"][0].all()
+    assert (out["agents", "reward"][0] == 0).all()
+
+
 def test_mamujoco_max_episode_steps_is_max_steps_and_truncates():
     """Gymnasium's time limit of the robot (Reacher's: 50), a move of each agent per step in the AEC API."""
     _installed("mamujoco")

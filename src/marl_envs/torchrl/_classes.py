@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Sequence
 
 import torch
-from tensordict import NonTensorData, NonTensorStack
+from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from groupings import MarlGroupMapType
 
@@ -137,7 +137,10 @@ class OpenSpielEnv(TorchRLEnv):
     num_envs=8, categorical_actions=False))``. One-hot actions by default, as TorchRL's; ``parameters`` are the
     game's (``{"players": 3}``). With ``return_state=True``, as TorchRL's, the data hold ``"state"``: each game
     serialized (a str per env), and ``reset(data)`` of data holding ``"state"`` resets the envs it selects (all,
-    or a ``_reset`` entry's) to those games instead of new ones (``reset_to`` of our env)."""
+    or a ``_reset`` entry's) to those games instead of new ones (``reset_to`` of our env). A step once every game
+    has ended changes nothing, as TorchRL's: the same data, with rewards of 0 (in a batch of simultaneous-move
+    games where only some have ended, it is refused: reset those first, as ``rollout`` and ``step_and_maybe_reset``
+    do)."""
 
     available_envs = _EnvNames("openspiel")
     lib = _Library("pyspiel")
@@ -164,6 +167,16 @@ class OpenSpielEnv(TorchRLEnv):
             observations["state"] = rl_specs.NonTensor(shape=self.batch_size, device=self.device)
         self.full_observation_spec = observations
         self.return_state = return_state
+        self._ended: TensorDictBase | None = None  # the data of a step that ended every game: what a step repeats
+        self._allow_done_after_reset = True  # as TorchRL's: reset(data) may put back a game that had ended
+
+    def _step(self, tensordict):
+        if self._ended is None:
+            return super()._step(tensordict)
+        data = self._ended.clone()
+        for key in self.env.reward_keys:
+            data.set(key, torch.zeros_like(data.get(key)))
+        return self._masked(self._out_of_env(data, complete=False))
 
     def _completed(self, data):
         groups, players = self._turns
@@ -178,6 +191,7 @@ class OpenSpielEnv(TorchRLEnv):
         data.set("current_player", torch.where(ended, -4, turn).int())
         if self.return_state:
             data.set("state", NonTensorStack(*(NonTensorData(state) for state in self.env.game_states())))
+        self._ended = data.clone() if bool(data["done"].all()) else None  # a CPU library: no device to wait on
         return data
 
     def _reset_env(self, tensordict, seed):
@@ -245,7 +259,22 @@ class LBForagingWrapper(LBForagingEnv):
         super().__init__(env_id, **kwargs)
 
 
-class BraxEnv(TorchRLEnv):
+class _JaxLibraryEnv(TorchRLEnv):
+    """What TorchRL's Brax and Playground classes also have: ``_env``, the library's env inside (a Brax env is what
+    ``BraxWrapper`` takes), and ``clear_cache()``."""
+
+    @property
+    def _env(self):
+        return self.env.brax_env
+
+    def clear_cache(self) -> None:
+        """``jax.clear_caches()``, as TorchRL's: frees what JAX compiled (the env's programs compile again on use)."""
+        import jax
+
+        jax.clear_caches()
+
+
+class BraxEnv(_JaxLibraryEnv):
     """``torchrl.envs.BraxEnv``'s arguments, our Brax env inside: ``BraxEnv("ant", batch_size=(128,))``; a single
     robot keeps TorchRL's single-agent keys, a split (``"ant_4x2"``) has its agents' group."""
 
@@ -263,7 +292,7 @@ class BraxEnv(TorchRLEnv):
         super().__init__(env, batch)
 
 
-class BraxWrapper(TorchRLEnv):
+class BraxWrapper(_JaxLibraryEnv):
     """``torchrl.envs.BraxWrapper``'s arguments, our ``BraxWrapper`` inside: ``BraxWrapper(brax.envs.get_environment(
     "ant"), batch_size=(128,))``."""
 
@@ -301,7 +330,7 @@ class JumanjiEnv(TorchRLEnv):
         super().__init__(env, batch)
 
 
-class MujocoPlaygroundEnv(TorchRLEnv):
+class MujocoPlaygroundEnv(_JaxLibraryEnv):
     """``torchrl.envs.MujocoPlaygroundEnv``'s arguments, our Playground env inside: ``MujocoPlaygroundEnv(
     "CheetahRun", batch_size=(64,))``, and with ``agent_mapping="halfcheetah_6x1"`` our split of that robot
     (``playground/CheetahRun_6x1``); ``config`` / ``config_overrides`` are the env's config entries.

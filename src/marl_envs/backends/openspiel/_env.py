@@ -193,6 +193,8 @@ class OpenSpielAEC(AECEnv):
         self.agents = list(self.possible_agents)
         state = core.state
         self.agent_selection = self.agents[0 if state.is_terminal() else state.current_player()]
+        if state.is_terminal():  # a saved game that had ended: the dicts a dead step reads say so
+            self._sync()
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         self.restart(seed)
