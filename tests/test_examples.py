@@ -580,6 +580,16 @@ def test_mappo_rnn_reproduces_the_kept_smax_run(tmp_path):
     assert (tmp_path / "metrics.csv").read_text().splitlines() == _kept_rows("smax3m_rnn_s0", 2)
 
 
+@pytest.mark.skipif(not marl_envs.backend_installed("jaxmarl"), reason="needs the jaxmarl extra")
+@pytest.mark.slow
+def test_mappo_rnn_reproduces_the_kept_smax_ippo_run(tmp_path):
+    """docs/runs/smax3m_rnn_ippo_s0 (the IPPO preset: one shared network, whole sequences; seed 0, 1 thread): the
+    first 2 rows bit for bit."""
+    mappo_rnn.main(["--env", "jaxmarl/HeuristicEnemySMAX", "--ippo", "--frames", "32768", "--quiet",
+                    "--out", str(tmp_path)])
+    assert (tmp_path / "metrics.csv").read_text().splitlines() == _kept_rows("smax3m_rnn_ippo_s0", 2)
+
+
 # backends whose envs compile their step with JAX (or MJX) first: their runs go with --all
 _COMPILED = {name for name, record in registry.backends().items() if "jax" in record.builds_on}
 

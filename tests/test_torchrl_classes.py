@@ -212,7 +212,8 @@ def test_openspiel_steps_ended_games_as_torchrls_does():
     again = env.step(env.full_action_spec.rand())["next"]
     assert (again.exclude(("agents", "reward")) == ended.exclude(("agents", "reward"))).all()
     assert (again["agents", "reward"] == 0).all()
-    assert (env.reset(ended)["done"]).all()  # reset(data) to a game that had ended, as TorchRL's allows
+    assert (env.reset(ended.exclude(("agents", "reward")))["done"]).all()  # to an ended game, as TorchRL's allows
+    assert (env.step(env.full_action_spec.rand())["next", "agents", "reward"] == 0).all()  # and a step of it: none
     assert not env.reset()["done"].any()
     assert env.step(env.full_action_spec.rand())["next", "agents", "reward"].abs().sum() > 0  # a real move again
 

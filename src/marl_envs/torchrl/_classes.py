@@ -173,9 +173,9 @@ class OpenSpielEnv(TorchRLEnv):
     def _step(self, tensordict):
         if self._ended is None:
             return super()._step(tensordict)
-        data = self._ended.clone()
+        data = self._ended.clone()  # saved by a step or by a reset to ended games (which has no rewards)
         for key in self.env.reward_keys:
-            data.set(key, torch.zeros_like(data.get(key)))
+            data.set(key, self.env.full_reward_spec[key].zero())
         return self._masked(self._out_of_env(data, complete=False))
 
     def _completed(self, data):
