@@ -41,8 +41,12 @@ ROWS = [
     "magent2/battle_v4 --num-envs 64 --steps 40",
     "openspiel/goofspiel --num-envs 64 --steps 100",
     "openspiel/leduc_poker --num-envs 256 --steps 100",
+    "meltingpot/collaborative_cooking__asymmetric --num-envs 1 --steps 2000 --rounds 10",
     "meltingpot/collaborative_cooking__asymmetric --num-envs 2 --steps 1000 --rounds 10",
+    "meltingpot/collaborative_cooking__asymmetric --num-envs 8 --steps 2000 --rounds 8",
+    "meltingpot/predator_prey__open --num-envs 1 --steps 1000 --rounds 8",
     "meltingpot/predator_prey__open --num-envs 2 --steps 400 --rounds 8",
+    "meltingpot/predator_prey__open --num-envs 8 --steps 400 --rounds 8",
 ]
 
 

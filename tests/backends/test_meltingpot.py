@@ -42,21 +42,49 @@ def test_keys_shapes_and_dtypes(cooking):
     marl_envs.check_env_specs(cooking)
 
 
-def test_the_data_are_the_raw_timesteps_across_episode_ends(monkeypatch):
-    """Every entry is the raw substrate's (its timesteps recorded as they leave Melting Pot), across episode ends,
-    with the players in their groups and the world view at the root. (Two builds of one seed differ upstream, so a
-    second, raw substrate cannot be the reference.)"""
+class _Recording:
+    """A dmlab2d env that records the actions Melting Pot's wrappers hand it."""
+
+    def __init__(self, lab, sent):
+        self._lab, self._sent = lab, sent
+
+    def act_discrete(self, actions):
+        self._sent.append(np.array(actions))
+        return self._lab.act_discrete(actions)
+
+    def __getattr__(self, name):
+        return getattr(self._lab, name)
+
+
+def test_the_data_are_melting_pots_own_across_episode_ends(monkeypatch):
+    """Each step is Melting Pot's ``substrate.step`` (here stepped through its wrappers, which must send dmlab2d the
+    action vector the family's table sends) and every entry is that step's timestep, across episode ends, with the
+    players in their groups and the world view at the root. (Two builds of one seed differ upstream, so a second,
+    raw substrate cannot be the reference.)"""
+    import dmlab2d
+
     from marl_envs.backends.meltingpot._library import Instance
 
-    seen = []
-    reset, step = Instance.reset, Instance.step
+    seen, sent = [], []
+    reset = Instance.reset
+
+    def through_the_wrappers(self):  # the dmlab2d env under the wrappers, recording what they send
+        env = self.substrate
+        while type(env) is not dmlab2d.Environment:
+            env = env._env
+        env._env = _Recording(env._env, sent)
+
     def recorded_reset(self, seed):
-        seen.append(("reset", reset(self, seed)))
-        return seen[-1][1]
+        reset(self, seed)
+        through_the_wrappers(self)
+        seen.append(("reset", self.substrate.observation()))
 
     def recorded_step(self, actions):
-        seen.append(("step", step(self, actions), list(actions)))
-        return seen[-1][1]
+        ours = self.table(actions)
+        timestep = self.substrate.step(actions.tolist())
+        assert np.array_equal(sent.pop(), ours) and not sent  # the wrappers' action vector is the table's
+        seen.append(("step", timestep, actions.tolist()))
+        return timestep.last()
 
     monkeypatch.setattr(Instance, "reset", recorded_reset)
     monkeypatch.setattr(Instance, "step", recorded_step)
@@ -64,6 +92,7 @@ def test_the_data_are_the_raw_timesteps_across_episode_ends(monkeypatch):
     try:
         td = env.reset()
         first = seen.pop(0)[1]
+        assert np.array_equal(td["state"][0].numpy(), first[0]["WORLD.RGB"])
         order = [p for members in env.group_map.values() for p in members]
         for t in range(7):
             td = env.rand_action(td)
@@ -75,14 +104,16 @@ def test_the_data_are_the_raw_timesteps_across_episode_ends(monkeypatch):
                 assert td[group, "action"][0].tolist() == [actions[k] for k in idx]
                 assert np.array_equal(nxt[group, "observation", "RGB"][0].numpy(),
                                       np.stack([timestep.observation[k]["RGB"] for k in idx]))
-                assert nxt[group, "observation", "STAMINA"][0, :, 0].tolist() == [
-                    float(timestep.observation[k]["STAMINA"]) for k in idx]
+                for key in ("STAMINA", "COLLECTIVE_REWARD"):
+                    assert nxt[group, "observation", key][0, :, 0].tolist() == [
+                        float(timestep.observation[k][key]) for k in idx]
                 assert nxt[group, "reward"][0, :, 0].tolist() == [float(timestep.reward[k]) for k in idx]
             assert np.array_equal(nxt["state"][0].numpy(), timestep.observation[0]["WORLD.RGB"])
-            assert bool(nxt["truncated"]) == (t % 3 == 2)
+            assert bool(nxt["truncated"]) == (t % 3 == 2) and not timestep.last()
             if t % 3 == 2:  # a new episode: its first observation is the reset's
                 first = seen.pop(0)[1]
-                assert np.array_equal(td_next["state"][0].numpy(), first.observation[0]["WORLD.RGB"])
+                assert np.array_equal(td_next["state"][0].numpy(), first[0]["WORLD.RGB"])
+                assert np.array_equal(td_next["prey", "observation", "RGB"][0, 0].numpy(), first[3]["RGB"])
             td = td_next
         assert not seen and len(order) == 13
     finally:

@@ -8,6 +8,13 @@ to the real TensorFlow, imported at first use (so a user's own Melting Pot bots 
 installed). Where TensorFlow (or Melting Pot) was imported already, nothing is replaced.
 
 A substrate cannot be pickled: each process builds its own (``Instance``), from the substrate's configuration.
+An ``Instance`` is built and reset by Melting Pot's own builder and wrappers (a reset builds the episode's dmlab2d
+env anew, as ``substrate.build``'s does); a step drives that dmlab2d env itself: the discrete action vector looked
+up from a table of the substrate's action set, ``advance``, and only the observations the env hands out read (the
+players' own, their rewards and ``WORLD.RGB``). Melting Pot's wrappers do the same work through a dict of every
+observation (the text and layer views included), lists of dicts of the players' and their reactive observables
+at each step, the larger part of a small substrate's step; the data are the same (``tests/backends``
+compares them with ``substrate.step``).
 Seeds: Melting Pot's ``builder(..., env_seed=s)`` seeds episode ``k`` of a substrate with ``s + k``; each row of
 a batch draws its ``s`` from the env's seed and its index (``row_seed``), so no two rows share a seed. Two
 substrates built with one ``env_seed`` in one process still differ (measured on every substrate tried: Melting Pot
@@ -27,10 +34,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Facts", "Instance", "MAX_SEED", "facts", "row_seed", "scenarios", "substrate_module", "substrate_names"]
+from ..._version import installed_version
+
+__all__ = ["ActionTable", "COLLECTIVE", "Facts", "Instance", "MAX_SEED", "build", "facts", "row_seed", "scenarios",
+           "substrate_module", "substrate_names"]
 
 #: Melting Pot's bound on a Lua seed (``builder._MAX_SEED``)
 MAX_SEED = 2**31 - 1
+#: the observation Melting Pot's CollectiveRewardWrapper adds to every player's: the sum of the players' rewards
+COLLECTIVE = "COLLECTIVE_REWARD"
 _TF = "tensorflow"
 
 
@@ -116,7 +128,7 @@ def facts(name: str, roles: Sequence[str] | None = None) -> Facts:
     settings = config.lab2d_settings_builder(roles=roles, config=config)
     spec = config.timestep_spec.observation
     player = [(key, tuple(spec[key].shape), np.dtype(spec[key].dtype)) for key in config.individual_observation_names]
-    player.append(("COLLECTIVE_REWARD", (), np.dtype(np.float64)))  # added by Melting Pot's CollectiveRewardWrapper
+    player.append((COLLECTIVE, (), np.dtype(np.float64)))
     world = spec["WORLD.RGB"]
     return Facts(name, roles, tuple(player), (tuple(world.shape), np.dtype(world.dtype)),
                  int(config.action_spec.num_values), int(settings["maxEpisodeLengthFrames"]))
@@ -150,28 +162,71 @@ def build(name: str, roles: Sequence[str], env_seed: int | None) -> Any:
         raise
 
 
+def _lab2d(substrate: Any) -> Any:
+    """The dmlab2d ``Lab2d`` of a built substrate's current episode, under Melting Pot's wrappers."""
+    import dmlab2d
+
+    env = substrate
+    while type(env) is not dmlab2d.Environment:
+        env = getattr(env, "_env", None)
+        if env is None:
+            raise RuntimeError(f"no dmlab2d.Environment under {type(substrate).__name__}'s wrappers: this family "
+                               f"reads Melting Pot 2.4's wrapper chain (installed: dm-meltingpot "
+                               f"{installed_version('dm-meltingpot')})")
+    return env._env
+
+
+class ActionTable:
+    """Each player's action index -> dmlab2d's discrete action vector, as Melting Pot's discrete action, multiplayer
+    and dmlab2d wrappers build it: entry ``j`` (named ``"<player>.<key>"``) takes ``action_set[a][key]`` of its
+    player's action ``a``."""
+
+    def __init__(self, names: Sequence[str], action_set: Sequence[dict[str, Any]]):
+        self.names = tuple(names)
+        players, keys = zip(*(name.split(".", 1) for name in names))
+        self.player = np.array([int(p) - 1 for p in players], dtype=np.intp)
+        self.values = np.array([[action[key] for key in keys] for action in action_set], dtype=np.int32)
+        self.columns = np.arange(len(names))
+
+    def __call__(self, actions: np.ndarray) -> np.ndarray:
+        return self.values[actions[self.player], self.columns]
+
+
 class Instance:
     """One row's substrate, built at its first reset (seeded, or with a random seed) and built again at a seeded
-    reset; an unseeded reset starts the substrate's next episode (seed ``+ 1``)."""
+    reset; an unseeded reset starts the substrate's next episode (seed ``+ 1``). A step advances the episode's
+    dmlab2d env ``lab`` (the module docstring says why), whose ``observation(name)`` reads the observations
+    (``"1.RGB"``, ``"2.REWARD"``, ``"WORLD.RGB"``)."""
 
     def __init__(self, name: str, roles: Sequence[str]):
         self.name, self.roles = name, tuple(roles)
         self.substrate: Any = None
+        self.lab: Any = None  # the current episode's dmlab2d env (Melting Pot builds one at each reset)
+        self.table: ActionTable | None = None
         self.episode_seed = 0  # the seed of the episode the next reset starts
 
-    def reset(self, seed: int | None) -> Any:
-        """The first timestep of a new episode."""
+    def reset(self, seed: int | None) -> None:
+        """Start a new episode."""
         if self.substrate is None or seed is not None:
             self.close()
             self.episode_seed = int(np.random.SeedSequence().generate_state(1)[0]) % MAX_SEED if seed is None else seed
             self.substrate = build(self.name, self.roles, self.episode_seed)
         self.episode_seed += 1
-        return self.substrate.reset()
+        self.substrate.reset()
+        self.lab = _lab2d(self.substrate)
+        names = tuple(self.lab.action_discrete_names())  # their order may change from one build to the next
+        if self.table is None or self.table.names != names:
+            self.table = ActionTable(names, substrate_module().get_config(self.name).action_set)
 
-    def step(self, actions: Sequence[int]) -> Any:
-        return self.substrate.step(actions)
+    def step(self, actions: np.ndarray) -> bool:
+        """Advance one step with each player's action index ``(players,)``; True where the episode ended."""
+        import dmlab2d
+
+        self.lab.act_discrete(self.table(actions))
+        status, _ = self.lab.advance()
+        return status != dmlab2d.RUNNING
 
     def close(self) -> None:
         if self.substrate is not None:
             self.substrate.close()
-            self.substrate = None
+            self.substrate = self.lab = None

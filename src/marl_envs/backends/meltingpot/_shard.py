@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._library import Instance
+from ._library import COLLECTIVE, Instance
 
 __all__ = ["Arrays", "Layout", "SubstrateBuffers", "SubstrateShard"]
 
@@ -75,8 +75,12 @@ class SubstrateShard:
     def __init__(self, instances: Sequence[Instance], lo: int, layout: Layout, buffers: SubstrateBuffers):
         self.instances, self.lo, self.hi = list(instances), lo, lo + len(instances)
         self.layout, self.buffers = layout, buffers
-        self.keys = [key for key, _, _ in layout.observations]
-        self.scalar = {key: not shape for key, shape, _ in layout.observations}
+        players = range(1, layout.n_players + 1)
+        # each player observation's dmlab2d names ("1.RGB", "2.RGB", ...); the collective reward is the rewards' sum
+        self.reads = [(key, [f"{p}.{key}" for p in players])
+                      for key, _, _ in layout.observations if key != COLLECTIVE]
+        self.rewards = [f"{p}.REWARD" for p in players]
+        self.scratch = np.zeros(layout.n_players)  # a step's rewards, float64 as Melting Pot's
         self.frames: list[Any] = [None] * len(self.instances)  # each row's last world view, for render()
         self.current = lo  # the row a failure is reported for
 
@@ -87,7 +91,9 @@ class SubstrateShard:
             arrays.renew()
         for i, seed in zip(rows, seeds):
             self.current = i
-            self._write(arrays, i, self.instances[i - self.lo].reset(seed))
+            instance = self.instances[i - self.lo]
+            instance.reset(seed)
+            self._write(arrays, i, instance)
             self.buffers.count[i] = 0
             arrays.term[i] = arrays.trunc[i] = False
 
@@ -96,15 +102,14 @@ class SubstrateShard:
         b, lo = self.buffers, self.lo
         arrays = b.step
         arrays.renew()
-        actions = b.actions[lo:self.hi].tolist()
+        actions = b.actions[lo:self.hi]
         length = self.layout.episode_length
         for i in range(lo, self.hi):
             self.current = i
-            timestep = self.instances[i - lo].step(actions[i - lo])
-            self._write(arrays, i, timestep)
-            arrays.reward[i] = timestep.reward
+            instance = self.instances[i - lo]
+            last = instance.step(actions[i - lo])
+            self._write(arrays, i, instance)
             b.count[i] += 1
-            last = timestep.last()
             arrays.trunc[i] = last and b.count[i] >= length
             arrays.term[i] = last and b.count[i] < length
 
@@ -117,15 +122,19 @@ class SubstrateShard:
         ended = np.flatnonzero(rows).tolist()
         self.reset([lo + i for i in ended], [None] * len(ended) if seeds is None else [seeds[i] for i in ended])
 
-    def _write(self, arrays: Arrays, i: int, timestep: Any) -> None:
-        players = timestep.observation
-        for key in self.keys:
-            buf = arrays.obs[key]
-            if self.scalar[key]:
-                buf[i, :, 0] = [player[key] for player in players]
-            else:  # one copy into the batch (an assignment from a list would stack it first)
-                np.stack([player[key] for player in players], out=buf[i])
-        world = players[0][WORLD]
+    def _write(self, arrays: Arrays, i: int, instance: Instance) -> None:
+        """Row ``i`` of ``arrays``: the observations of ``instance`` as Melting Pot's wrappers hand them out."""
+        read = instance.lab.observation
+        for key, names in self.reads:
+            row = arrays.obs[key][i]
+            for p, name in enumerate(names):
+                row[p] = read(name)  # a scalar fills its (1,) slot
+        rewards = self.scratch
+        for p, name in enumerate(self.rewards):
+            rewards[p] = read(name)
+        arrays.reward[i] = rewards
+        arrays.obs[COLLECTIVE][i] = rewards.sum()  # Melting Pot's CollectiveRewardWrapper: np.sum of the float64s
+        world = read(WORLD)  # a new array at each read
         arrays.world[i] = world
         self.frames[i - self.lo] = world
 

@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 from ...bench import Loop, References
 from ..pettingzoo.bench import with_workers
 from ._env import MeltingpotEnv
-from ._library import Instance, row_seed
+from ._library import build, row_seed
 
 
 class _ByHand:
@@ -19,9 +19,10 @@ class _ByHand:
     lists of ints, reset when its timestep is the last."""
 
     def __init__(self, env: MeltingpotEnv, plan: Sequence[TensorDictBase]):
-        self.substrates = [Instance(env.substrate, env.roles) for _ in range(env.num_envs)]
-        for i, substrate in enumerate(self.substrates):
-            substrate.reset(row_seed(0, i))
+        # Melting Pot's substrate.build with a seed: its builder and wrappers, stepped by substrate.step
+        self.substrates = [build(env.substrate, env.roles, row_seed(0, i)) for i in range(env.num_envs)]
+        for substrate in self.substrates:
+            substrate.reset()
         order = [p for members in env.group_map.values() for p in members]
         where = [order.index(f"player_{k}") for k in range(len(env.roles))]
         self.drawn = [[[row[k] for k in where] for row in
@@ -31,7 +32,7 @@ class _ByHand:
         for t in steps:
             for substrate, actions in zip(self.substrates, self.drawn[t]):
                 if substrate.step(actions).last():
-                    substrate.reset(None)
+                    substrate.reset()
 
     def sync(self) -> None:
         """Nothing is queued: the substrates step synchronously."""
