@@ -61,16 +61,22 @@ def mlp(n_in: int, n_out: int, hidden: int) -> nn.Sequential:
 
 class ConvTorso(nn.Module):
     """A group's flat observation ``(..., k * F)`` whose features from ``start`` hold an image or a grid ``shape``
-    ((H, W, C) or (C, H, W): a Melting Pot view, a MAgent2 grid, a board): two 3x3 convolutions pooled to at most
-    4x4, the other features beside them; ``k`` agents side by side (a centralised critic's input) each encoded."""
+    ((H, W, C) or (C, H, W): a Melting Pot view, a MAgent2 grid, a board): two convolutions pooled to at most 4x4,
+    the other features beside them; ``k`` agents side by side (a centralised critic's input) each encoded. A view of
+    32 pixels or more is read in 8x8 patches first (a Melting Pot sprite; Melting Pot's own agents' first layer, 8x8
+    at stride 8), a grid or a board cell by cell (3x3)."""
 
     def __init__(self, image: tuple, features: int, agents: int = 1):
         super().__init__()
         (self.shape, self.start, self.scale), self.features, self.agents = image, features, agents
         self.channels_last = self.shape[-1] < self.shape[0]  # (40, 40, 3), (13, 13, 5); a board (3, 3, 3) is (C, H, W)
         c, h, w = (self.shape[2], *self.shape[:2]) if self.channels_last else self.shape
+        if min(h, w) >= 32:  # pixels: one cell per 8x8 patch (11x11 for an 88x88 view), 30 times fewer products
+            first, h, w = nn.Conv2d(c, 16, 8, stride=8), h // 8, w // 8
+        else:
+            first = nn.Conv2d(c, 16, 3, padding=1)
         stride = 2 if min(h, w) >= 8 else 1
-        self.conv = nn.Sequential(nn.Conv2d(c, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride, padding=1),
+        self.conv = nn.Sequential(first, nn.ReLU(), nn.Conv2d(16, 32, 3, stride, padding=1),
                                   nn.ReLU(), nn.AdaptiveAvgPool2d((min(4, h), min(4, w))), nn.Flatten())
         self.size = math.prod(self.shape)
         self.out_dim = agents * (32 * min(4, h) * min(4, w) + features - self.size)
@@ -173,8 +179,8 @@ class Group:
 
     def obs(self, td) -> torch.Tensor:
         """The group's observation entries side by side, ``(..., n, F)``, as floats (a board too)."""
-        return torch.cat([td.get(k).flatten(-d) if d > 1 else td.get(k) for k, d in zip(self.observations, self.dims)],
-                         -1).float()
+        return torch.cat([(td.get(k).flatten(-d) if d > 1 else td.get(k)).float()  # each cast once (an image too)
+                          for k, d in zip(self.observations, self.dims)], -1)
 
     def action_mask(self, td) -> torch.Tensor | None:
         return None if self.mask is None else td.get(self.mask)
@@ -230,6 +236,13 @@ class Agents(nn.Module):
             critics.append(Critic(g, env, probe, hidden, centralised))
         self.policies, self.critics = nn.ModuleList(policies), nn.ModuleList(critics)
 
+    def loss_keys(self) -> list:
+        """The entries of a batch that the loss reads."""
+        keys = ["state"] if any(critic.state for critic in self.critics) else []
+        for g in self.groups:
+            keys += [*g.observations, g.sample, g.log_prob, g.advantage, g.target] + ([g.mask] if g.mask else [])
+        return keys
+
     @torch.no_grad()
     def act(self, td, deterministic: bool = False):
         """Each group's action, its pre-squash sample and log-probability, into ``td``."""
@@ -277,8 +290,8 @@ def train(args, callback=None) -> dict:
             if args.anneal_lr:  # linearly to 0 over the run's updates
                 for group in optim.param_groups:
                     group["lr"] = args.lr * (1 - update / updates)
-            # epochs of minibatches of (env, step) samples
-            flat = data.reshape(-1)
+            # epochs of minibatches of (env, step) samples, of the entries the loss reads (not the next step's images)
+            flat = data.select(*agents.loss_keys()).reshape(-1)
             n_minibatches = max(1, flat.shape[0] // minibatch)
             for _ in range(args.epochs):
                 order = torch.randperm(flat.shape[0], device=flat.device)[: n_minibatches * minibatch]
