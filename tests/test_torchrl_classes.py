@@ -150,8 +150,9 @@ def test_jumanji_and_playground_splits_by_torchrls_keywords():
     _needs("playground")
     cheetah = ours.MujocoPlaygroundEnv("CheetahRun", agent_mapping="halfcheetah_6x1", batch_size=[2])
     assert cheetah.env.env_name == "CheetahRun_6x1" and cheetah.n_agents == 6
-    with pytest.raises(ValueError, match=r"agent_mapping='hopper_3x1' on 'HopperHop': no env 'HopperHop_3x1'; the "
-                                         r"splits of 'HopperHop' here: \['HopperHop_4x1'\]"):
+    assert sorted(cheetah.reset().keys()) == [*(f"agent_{i}" for i in range(6)), "done", "terminated", "truncated"]
+    with pytest.raises(ValueError, match=r"Unknown agent_mapping='hopper_3x1' on 'HopperHop': no env 'HopperHop_3x1'; "
+                                         r"the splits of 'HopperHop' here: \['HopperHop_4x1'\]"):
         ours.MujocoPlaygroundEnv("HopperHop", agent_mapping="hopper_3x1")
 
 
@@ -231,3 +232,41 @@ def test_what_our_classes_refuse_names_the_reason():
                                         r"batch_size=\(2,\) but num_envs=3: pass one of them$"):
         ours.OpenSpielEnv("tic_tac_toe", batch_size=[2], num_envs=3)
     assert "tic_tac_toe" in ours.OpenSpielEnv.available_envs
+
+
+def test_playground_takes_torchrls_agent_mapping_and_writes_its_keys():
+    """TorchRL's ``MujocoPlaygroundAgentMapping`` (its docstring's two halves of a robot): each agent its own group
+    without an agent dim, the same keys, shapes and dtypes as TorchRL's class, a truncated flag beside them."""
+    _needs("playground")
+    playground = pytest.importorskip("torchrl.envs.libs.mujoco_playground")
+    Mapping, Agent = playground.MujocoPlaygroundAgentMapping, playground.MujocoPlaygroundAgentSpec
+    obs, act = 17, 6  # CheetahRun's
+    halves = Mapping(agents=[Agent(name="agent_0", action_indices=[0, 1, 2], observation_indices=list(range(8))),
+                             Agent(name="agent_1", action_indices=[3, 4, 5], observation_indices=list(range(8, obs)))])
+    env = ours.MujocoPlaygroundEnv("CheetahRun", agent_mapping=halves, batch_size=[2])
+    torchrl_check_env_specs(env)
+    assert env.group_map == {"agent_0": ["agent_0"], "agent_1": ["agent_1"]} and "state" not in env.reset().keys()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = playground.MujocoPlaygroundEnv("CheetahRun", agent_mapping=halves, batch_size=[2])
+    mine = _layout(env)
+    assert mine[("agent_0", "observation")] == ((8,), torch.float32) and mine[("agent_1", "action")][0] == (3,)
+    assert {key: layout for key, layout in _layout(theirs).items() if mine.get(key) != layout} == {}
+    assert set(mine) - set(_layout(theirs)) == {"truncated", ("next", "truncated")}
+    for agents, match in [([Agent(name="a", action_indices=[0, 1, 2, 3], observation_indices=[0]),
+                            Agent(name="b", action_indices=[3, 4, 5], observation_indices=[1])], "overlap"),
+                          ([Agent(name="a", action_indices=[0, 1], observation_indices=[0])], "Missing indices"),
+                          ([Agent(name="a", action_indices=[*range(act), 99], observation_indices=[0])],
+                           "out of range")]:
+        with pytest.raises(ValueError, match=match):
+            ours.MujocoPlaygroundEnv("CheetahRun", agent_mapping=Mapping(agents=agents))
+    # TorchRL's "max" layout: [one-hot index | own observation | zeros], actions of the largest size (first ones used)
+    unequal = Mapping(agents=[Agent(name="agent_0", action_indices=[0, 1], observation_indices=list(range(8))),
+                              Agent(name="agent_1", action_indices=[2, 3, 4, 5], observation_indices=list(range(8, obs)))],
+                      homogenization_mode="max")
+    padded = ours.MujocoPlaygroundEnv("CheetahRun", agent_mapping=unequal, batch_size=[2])
+    torchrl_check_env_specs(padded)
+    data = padded.rollout(2)
+    assert data["agent_0", "observation"].shape == (2, 2, 11) and data["agent_0", "action"].shape == (2, 2, 4)
+    assert (data["agent_1", "observation"][..., :2] == torch.tensor([0.0, 1.0])).all()
+    assert (data["agent_0", "observation"][..., 10] == 0).all()  # agent_0 observes 8 entries of the 9 kept

@@ -204,7 +204,7 @@ def test_jaxmarl_mapping_reproduces_the_tables_and_warns_about_clamped_indices(n
 def test_known_bad_tables_would_fail_validation(models):
     robot, _, obs_size = models["humanoid_9-8"]
     table = scenes.jaxmarl_mapping("humanoid_9-8")
-    message = r"observation_indices\['agent_0'\] holds 245, outside the robot's observation \[0, 244\)"
+    message = r"observation_indices\['agent_0'\] holds 245, out of range: outside the robot's observation \[0, 244\)"
     with pytest.raises(ValueError, match=message):
         scenes.validate_mapping(table.action_indices, table.observation_indices, robot.action_size, obs_size)
 
@@ -382,15 +382,16 @@ def test_dict_observations_become_a_nested_composite():
 # ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("split, error, message", [
     ({"action_indices": {"a": [0, 1], "b": [1]}, "observation_indices": {"a": [0], "b": [0]}}, ValueError,
-     r"action dim 1 is owned by both 'a' and 'b'; each action dim needs exactly one owner"),
+     r"action dim 1 is owned by both 'a' and 'b' \(the action indices overlap\); each action dim needs exactly "
+     r"one owner"),
     ({"action_indices": {"a": [0, 0], "b": [1]}, "observation_indices": {"a": [0], "b": [0]}}, ValueError,
      r"action dim 0 is owned twice by 'a'"),
     ({"action_indices": {"a": [0]}, "observation_indices": {"a": [0]}}, ValueError,
-     r"action dims \[1\] are owned by no agent"),
+     r"Missing indices: action dims \[1\] are owned by no agent"),
     ({"action_indices": {"a": [0, 2], "b": [1]}, "observation_indices": {"a": [0], "b": [0]}}, ValueError,
-     r"action_indices\['a'\] holds 2, outside the robot's action dims \[0, 2\)"),
+     r"action_indices\['a'\] holds 2, out of range: outside the robot's action dims \[0, 2\)"),
     ({"action_indices": {"a": [0], "b": [1]}, "observation_indices": {"a": [0], "b": [3]}}, ValueError,
-     r"observation_indices\['b'\] holds 3, outside the robot's observation \[0, 3\)"),
+     r"observation_indices\['b'\] holds 3, out of range: outside the robot's observation \[0, 3\)"),
     ({"action_indices": {"a": [0], "b": [1]}, "observation_indices": {"a": [0], "b": []}}, ValueError,
      r"agent 'b' has no observation indices"),
     ({"action_indices": {"a": [0], "b": [1]}, "observation_indices": {"a": [0], "c": [1]}}, ValueError,

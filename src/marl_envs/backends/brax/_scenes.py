@@ -343,18 +343,20 @@ def validate_mapping(
         for i in idx:
             if not 0 <= i < action_size:
                 raise ValueError(
-                    f"action_indices[{agent!r}] holds {i}, outside the robot's action dims [0, {action_size})"
+                    f"action_indices[{agent!r}] holds {i}, out of range: outside the robot's action dims "
+                    f"[0, {action_size})"
                 )
             if i in owner:
                 who = "twice by" if owner[i] == agent else f"by both {owner[i]!r} and"
-                raise ValueError(f"action dim {i} is owned {who} {agent!r}; each action dim needs exactly one owner")
+                raise ValueError(f"action dim {i} is owned {who} {agent!r} (the action indices overlap); each "
+                                 f"action dim needs exactly one owner")
             owner[i] = agent
         actions[agent] = idx
     orphans = [i for i in range(action_size) if i not in owner]
     if orphans:
         raise ValueError(
-            f"action dims {orphans} are owned by no agent; add them to an agent's action_indices (the robot has "
-            f"{action_size} action dims)"
+            f"Missing indices: action dims {orphans} are owned by no agent; add them to an agent's action_indices "
+            f"(the robot has {action_size} action dims)"
         )
     observations: Indices = {}
     for agent, values in observation_indices.items():
@@ -366,7 +368,8 @@ def validate_mapping(
         if low or (high and not clamp):
             bad = (low or high)[0]
             raise ValueError(
-                f"observation_indices[{agent!r}] holds {bad}, outside the robot's observation [0, {observation_size})"
+                f"observation_indices[{agent!r}] holds {bad}, out of range: outside the robot's observation "
+                f"[0, {observation_size})"
             )
         if high:
             warnings.warn(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -160,22 +161,33 @@ class PlaygroundEnv(NamedRepr, BraxWrapper):
             in the DM Control suite, ``config={"episode_length": ...}`` changes it); a shorter one is taken, a
             longer one refused.
         config: fields of the env's config to override (``{"ctrl_dt": 0.02}``), checked.
+        mapping: a split of an env named without one, ``{"action_indices": {agent: [...]}, "observation_indices":
+            {agent: [...]}}`` (indices into the env's action and observation vectors), checked as ``brax``'s.
 
     Raises:
         ValueError: unknown env name (with close matches), one not offered (with the reason), an unknown config
-            field, a ``group_map`` for a single robot (not split), a ``max_steps`` beyond ``episode_length``.
+            field, a ``group_map`` for a single robot (not split), a ``max_steps`` beyond ``episode_length``, a
+            ``mapping`` of a split env or one that does not cover the actions once each.
     """
 
     @checked_keywords
     def __init__(self, env_name: str, *, num_envs: int = 1, device: torch.device | str = "cpu",
                  max_steps: int | None = None, seed: int = 0, group_map: GroupMap | MarlGroupMapType | None = None,
-                 config: dict[str, Any] | None = None, device_path: bool | None = None):
+                 config: dict[str, Any] | None = None, mapping: Mapping[str, Mapping[str, Sequence[int]]] | None = None,
+                 device_path: bool | None = None):
         env_name = shell_safe(env_name, "Playground env")
         check_name("Playground", env_name, env_names(), unavailable())
         task, _, split = env_name.partition("_")
+        if mapping is not None:
+            if split:
+                raise ValueError(f"mapping= splits an env named without a split; {env_name!r} is split already: pass "
+                                 f"{task!r} with your mapping, or {env_name!r} without one")
+            scenes.check_mapping(env_name, None, mapping)
+            mapping = scenes.AgentMapping(mapping["action_indices"], mapping["observation_indices"])
         env = _load(task, config)
         self.env_name, self.playground_env = env_name, env
-        mapping = split_mapping(env, SPLITS[_robot(task)]) if split else None
+        if split:
+            mapping = split_mapping(env, SPLITS[_robot(task)])
         super().__init__(env, num_envs=num_envs, device=device, max_steps=max_steps,
                          seed=seed, action_indices=mapping and mapping.action_indices,
                          observation_indices=mapping and mapping.observation_indices, group_map=group_map,
