@@ -25,7 +25,6 @@ from ._classes import (
     LBForagingWrapper,
     MeltingpotEnv,
     MeltingpotWrapper,
-    MujocoPlaygroundEnv,
     OpenSpielEnv,
     OpenSpielWrapper,
     PettingZooEnv,
@@ -33,6 +32,7 @@ from ._classes import (
     VmasEnv,
     VmasWrapper,
 )
+from ._playground import MujocoPlaygroundEnv
 
 __all__ = ["COLLECTOR_KWARGS", "BraxEnv", "BraxWrapper", "JumanjiEnv", "LBForagingEnv", "LBForagingWrapper",
            "MeltingpotEnv", "MeltingpotWrapper", "MujocoPlaygroundEnv", "OpenSpielEnv", "OpenSpielWrapper",

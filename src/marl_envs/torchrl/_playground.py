@@ -1,0 +1,187 @@
+"""TorchRL's ``MujocoPlaygroundEnv`` by name, our Playground env inside, with TorchRL's agent mappings: a split's
+agents each a group of their own, without an agent dim, in any of TorchRL's homogenization modes."""
+
+from __future__ import annotations
+
+import torch
+
+from groupings import MarlGroupMapType
+
+from ..registry import available_envs, backend_module
+from ._adapter import rl_specs
+from ._classes import BatchSize, EnvNames, JaxLibraryEnv, LibraryModule, torchrl_batch
+
+__all__ = ["MujocoPlaygroundEnv"]
+
+
+class MujocoPlaygroundEnv(JaxLibraryEnv):
+    """``torchrl.envs.MujocoPlaygroundEnv``'s arguments, our Playground env inside: ``MujocoPlaygroundEnv(
+    "CheetahRun", batch_size=(64,))``; ``config`` / ``config_overrides`` are the env's config entries.
+
+    ``frame_skip=k`` (k > 1) gives TorchRL's ``FrameSkipTransform`` around it, as TorchRL's class does.
+    ``agent_mapping`` splits the robot as TorchRL's does: each agent a group of its own, its entries without an
+    agent dim (``td["agent_0", "observation"]``), the reward every agent's, ``done`` at the root. It is TorchRL's
+    ``MujocoPlaygroundAgentMapping`` (each agent's action and observation indices, in any of TorchRL's
+    ``homogenization_mode``: ``"none"``, ``"max"``, ``"concat"``), or the name of a split (``"halfcheetah_6x1"``): ours of that robot (``playground/CheetahRun_6x1``, derived from
+    the model, where TorchRL's reads MABrax's tables).
+
+    Raises:
+        ValueError: no split of ``env_name`` has the named mapping's agent layout (the splits there are named); a
+            mapping's indices out of range, overlapping or missing an action.
+        NotImplementedError: a mapping of a dict-observation env's entries.
+    """
+
+    available_envs = EnvNames("playground")
+    lib = LibraryModule("mujoco_playground")
+
+    def __init__(self, env_name: str, *, config=None, config_overrides: dict | None = None,
+                 agent_mapping=None, batch_size: BatchSize = None, num_envs: int | None = None,
+                 device: torch.device | str | None = None, seed: int | None = None, frame_skip: int = 1, **kwargs):
+        if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
+            raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
+        name, mapping = env_name, None
+        if isinstance(agent_mapping, str):
+            name = _playground_split(env_name, agent_mapping)
+        elif agent_mapping is not None:
+            mapping = _mapping_indices(agent_mapping)
+        mode = getattr(agent_mapping, "homogenization_mode", "none")
+        if agent_mapping is not None:
+            kwargs.setdefault("group_map", MarlGroupMapType.ONE_GROUP_PER_AGENT)
+        overrides = {**(config.to_dict() if hasattr(config, "to_dict") else config or {}), **(config_overrides or {})}
+        count, batch = torchrl_batch(batch_size, num_envs, "mujoco_playground")
+        env = backend_module("playground").PlaygroundEnv(
+            name, num_envs=count, device=device or "cpu", seed=0 if seed is None else seed,
+            config=overrides or None, mapping=mapping, **kwargs)
+        super().__init__(env, batch)
+        #: the groups of one agent each, seen without their agent dim, and no root "state" (the whole observation,
+        #: which the agents' entries cut): TorchRL's layout of a split
+        self._single = [g for g, agents in env.group_map.items() if len(agents) == 1] if agent_mapping else []
+        self._homogenized = None if mode == "none" else _Homogenized(
+            mode, mapping, env.playground_env.observation_size, env.playground_env.action_size)
+        dim = len(self.batch_size)
+        for attr in ("full_observation_spec", "full_action_spec", "full_reward_spec", "full_done_spec"):
+            spec = getattr(self, attr).clone()
+            for k, group in enumerate(self._single):
+                if group in spec.keys():
+                    spec[group] = spec[group].squeeze(dim)
+                    if self._homogenized is not None and attr == "full_observation_spec":
+                        spec[group, "observation"] = rl_specs.Unbounded(
+                            (*self.batch_size, self._homogenized.obs_dims[k]), device=self.device)
+                    elif self._homogenized is not None and attr == "full_action_spec":
+                        spec[group, "action"] = rl_specs.Bounded(
+                            -1.0, 1.0, (*self.batch_size, self._homogenized.act_dims[k]), device=self.device)
+            if self._single and attr == "full_observation_spec" and "state" in spec.keys():
+                del spec["state"]
+            setattr(self, attr, spec)
+        # as TorchRL's: a frame_skip above 1 puts a FrameSkipTransform around the env (TorchRL's EnvBase reads it)
+        self.frame_skip = frame_skip
+
+    def _into_env(self, tensordict):
+        tensordict = super()._into_env(tensordict)
+        if tensordict is None or not self._single:
+            return tensordict
+        tensordict = tensordict.clone(recurse=False)  # the caller's data keep their layout
+        for k, group in enumerate(self._single):
+            sub = tensordict.get(group, None)
+            if sub is not None:
+                tensordict.set(group, self._own(k, sub.clone(recurse=False)).unsqueeze(1))
+        return tensordict
+
+    def _own(self, k: int, sub):
+        """Agent ``k``'s entries in TorchRL's homogenized layout -> its own."""
+        if self._homogenized is not None:
+            for name, own in (("observation", self._homogenized.observation_in),
+                              ("action", self._homogenized.action_in)):
+                if name in sub.keys():
+                    sub.set(name, own(k, sub.get(name)))
+        return sub
+
+    def _completed(self, data):
+        if not self._single:
+            return data
+        data = data.exclude("state")
+        for k, group in enumerate(self._single):
+            sub = data.get(group, None)
+            if sub is not None:
+                sub = sub.squeeze(1)
+                if self._homogenized is not None:
+                    for name, out in (("observation", self._homogenized.observation_out),
+                                      ("action", self._homogenized.action_out)):
+                        if name in sub.keys():
+                            sub.set(name, out(k, sub.get(name)))
+                data.set(group, sub)
+        return data
+
+    def rand_action(self, tensordict=None):
+        """Uniform actions of the action spec (a robot's actions have no mask)."""
+        drawn = self.full_action_spec.rand()
+        return drawn if tensordict is None else tensordict.update(drawn)
+
+
+def _mapping_indices(agent_mapping) -> dict:
+    """TorchRL's ``MujocoPlaygroundAgentMapping`` -> our ``mapping`` (agent -> action / observation indices)."""
+    agents = list(getattr(agent_mapping, "agents", None) or [])
+    if not agents:
+        raise TypeError(f"agent_mapping={agent_mapping!r}: expected TorchRL's MujocoPlaygroundAgentMapping (its "
+                        f"agents' names, action_indices and observation_indices) or a split's name")
+    if any(isinstance(agent.observation_indices, dict) for agent in agents):
+        raise NotImplementedError("an agent_mapping of a dict-observation env's entries: the Playground envs here "
+                                  "split flat observations; pass an env with a flat observation")
+    return {"action_indices": {a.name: list(a.action_indices) for a in agents},
+            "observation_indices": {a.name: list(a.observation_indices) for a in agents}}
+
+
+class _Homogenized:
+    """TorchRL's ``homogenization_mode`` of a split, each agent's entries to and from its own (``"none"``):
+    ``"max"``: the observation ``[its one-hot index | its own | zeros]`` of the largest own size plus one per agent,
+    the action of the largest own size (its first entries used); ``"concat"``: the whole observation's size, its own
+    entries at their indices (zeros elsewhere), and the whole action (its own entries used)."""
+
+    def __init__(self, mode: str, mapping: dict, obs_size: int, act_size: int):
+        if mode not in ("max", "concat"):
+            raise ValueError(f"homogenization_mode={mode!r}: expected 'none', 'max' or 'concat'")
+        self.mode = mode
+        self.obs = [torch.as_tensor(v) for v in mapping["observation_indices"].values()]
+        self.act = [torch.as_tensor(v) for v in mapping["action_indices"].values()]
+        n = len(self.obs)
+        self.obs_dims = [max(len(i) for i in self.obs) + n] * n if mode == "max" else [obs_size] * n
+        self.act_dims = [max(len(i) for i in self.act)] * n if mode == "max" else [act_size] * n
+
+    def observation_out(self, k: int, own: torch.Tensor) -> torch.Tensor:
+        out = own.new_zeros((*own.shape[:-1], self.obs_dims[k]))
+        if self.mode == "max":
+            n = len(self.obs)
+            out[..., k] = 1.0
+            out[..., n:n + own.shape[-1]] = own
+        else:
+            out[..., self.obs[k]] = own
+        return out
+
+    def observation_in(self, k: int, obs: torch.Tensor) -> torch.Tensor:
+        n = len(self.obs)
+        return obs[..., n:n + len(self.obs[k])] if self.mode == "max" else obs[..., self.obs[k]]
+
+    def action_out(self, k: int, own: torch.Tensor) -> torch.Tensor:
+        out = own.new_zeros((*own.shape[:-1], self.act_dims[k]))
+        if self.mode == "max":
+            out[..., :own.shape[-1]] = own
+        else:
+            out[..., self.act[k]] = own
+        return out
+
+    def action_in(self, k: int, action: torch.Tensor) -> torch.Tensor:
+        return action[..., :len(self.act[k])] if self.mode == "max" else action[..., self.act[k]]
+
+
+def _playground_split(env_name: str, agent_mapping: str) -> str:
+    """Our split of ``env_name`` with the agent layout of TorchRL's mapping name (``"walker2d_2x3"`` -> ``2x3``)."""
+    layout = agent_mapping.rpartition("_")[2].replace("|", "-")
+    name = f"{env_name}_{layout}"
+    ours = [n.removeprefix("playground/") for n in available_envs("playground")]
+    if name in ours:
+        return name
+    splits = [n for n in ours if n.startswith(f"{env_name}_")]
+    where = (f"the splits of {env_name!r} here: {splits}" if splits else
+             f"{env_name!r} has no split here; the envs that have one: {[n for n in ours if '_' in n]}")
+    raise ValueError(f"Unknown agent_mapping={agent_mapping!r} on {env_name!r}: no env {name!r}; {where} (pass "
+                     f"the split's name as env_name, without agent_mapping)")
