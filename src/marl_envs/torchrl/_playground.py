@@ -22,8 +22,9 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
     ``agent_mapping`` splits the robot as TorchRL's does: each agent a group of its own, its entries without an
     agent dim (``td["agent_0", "observation"]``), the reward every agent's, ``done`` at the root. It is TorchRL's
     ``MujocoPlaygroundAgentMapping`` (each agent's action and observation indices, in any of TorchRL's
-    ``homogenization_mode``: ``"none"``, ``"max"``, ``"concat"``), or the name of a split (``"halfcheetah_6x1"``): ours of that robot (``playground/CheetahRun_6x1``, derived from
-    the model, where TorchRL's reads MABrax's tables).
+    ``homogenization_mode``: ``"none"``, ``"max"``, ``"concat"``), or the name of a split (``"halfcheetah_6x1"``):
+    ours of that robot (``playground/CheetahRun_6x1``, derived from the model, where TorchRL's reads MABrax's
+    tables).
 
     Raises:
         ValueError: no split of ``env_name`` has the named mapping's agent layout (the splits there are named); a
