@@ -128,6 +128,9 @@ def _mapping_indices(agent_mapping) -> dict:
     if any(isinstance(agent.observation_indices, dict) for agent in agents):
         raise NotImplementedError("an agent_mapping of a dict-observation env's entries: the Playground envs here "
                                   "split flat observations; pass an env with a flat observation")
+    mode = getattr(agent_mapping, "homogenization_mode", "none")
+    if mode not in ("none", "max", "concat"):  # refused before the env is built (an MJX build takes seconds)
+        raise ValueError(f"homogenization_mode={mode!r}: expected 'none', 'max' or 'concat'")
     return {"action_indices": {a.name: list(a.action_indices) for a in agents},
             "observation_indices": {a.name: list(a.observation_indices) for a in agents}}
 
@@ -139,8 +142,6 @@ class _Homogenized:
     entries at their indices (zeros elsewhere), and the whole action (its own entries used)."""
 
     def __init__(self, mode: str, mapping: dict, obs_size: int, act_size: int):
-        if mode not in ("max", "concat"):
-            raise ValueError(f"homogenization_mode={mode!r}: expected 'none', 'max' or 'concat'")
         self.mode = mode
         self.obs = [torch.as_tensor(v) for v in mapping["observation_indices"].values()]
         self.act = [torch.as_tensor(v) for v in mapping["action_indices"].values()]

@@ -162,8 +162,9 @@ def build(name: str, roles: Sequence[str], env_seed: int | None) -> Any:
         raise
 
 
-def _lab2d(substrate: Any) -> Any:
-    """The dmlab2d ``Lab2d`` of a built substrate's current episode, under Melting Pot's wrappers."""
+def _lab2d(substrate: Any) -> tuple[Any, Any]:
+    """The dmlab2d ``Lab2d`` of a built substrate's current episode, under Melting Pot's wrappers, and dmlab2d's
+    status of a running episode (what ``advance`` returns until the episode ends)."""
     import dmlab2d
 
     env = substrate
@@ -173,7 +174,7 @@ def _lab2d(substrate: Any) -> Any:
             raise RuntimeError(f"no dmlab2d.Environment under {type(substrate).__name__}'s wrappers: this family "
                                f"reads Melting Pot 2.4's wrapper chain (installed: dm-meltingpot "
                                f"{installed_version('dm-meltingpot')})")
-    return env._env
+    return env._env, dmlab2d.RUNNING
 
 
 class ActionTable:
@@ -202,6 +203,7 @@ class Instance:
         self.name, self.roles = name, tuple(roles)
         self.substrate: Any = None
         self.lab: Any = None  # the current episode's dmlab2d env (Melting Pot builds one at each reset)
+        self.running: Any = None  # dmlab2d's status of a running episode, read once instead of at every step
         self.table: ActionTable | None = None
         self.episode_seed = 0  # the seed of the episode the next reset starts
 
@@ -213,18 +215,16 @@ class Instance:
             self.substrate = build(self.name, self.roles, self.episode_seed)
         self.episode_seed += 1
         self.substrate.reset()
-        self.lab = _lab2d(self.substrate)
+        self.lab, self.running = _lab2d(self.substrate)
         names = tuple(self.lab.action_discrete_names())  # their order may change from one build to the next
         if self.table is None or self.table.names != names:
             self.table = ActionTable(names, substrate_module().get_config(self.name).action_set)
 
     def step(self, actions: np.ndarray) -> bool:
         """Advance one step with each player's action index ``(players,)``; True where the episode ended."""
-        import dmlab2d
-
         self.lab.act_discrete(self.table(actions))
         status, _ = self.lab.advance()
-        return status != dmlab2d.RUNNING
+        return status != self.running
 
     def close(self) -> None:
         if self.substrate is not None:
