@@ -140,6 +140,24 @@ def test_the_lbforaging_and_brax_wrappers():
     assert made.rollout(2).shape == (2, 2)
 
 
+def test_a_differentiable_brax_env_cuts_its_history_where_the_data_handed_in_are_detached():
+    """TorchRL's Brax class carries the simulator state in the data, so ``next_td.detach()`` (truncated backprop
+    through time) starts a new gradient history; ours, whose state stays in the env, does the same."""
+    _needs("brax")
+    env = ours.BraxEnv("fast", batch_size=[2], requires_grad=True, seed=0)
+    action = torch.ones(env.action_spec.shape, requires_grad=True)
+    td = env.reset()
+    for _ in range(3):  # each backward frees its step's graph; the detached data do not lead back to it
+        out, td = env.step_and_maybe_reset(td.set("action", action))
+        out["next", "observation"].sum().backward()
+        td = td.detach()
+    out, td = env.step_and_maybe_reset(td.set("action", action))
+    out["next", "observation"].sum().backward()
+    out, _ = env.step_and_maybe_reset(td.set("action", action))  # attached data: the history goes on through
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):  # the step freed above
+        out["next", "observation"].sum().backward()
+
+
 def test_jumanji_and_playground_splits_by_torchrls_keywords():
     _needs("jumanji")
     warehouse = ours.JumanjiEnv("RobotWarehouse-v0", batch_size=[2])
@@ -148,11 +166,19 @@ def test_jumanji_and_playground_splits_by_torchrls_keywords():
                                          r"categorical actions"):
         ours.JumanjiEnv("RobotWarehouse-v0", categorical_action_encoding=False)
     _needs("playground")
-    cheetah = ours.MujocoPlaygroundEnv("CheetahRun", agent_mapping="halfcheetah_6x1", batch_size=[2])
+    # a name takes our split of the robot, not MABrax's tables as TorchRL's does, and says so
+    with pytest.warns(UserWarning, match=r"^agent_mapping='halfcheetah_6x1' names one of JaxMARL's MABrax splits, "
+                                         r"whose index tables TorchRL's MujocoPlaygroundEnv applies to Playground's "
+                                         r"observation; marl-envs splits 'CheetahRun' from its own model instead"):
+        cheetah = ours.MujocoPlaygroundEnv("CheetahRun", agent_mapping="halfcheetah_6x1", batch_size=[2])
     assert cheetah.env.env_name == "CheetahRun_6x1" and cheetah.n_agents == 6
     assert sorted(cheetah.reset().keys()) == [*(f"agent_{i}" for i in range(6)), "done", "terminated", "truncated"]
-    with pytest.raises(ValueError, match=r"Unknown agent_mapping='hopper_3x1' on 'HopperHop': no env 'HopperHop_3x1'; "
-                                         r"the splits of 'HopperHop' here: \['HopperHop_4x1'\]"):
+    # TorchRL's record of the split in use: ours, in TorchRL's type
+    split = {a.name: list(a.action_indices) for a in cheetah._agent_mapping.agents}
+    assert split == {a: list(i) for a, i in cheetah.env.action_indices.items()} and len(split) == 6
+    with pytest.warns(UserWarning, match="MABrax"), pytest.raises(
+            ValueError, match=r"Unknown agent_mapping='hopper_3x1' on 'HopperHop': no env 'HopperHop_3x1'; "
+                              r"the splits of 'HopperHop' here: \['HopperHop_4x1'\]"):
         ours.MujocoPlaygroundEnv("HopperHop", agent_mapping="hopper_3x1")
 
 

@@ -273,6 +273,17 @@ class JaxLibraryEnv(TorchRLEnv):
 
         jax.clear_caches()
 
+    def _step(self, tensordict):
+        # TorchRL's classes carry the simulator state in the data, so data detached from the graph (truncated
+        # backprop through time: `next_td = next_td.detach()`) start a new gradient history. Ours keeps the state in
+        # the env: a differentiable env cuts its history where the observations handed in are detached.
+        if getattr(self.env, "requires_grad", False):
+            carried = [tensordict.get(key, None) for key in self.observation_keys]
+            carried = [value for value in carried if value is not None and value.is_floating_point()]
+            if carried and not any(value.requires_grad for value in carried):
+                self.env.detach_state()
+        return super()._step(tensordict)
+
 
 class BraxEnv(JaxLibraryEnv):
     """``torchrl.envs.BraxEnv``'s arguments, our Brax env inside: ``BraxEnv("ant", batch_size=(128,))``; a single

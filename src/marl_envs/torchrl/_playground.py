@@ -3,6 +3,10 @@ agents each a group of their own, without an agent dim, in any of TorchRL's homo
 
 from __future__ import annotations
 
+import copy
+import re
+import warnings
+
 import torch
 
 from groupings import MarlGroupMapType
@@ -24,7 +28,8 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
     ``MujocoPlaygroundAgentMapping`` (each agent's action and observation indices, in any of TorchRL's
     ``homogenization_mode``: ``"none"``, ``"max"``, ``"concat"``), or the name of a split (``"halfcheetah_6x1"``):
     ours of that robot (``playground/CheetahRun_6x1``, derived from the model, where TorchRL's reads MABrax's
-    tables).
+    tables: a ``UserWarning`` says so). ``_agent_mapping`` holds the split in use as TorchRL's mapping (a copy of
+    the one given; for a name, ours), as TorchRL's class keeps it.
 
     Raises:
         ValueError: no split of ``env_name`` has the named mapping's agent layout (the splits there are named); a
@@ -41,6 +46,12 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
         if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
             raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
         name, mapping = env_name, None
+        if isinstance(agent_mapping, str) and re.fullmatch(r"\w+_\d+[x|]\d+", agent_mapping):  # MABrax's names
+            warnings.warn(f"agent_mapping={agent_mapping!r} names one of JaxMARL's MABrax splits, whose index tables "
+                          f"TorchRL's MujocoPlaygroundEnv applies to Playground's observation; marl-envs splits "
+                          f"{env_name!r} from its own model instead, so each agent's observation is not TorchRL's: "
+                          f"pass torchrl.envs.libs.mujoco_playground.KNOWN_MARL_MAPPINGS[{agent_mapping!r}] for "
+                          f"TorchRL's indices", UserWarning, stacklevel=3)  # the caller (TorchRL's metaclass between)
         if isinstance(agent_mapping, str):
             name = _playground_split(env_name, agent_mapping)
         elif agent_mapping is not None:
@@ -54,6 +65,8 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
             name, num_envs=count, device=device or "cpu", seed=0 if seed is None else seed,
             config=overrides or None, mapping=mapping, **kwargs)
         super().__init__(env, batch)
+        self._agent_mapping = (copy.deepcopy(agent_mapping) if not isinstance(agent_mapping, str)
+                               else _torchrl_mapping(env.action_indices, env.observation_indices))
         #: the groups of one agent each, seen without their agent dim, and no root "state" (the whole observation,
         #: which the agents' entries cut): TorchRL's layout of a split
         self._single = [g for g, agents in env.group_map.items() if len(agents) == 1] if agent_mapping else []
@@ -173,6 +186,17 @@ class _Homogenized:
 
     def action_in(self, k: int, action: torch.Tensor) -> torch.Tensor:
         return action[..., :len(self.act[k])] if self.mode == "max" else action[..., self.act[k]]
+
+
+def _torchrl_mapping(action_indices: dict, observation_indices: dict):
+    """Our split as TorchRL's ``MujocoPlaygroundAgentMapping`` (None where this TorchRL has no such class)."""
+    try:
+        from torchrl.envs.libs.mujoco_playground import MujocoPlaygroundAgentMapping, MujocoPlaygroundAgentSpec
+    except ImportError:  # TorchRL before 0.14
+        return None
+    return MujocoPlaygroundAgentMapping(agents=[
+        MujocoPlaygroundAgentSpec(agent, list(action_indices[agent]), list(observation_indices[agent]))
+        for agent in action_indices])
 
 
 def _playground_split(env_name: str, agent_mapping: str) -> str:
