@@ -47,7 +47,7 @@ from marl_envs.specs import Bounded, Categorical, OneHot  # noqa: E402
 DEFAULTS = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch": None, "epochs": 4,
             "minibatch": 400, "lr": 5e-4, "entropy": 0.01, "normalize_advantage": True, "team_return": False,
             "hidden": 128, "gamma": 0.99, "lmbda": 0.95, "clip": 0.2, "max_grad_norm": 0.5, "anneal_lr": True,
-            "agent_ids": False, "bptt": None, "shared": False}
+            "agent_ids": False, "bptt": None, "shared": False, "shuffle": "envs"}
 VALUE_COEF = 0.5  # the value loss's weight (JaxMARL's VF_COEF)
 ADAM_EPS = 1e-5  # JaxMARL's (and CleanRL's) Adam epsilon
 
@@ -62,6 +62,10 @@ def parse_args(argv=None):
     p.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None,
                    help="with --ippo: actor and critic share one embedding and GRU, each with its own head, and one "
                         "gradient clip (JaxMARL's IPPO networks; default: the preset)")
+    p.add_argument("--shuffle", choices=["envs", "agents"], default=None,
+                   help="a minibatch holds whole envs' sequences (each with all its agents), or, with --ippo, agents' "
+                        "sequences drawn across envs, each agent of a group from its own envs (JaxMARL's IPPO); "
+                        "default: the preset")
     args = p.parse_args(argv)
     return _common.finish_args(p, args, _common.presets(args.env, DEFAULTS, recurrent=True, ippo=args.ippo), "mappo_rnn.py")
 
@@ -197,6 +201,9 @@ class Group(nn.Module):
         self.critic_input = ("state" if "state" in env.observation_keys else "joint") if central else "own"
         n_in = {"state": lambda: probe.get("state")[0].numel() + self.n, "joint": lambda: obs_dim * self.n + self.n,
                 "own": lambda: actor_in}[self.critic_input]()
+        if args.shuffle == "agents" and self.critic_input != "own":
+            raise ValueError("--shuffle agents puts an agent's sequences beside other envs' agents, and MAPPO's critic "
+                             "reads its own env's state: pass --ippo with it")
         self.shared = bool(args.shared)
         self.critic = GRUNet(n_in, 1, args.hidden, args.hidden, out_gain=1.0,
                              trunk=self.policy.net if self.shared else None)
@@ -255,6 +262,16 @@ class Group(nn.Module):
     def batch(self, x: torch.Tensor, B: int) -> torch.Tensor:
         """``(T, B*n, *)`` -> ``(B, T, n, *)``."""
         return x.unflatten(1, (B, self.n)).transpose(0, 1)
+
+    def across(self, flat, rows: torch.Tensor):
+        """This group's entries of ``flat`` (batch ``(S, T)``, its agents at dim 2) with agent ``a``'s sequences
+        taken from the rows ``rows[a]`` (``(n, size)``): each agent's sequences from envs of its own."""
+        if self.single:  # one agent: its env's sequences
+            return flat[rows[0]]
+        agents = torch.arange(self.n, device=rows.device)
+        picked = flat.get(self.prefix[0]).apply(lambda x: x[rows.T, :, agents].transpose(1, 2),
+                                                 batch_size=[rows.shape[1], flat.shape[1]])
+        return picked.empty().set(self.prefix[0], picked)
 
     def values(self, data, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The critic along a ``(B, T)`` batch's sequences from states ``h0 (B, n, H)``: ``(values (T, B*n, 1),
@@ -372,11 +389,15 @@ def train(args, callback=None) -> dict:
             n_minibatches = max(1, flat.shape[0] // size)
             for _ in range(args.epochs):
                 order = torch.randperm(flat.shape[0], device=flat.device)[: n_minibatches * size]
-                for idx in order.split(size):
-                    mb = flat[idx]
-                    B = mb.shape[0]
+                across = [torch.stack([torch.randperm(flat.shape[0], device=flat.device)[: n_minibatches * size]
+                                       for _ in range(g.n)]) for g in agents.groups] if args.shuffle == "agents" else []
+                for k, idx in enumerate(order.split(size)):
+                    mb = None if across else flat[idx]
                     loss = 0.0
-                    for g in agents.groups:
+                    for i, g in enumerate(agents.groups):
+                        if across:  # this group's agents' sequences, each agent's from envs of its own
+                            mb = g.across(flat, across[i][:, k * size:(k + 1) * size])
+                        B = mb.shape[0]
                         x = g.actor_input(mb, 2).transpose(0, 1).flatten(1, 2)
                         h0 = mb.get(g.key("actor_hidden"))[:, 0].flatten(0, 1)
                         out, states = g.policy.net.sequence(x, h0, g.starts(mb)[..., 0])

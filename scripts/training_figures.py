@@ -90,9 +90,9 @@ FIGURES: dict[str, Figure] = {
         per_second=True, random_panels=("reward", "won"),
         notes=("JaxMARL's own IPPO: baselines/IPPO/ippo_rnn_smax.py at c793d09 with its config but map 3m and 1.5M "
                "steps (distrax's Categorical and wandb replaced by stand-ins outside this repository), 3 seeds; "
-               "ours: mappo_rnn.py's preset with --ippo, 3 seeds, one torch thread each. Both ran two or three at a "
-               "time on the 2 cores: the times are slower than alone.",),
-        date="2026-12-02", machine="the 2-core CPU reference machine"),
+               "ours: mappo_rnn.py's preset with --ippo, 3 seeds, one torch thread each. JaxMARL's ran two or three at "
+               "a time on the 2 cores, ours three at a time beside a fourth job: the times are slower than alone.",),
+        date="2026-12-06 (JaxMARL's runs 2026-12-02)", machine="the 2-core CPU reference machine"),
     "mpe_spread_recurrent": Figure(
         runs=dict.fromkeys(["mpe_rnn_s0", "mpe_rnn_s1", "mpe_rnn_s2"], RECURRENT),
         curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_mpe_spread.csv",),
@@ -103,6 +103,11 @@ FIGURES: dict[str, Figure] = {
                "over blocks of 8 updates (16,384 steps: it logs the last return of each of its 16 envs, ours the "
                "mean of every episode of an update).",),
         date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
+    "meltingpot_commons_harvest": Figure(
+        runs={"commons_harvest_s0": "IPPO, convolutional torso (mappo.py --ippo), seed 0"},
+        notes=("No published result is drawn (none at this budget). This run: 150k frames, 7 players' 88x88 views, "
+               "250-step episodes, 8 envs; the random policy's level is its return over as many frames.",),
+        date="2026-12-06", machine="the 2-core CPU reference machine, 2 torch threads"),
     "mappo_navigation": Figure(
         runs={"navigation_s0": "MAPPO"},
         notes=("No published result is drawn: VMAS's navigation has none at this budget; the run is make demo's "

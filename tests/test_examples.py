@@ -4,6 +4,7 @@ files."""
 import csv
 import importlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -642,16 +643,44 @@ def test_a_short_run_ends_normally_on_every_backend(tmp_path, name, kwargs):
 
 def test_recurrent_ippo_on_smax_takes_jaxmarls_ippo_settings():
     """``mappo_rnn.py --ippo`` on SMAX: JaxMARL's ippo_rnn_smax.yaml (Adam 4e-3, clip 0.05, entropy 0.01) and its
-    network (one trunk of two heads, whole 128-step sequences) over the MAPPO preset (2e-3, 0.2, 0, apart, 16
-    steps), whose other settings it shares."""
+    network and minibatches (one trunk of two heads, whole 128-step sequences, single agents' sequences across
+    envs) over the MAPPO preset (2e-3, 0.2, 0, apart, 16 steps, whole envs), whose other settings it shares."""
     mappo_preset = _common.presets("jaxmarl/HeuristicEnemySMAX", mappo_rnn.DEFAULTS, recurrent=True)
     ippo_preset = _common.presets("jaxmarl/HeuristicEnemySMAX", mappo_rnn.DEFAULTS, recurrent=True, ippo=True)
-    assert [mappo_preset[k] for k in ("lr", "clip", "entropy", "shared", "bptt")] == [2e-3, 0.2, 0.0, False, 16]
-    assert [ippo_preset[k] for k in ("lr", "clip", "entropy", "shared", "bptt")] == [4e-3, 0.05, 0.01, True, 128]
-    assert {k: v for k, v in ippo_preset.items() if k not in ("lr", "clip", "entropy", "shared", "bptt")} == \
-        {k: v for k, v in mappo_preset.items() if k not in ("lr", "clip", "entropy", "shared", "bptt")}
+    own = ("lr", "clip", "entropy", "shared", "bptt", "shuffle")
+    assert [mappo_preset[k] for k in own] == [2e-3, 0.2, 0.0, False, 16, "envs"]
+    assert [ippo_preset[k] for k in own] == [4e-3, 0.05, 0.01, True, 128, "agents"]
+    assert {k: v for k, v in ippo_preset.items() if k not in own} == \
+        {k: v for k, v in mappo_preset.items() if k not in own}
     assert _common.presets("vmas/navigation", mappo_rnn.DEFAULTS, recurrent=True, ippo=True) == \
         _common.presets("vmas/navigation", mappo_rnn.DEFAULTS, recurrent=True)  # no IPPO preset: the MAPPO one
+
+
+def test_recurrent_ippo_minibatches_of_agents_across_envs(tmp_path, capsys):
+    """``--shuffle agents`` (JaxMARL's IPPO minibatches): each agent of a group gets sequences of envs of its own,
+    the agent staying in its slot; MAPPO's critic reads its env's state, so MAPPO refuses it."""
+    from tensordict import TensorDict
+
+    args = mappo_rnn.parse_args(["--env", "vmas/navigation", "--ippo", "--shuffle", "agents"])
+    env = marl_envs.make("vmas/navigation", num_envs=5, n_agents=3)
+    group = mappo_rnn.Group(env, "agents", env.reset(), args)
+    flat = TensorDict({"agents": TensorDict({"x": torch.randn(5, 4, 3, 2), "h": torch.randn(5, 4, 3)}, [5, 4]),
+                       "state": torch.zeros(5, 4, 7)}, [5, 4])
+    rows = torch.tensor([[4, 0], [1, 3], [2, 2]])  # agent slot -> the env sequences it takes
+    mb = group.across(flat, rows)
+    assert mb.batch_size == (2, 4) and set(mb.keys(True, True)) == {("agents", "x"), ("agents", "h")}
+    for a in range(3):
+        for i in range(2):
+            assert torch.equal(mb["agents", "x"][i, :, a], flat["agents", "x"][rows[a, i], :, a])
+            assert torch.equal(mb["agents", "h"][i, :, a], flat["agents", "h"][rows[a, i], :, a])
+    mappo = mappo_rnn.parse_args(["--env", "vmas/navigation", "--shuffle", "agents"])
+    with pytest.raises(ValueError, match=r"^--shuffle agents puts an agent's sequences beside other envs' agents, "
+                                         r"and MAPPO's critic reads its own env's state: pass --ippo with it$"):
+        mappo_rnn.Group(env, "agents", env.reset(), mappo)
+    summary = mappo_rnn.main(["--env", "vmas/navigation", "--ippo", "--shuffle", "agents", "--frames", "400",
+                              "--num-envs", "4", "--steps-per-batch", "50", "--minibatch", "100", "--quiet",
+                              "--out", str(tmp_path / "run")])
+    assert summary["frames"] == 400 and math.isfinite(summary["final_mean_episode_reward"])
 
 
 def test_recurrent_shared_critic_is_a_head_on_the_actors_gru():
