@@ -46,13 +46,14 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
         if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
             raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
         name, mapping = env_name, None
-        if isinstance(agent_mapping, str) and re.fullmatch(r"\w+_\d+[x|]\d+", agent_mapping):  # MABrax's names
-            warnings.warn(f"agent_mapping={agent_mapping!r} names one of JaxMARL's MABrax splits, whose index tables "
-                          f"TorchRL's MujocoPlaygroundEnv applies to Playground's observation; marl-envs splits "
-                          f"{env_name!r} from its own model instead, so each agent's observation is not TorchRL's: "
-                          f"pass torchrl.envs.libs.mujoco_playground.KNOWN_MARL_MAPPINGS[{agent_mapping!r}] for "
-                          f"TorchRL's indices", UserWarning, stacklevel=3)  # the caller (TorchRL's metaclass between)
         if isinstance(agent_mapping, str):
+            if re.fullmatch(r"\w+_\d+[x|]\d+", agent_mapping):  # MABrax's names
+                warnings.warn(f"agent_mapping={agent_mapping!r} names one of JaxMARL's MABrax splits, whose index "
+                              f"tables TorchRL's MujocoPlaygroundEnv applies to Playground's observation; marl-envs "
+                              f"splits {env_name!r} from its own model instead, so each agent's observation is not "
+                              f"TorchRL's: pass torchrl.envs.libs.mujoco_playground.KNOWN_MARL_MAPPINGS["
+                              f"{agent_mapping!r}] for TorchRL's indices",
+                              UserWarning, stacklevel=3)  # the caller (TorchRL's metaclass between)
             name = _playground_split(env_name, agent_mapping)
         elif agent_mapping is not None:
             mapping = _mapping_indices(agent_mapping)
