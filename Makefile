@@ -28,7 +28,8 @@ DOCS_STAMP := $(VENV)/.docs-installed
 COMMA := ,
 SYSTEM_PACKAGES := libegl1 libegl-mesa0 libgl1-mesa-dri libgl1
 
-.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs pictures snapshots figures ci-cold clean
+.PHONY: setup setup-torchrl system-packages demo test test-all wheel-check docs pictures snapshots figures baselines \
+	ci-cold clean
 
 setup: $(STAMP)
 
@@ -121,6 +122,10 @@ snapshots: $(STAMP)
 # (FIGURES="smax_2s3z ..." for some)
 figures: $(STAMP)
 	$(BIN)/python scripts/training_figures.py $(FIGURES)
+
+# The baselines table of docs/baselines.md, written again from the runs kept in docs/runs and their references
+baselines: $(STAMP)
+	$(BIN)/python scripts/baselines.py
 
 # .ci/run on a fresh clone of HEAD with the caches moved aside (cold), then again with them (warm); prints each
 # phase's time

@@ -63,9 +63,9 @@ def parse_args(argv=None):
                    help="with --ippo: actor and critic share one embedding and GRU, each with its own head, and one "
                         "gradient clip (JaxMARL's IPPO networks; default: the preset)")
     p.add_argument("--shuffle", choices=["envs", "agents"], default=None,
-                   help="a minibatch holds whole envs' sequences (each with all its agents), or, with --ippo, agents' "
-                        "sequences drawn across envs, each agent of a group from its own envs (JaxMARL's IPPO); "
-                        "default: the preset")
+                   help="a minibatch holds whole envs' sequences (each with all its agents), or agents' sequences "
+                        "drawn across envs, each agent of a group from its own envs (JaxMARL's minibatches; MAPPO's "
+                        "critic then reads each agent's env's state); default: the preset")
     args = p.parse_args(argv)
     return _common.finish_args(p, args, _common.presets(args.env, DEFAULTS, recurrent=True, ippo=args.ippo), "mappo_rnn.py")
 
@@ -201,9 +201,9 @@ class Group(nn.Module):
         self.critic_input = ("state" if "state" in env.observation_keys else "joint") if central else "own"
         n_in = {"state": lambda: probe.get("state")[0].numel() + self.n, "joint": lambda: obs_dim * self.n + self.n,
                 "own": lambda: actor_in}[self.critic_input]()
-        if args.shuffle == "agents" and self.critic_input != "own":
-            raise ValueError("--shuffle agents puts an agent's sequences beside other envs' agents, and MAPPO's critic "
-                             "reads its own env's state: pass --ippo with it")
+        if args.shuffle == "agents" and self.critic_input == "joint":
+            raise ValueError("--shuffle agents puts an agent's sequences beside other envs' agents, and this MAPPO "
+                             "critic reads every agent of its env (the env has no root \"state\"): pass --ippo with it")
         self.shared = bool(args.shared)
         self.critic = GRUNet(n_in, 1, args.hidden, args.hidden, out_gain=1.0,
                              trunk=self.policy.net if self.shared else None)
@@ -239,6 +239,10 @@ class Group(nn.Module):
         if self.critic_input == "own":
             return self.actor_input(td, lead)
         if self.critic_input == "state":
+            # each agent's env's state, where its sequences were drawn from envs of their own (--shuffle agents)
+            own = td.get((*self.prefix, "state"), None) if self.prefix else None
+            if own is not None:
+                return self._with_ids(own.flatten(lead + 1).float())
             shared = td.get("state").flatten(lead).float()
         else:  # every agent's observations side by side
             shared = self._obs(td, lead).flatten(lead)
@@ -271,6 +275,8 @@ class Group(nn.Module):
         agents = torch.arange(self.n, device=rows.device)
         picked = flat.get(self.prefix[0]).apply(lambda x: x[rows.T, :, agents].transpose(1, 2),
                                                  batch_size=[rows.shape[1], flat.shape[1]])
+        if self.critic_input == "state":  # MAPPO: each agent's critic reads the state of the env it was drawn from
+            picked.set("state", flat.get("state")[rows.T].transpose(1, 2))
         return picked.empty().set(self.prefix[0], picked)
 
     def values(self, data, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,13 +28,13 @@ RECURRENT = "MAPPO, GRU (mappo_rnn.py)"
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure: ``runs`` (folders of ``docs/runs``) drawn per label, lines for the published results, notes."""
+    """One figure: ``runs`` (folders of ``docs/runs``) drawn per label against env steps and against training time,
+    lines for the published results, notes."""
 
     runs: dict[str, str]  # run folder -> label (runs with one label are drawn as their mean and range)
     published: tuple[str, ...] = ()  # "[panel:]label=value" lines (plot_runs's --reference)
     # "label=file" of docs/runs/reference: another trainer's curve measured on the same machine (its figures only)
     curves: tuple[str, ...] = ()
-    per_second: bool = False  # a second row against training time
     notes: tuple[str, ...] = ()
     random_panels: tuple[str, ...] = ("reward",)  # where the random policy's level is drawn
     ceiling: str = ""  # "label=value": the best return the task allows
@@ -78,16 +78,24 @@ FIGURES: dict[str, Figure] = {
     "smax_3m_recurrent": Figure(
         runs=dict.fromkeys(["smax3m_rnn_s0", "smax3m_rnn_s1", "smax3m_rnn_s2"], RECURRENT),
         curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_smax3m.csv",),
-        per_second=True, random_panels=("reward", "won"),
+        random_panels=("reward", "won"),
         notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3m and "
                "1.5M steps, run on this machine alone (its time from the process start, 22 s of compilation "
                "included); ours: mappo_rnn.py's preset, 3 seeds, one run at a time, time from the first step.",),
         date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
+    "smax_3s5z_recurrent": Figure(
+        runs=dict.fromkeys(["smax3s5z_rnn_s0", "smax3s5z_rnn_s1", "smax3s5z_rnn_s2"], RECURRENT),
+        curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_smax3s5z.csv",),
+        random_panels=("reward", "won"),
+        notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3s5z "
+               "and 1.5M steps, seed 0, beside one of ours (its time from the process start, compilation included); "
+               "ours: mappo_rnn.py's preset, 3 seeds, one torch thread each, two or three runs at a time.",),
+        date="2026-12-06", machine="the 2-core CPU reference machine"),
     "smax_3m_recurrent_ippo": Figure(
         runs=dict.fromkeys(["smax3m_rnn_ippo_s0", "smax3m_rnn_ippo_s1", "smax3m_rnn_ippo_s2"],
                            "IPPO, GRU (mappo_rnn.py --ippo)"),
         curves=tuple(f"JaxMARL's own IPPO (GRU), seed {s}=jaxmarl_ippo_rnn_smax3m_s{s}.csv" for s in range(3)),
-        per_second=True, random_panels=("reward", "won"),
+        random_panels=("reward", "won"),
         notes=("JaxMARL's own IPPO: baselines/IPPO/ippo_rnn_smax.py at c793d09 with its config but map 3m and 1.5M "
                "steps (distrax's Categorical and wandb replaced by stand-ins outside this repository), 3 seeds; "
                "ours: mappo_rnn.py's preset with --ippo, 3 seeds, one torch thread each. JaxMARL's ran two or three at "
@@ -96,7 +104,6 @@ FIGURES: dict[str, Figure] = {
     "mpe_spread_recurrent": Figure(
         runs=dict.fromkeys(["mpe_rnn_s0", "mpe_rnn_s1", "mpe_rnn_s2"], RECURRENT),
         curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_mpe_spread.csv",),
-        per_second=True,
         notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_mpe.py at c793d09 with its config but 1M steps, run on "
                "this machine alone; its logged return (each agent's reward summed over agents, then over the episode) "
                "divided by the 3 agents into ours (each agent's episode return, averaged over agents), and averaged "
@@ -139,7 +146,7 @@ def arguments(name: str, figure: Figure) -> list[str]:
     notes = [*figure.notes, f"{figure.date}, {figure.machine}; drawn by scripts/training_figures.py from docs/runs."]
     curves = [f"{label}={RUNS / 'reference' / file}" for label, _, file in (c.rpartition("=") for c in figure.curves)]
     return [*map(str, folders), "--label", *figure.runs.values(), "--reference", *references, "--note", *notes,
-            *(["--reference-curve", *curves] if curves else []), *(["--per-second"] if figure.per_second else []),
+            *(["--reference-curve", *curves] if curves else []), "--per-second",
             "--out", str(IMG / f"{name}.png")]
 
 

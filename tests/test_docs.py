@@ -21,7 +21,7 @@ DOCS.append(ROOT / "README.md")
 #: Reference pages: their content is generated from the code (autodoc, the CLI's parser), not examples.
 REFERENCE = ("api",)
 #: Pages that only include a table generated from records (the benchmark records), not examples.
-GENERATED_TABLES = ("performance_records.md",)
+GENERATED_TABLES = ("performance_records.md", "baselines.md")
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 #: A page holding this line promises that each of its blocks runs when copied alone: each runs in a namespace of
 #: its own (other pages are tutorials, whose blocks build on the ones before).

@@ -657,8 +657,9 @@ def test_recurrent_ippo_on_smax_takes_jaxmarls_ippo_settings():
 
 
 def test_recurrent_ippo_minibatches_of_agents_across_envs(tmp_path, capsys):
-    """``--shuffle agents`` (JaxMARL's IPPO minibatches): each agent of a group gets sequences of envs of its own,
-    the agent staying in its slot; MAPPO's critic reads its env's state, so MAPPO refuses it."""
+    """``--shuffle agents`` (JaxMARL's minibatches): each agent of a group gets sequences of envs of its own, the
+    agent staying in its slot; a MAPPO critic reads the state of each agent's env, and refuses where the env has no
+    root state (it would read every agent of one env)."""
     from tensordict import TensorDict
 
     args = mappo_rnn.parse_args(["--env", "vmas/navigation", "--ippo", "--shuffle", "agents"])
@@ -675,8 +676,19 @@ def test_recurrent_ippo_minibatches_of_agents_across_envs(tmp_path, capsys):
             assert torch.equal(mb["agents", "h"][i, :, a], flat["agents", "h"][rows[a, i], :, a])
     mappo = mappo_rnn.parse_args(["--env", "vmas/navigation", "--shuffle", "agents"])
     with pytest.raises(ValueError, match=r"^--shuffle agents puts an agent's sequences beside other envs' agents, "
-                                         r"and MAPPO's critic reads its own env's state: pass --ippo with it$"):
+                                         r"and this MAPPO critic reads every agent of its env \(the env has no root "
+                                         r"\"state\"\): pass --ippo with it$"):
         mappo_rnn.Group(env, "agents", env.reset(), mappo)
+    stateful = PredatorPreyCount(num_envs=5)
+    predators = mappo_rnn.Group(stateful, "predator", stateful.reset(), mappo)
+    flat = TensorDict({"predator": TensorDict({"x": torch.randn(5, 4, 2, 3)}, [5, 4]),
+                       "state": torch.randn(5, 4, 4)}, [5, 4])
+    rows = torch.tensor([[4, 0], [1, 3]])
+    critic_in = predators.critic_in(predators.across(flat, rows), 2)  # (2 sequences, 4 steps, 2 agents, 4 + 2)
+    for a in range(2):
+        for i in range(2):
+            assert torch.equal(critic_in[i, :, a, :4], flat["state"][rows[a, i]])
+            assert torch.equal(critic_in[i, :, a, 4:], torch.eye(2)[a].expand(4, 2))
     summary = mappo_rnn.main(["--env", "vmas/navigation", "--ippo", "--shuffle", "agents", "--frames", "400",
                               "--num-envs", "4", "--steps-per-batch", "50", "--minibatch", "100", "--quiet",
                               "--out", str(tmp_path / "run")])
