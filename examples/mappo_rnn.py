@@ -50,6 +50,7 @@ DEFAULTS = {"env_kwargs": {}, "num_envs": 32, "frames": 60_000, "steps_per_batch
             "agent_ids": False, "bptt": None, "shared": False, "shuffle": "envs"}
 VALUE_COEF = 0.5  # the value loss's weight (JaxMARL's VF_COEF)
 ADAM_EPS = 1e-5  # JaxMARL's (and CleanRL's) Adam epsilon
+ENV_STATE = "_env_state"  # with --shuffle agents: each agent's env's root "state", beside its group's entries
 
 
 def parse_args(argv=None):
@@ -240,7 +241,7 @@ class Group(nn.Module):
             return self.actor_input(td, lead)
         if self.critic_input == "state":
             # each agent's env's state, where its sequences were drawn from envs of their own (--shuffle agents)
-            own = td.get((*self.prefix, "state"), None) if self.prefix else None
+            own = td.get((*self.prefix, ENV_STATE), None) if self.prefix else None
             if own is not None:
                 return self._with_ids(own.flatten(lead + 1).float())
             shared = td.get("state").flatten(lead).float()
@@ -276,7 +277,7 @@ class Group(nn.Module):
         picked = flat.get(self.prefix[0]).apply(lambda x: x[rows.T, :, agents].transpose(1, 2),
                                                  batch_size=[rows.shape[1], flat.shape[1]])
         if self.critic_input == "state":  # MAPPO: each agent's critic reads the state of the env it was drawn from
-            picked.set("state", flat.get("state")[rows.T].transpose(1, 2))
+            picked.set(ENV_STATE, flat.get("state")[rows.T].transpose(1, 2))
         return picked.empty().set(self.prefix[0], picked)
 
     def values(self, data, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,9 +6,9 @@
 
 Each row is a set of kept runs (``examples/mappo.py`` or ``examples/mappo_rnn.py`` ``--out`` folders, one per seed)
 and, under it, its reference: another trainer's curve measured on the same machine (``docs/runs/reference``, the
-field's own code run outside this repository) or a published figure, marked exact or read off a plot
-(``../shared/reference/published_numbers.md`` gathers them). Every figure of the table is read from those files;
-nothing in it is typed by hand but the published figures and the labels.
+field's own code run outside this repository) or a published figure with its source, marked exact or read off a
+plot. Every figure of the table is read from those files; nothing in it is typed by hand but the published figures
+and the labels.
 """
 
 from __future__ import annotations

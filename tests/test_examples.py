@@ -656,7 +656,7 @@ def test_recurrent_ippo_on_smax_takes_jaxmarls_ippo_settings():
         _common.presets("vmas/navigation", mappo_rnn.DEFAULTS, recurrent=True)  # no IPPO preset: the MAPPO one
 
 
-def test_recurrent_ippo_minibatches_of_agents_across_envs(tmp_path, capsys):
+def test_recurrent_ippo_minibatches_of_agents_across_envs(tmp_path, capsys, monkeypatch):
     """``--shuffle agents`` (JaxMARL's minibatches): each agent of a group gets sequences of envs of its own, the
     agent staying in its slot; a MAPPO critic reads the state of each agent's env, and refuses where the env has no
     root state (it would read every agent of one env)."""
@@ -693,6 +693,11 @@ def test_recurrent_ippo_minibatches_of_agents_across_envs(tmp_path, capsys):
                               "--num-envs", "4", "--steps-per-batch", "50", "--minibatch", "100", "--quiet",
                               "--out", str(tmp_path / "run")])
     assert summary["frames"] == 400 and math.isfinite(summary["final_mean_episode_reward"])
+    monkeypatch.setattr(registry, "_USER_ENVS", {"test/predator_prey": PredatorPreyCount})
+    summary = mappo_rnn.main(["--env", "test/predator_prey", "--shuffle", "agents", "--frames", "80",
+                              "--num-envs", "4", "--steps-per-batch", "10", "--minibatch", "20", "--quiet",
+                              "--out", str(tmp_path / "mappo")])  # MAPPO, its critics reading the world state
+    assert summary["algorithm"] == "MAPPO" and math.isfinite(summary["final_mean_episode_reward"])
 
 
 def test_recurrent_shared_critic_is_a_head_on_the_actors_gru():
