@@ -279,3 +279,11 @@ def test_the_demo_figures_are_the_kept_demo_run():
     for page, expected in ((ROOT / "README.md", []), (DOCS_DIR / "mappo.md", [kept])):
         stated = DEMO_FIGURE.findall(page.read_text())
         assert stated == expected, f"{page.name} states {stated}; the kept demo run: {kept}"
+
+
+def test_the_training_guide_counts_each_example_files_lines():
+    """The guide's table of the example files says how long each is; a file that grows or shrinks says it there."""
+    stated = re.findall(r"^\| `(examples/[\w.]+)` \| (\d+) \|", (DOCS_DIR / "mappo.md").read_text(), re.M)
+    assert len(stated) >= 5
+    counted = [(name, str(len((ROOT / name).read_text().splitlines()))) for name, _ in stated]
+    assert stated == counted
