@@ -99,21 +99,33 @@ def metric(summary: dict) -> str:
     return "won" if "final_won" in summary else "mean_episode_reward"
 
 
-def read_csv(path: Path, column: str) -> list[tuple[float, float]]:
-    """``(frames, value)`` of the rows where ``column`` is a number (an update where no episode ended has none)."""
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A CSV file's rows (``metrics.csv``, a reference curve)."""
     with path.open() as f:
-        rows = [(float(r["frames"]), float(r[column])) for r in csv.DictReader(f) if r.get(column) not in (None, "")]
-    return [(frames, value) for frames, value in rows if not math.isnan(value)]
+        return list(csv.DictReader(f))
+
+
+def numbers(rows: list[dict[str, str]], column: str) -> list[float]:
+    """``column``'s values in the rows where it is a number (an update where no episode ended has none)."""
+    values = [float(r[column]) for r in rows if r.get(column) not in (None, "")]
+    return [v for v in values if not math.isnan(v)]
+
+
+def mean(xs) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs)
 
 
 @dataclass
 class Result:
-    """What a run (or a reference curve) reached: its frames, final value, last-10 mean, wall seconds."""
+    """What a run (or a reference curve) reached: its frames, final value, last-10 mean, wall seconds; a run's
+    metric (``metric``) and its random policy's."""
 
     frames: float
     final: float
     last: float | None
     wall: float | None
+    column: str = ""
     random: float | None = None
 
 
@@ -123,24 +135,17 @@ def run_result(name: str) -> Result:
         raise FileNotFoundError(f"no kept run {folder}: run the command of docs/baselines.md with --out there")
     summary = json.loads((folder / "summary.json").read_text())
     column = metric(summary)
-    values = [v for _, v in read_csv(folder / "metrics.csv", column)]
+    values = numbers(read_rows(folder / "metrics.csv"), column)
     random = summary.get("random_policy_won" if column == "won" else "random_policy_reward")
-    return Result(summary["frames"], summary[f"final_{column}"], sum(values[-LAST:]) / len(values[-LAST:]),
-                  summary["wall_s"], random)
+    return Result(summary["frames"], summary[f"final_{column}"], mean(values[-LAST:]), summary["wall_s"], column,
+                  random)
 
 
 def curve_result(file: str, column: str, per_update: bool) -> Result:
-    path = RUNS / "reference" / file
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    values = [v for _, v in read_csv(path, column)]
-    last = sum(values[-LAST:]) / len(values[-LAST:]) if per_update else None
-    return Result(float(rows[-1]["frames"]), values[-1], last, float(rows[-1]["wall_s"]))
-
-
-def mean(xs) -> float:
-    xs = list(xs)
-    return sum(xs) / len(xs)
+    rows = read_rows(RUNS / "reference" / file)
+    values = numbers(rows, column)
+    return Result(float(rows[-1]["frames"]), values[-1], mean(values[-LAST:]) if per_update else None,
+                  float(rows[-1]["wall_s"]))
 
 
 def spread(xs: list[float], digits: int) -> str:
@@ -166,7 +171,7 @@ def table() -> str:
              "| random policy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in ROWS:
         results = [run_result(name) for name in row.runs]
-        column = metric(json.loads((RUNS / row.runs[0] / "summary.json").read_text()))
+        column = results[0].column
         digits = 3 if column == "won" else 2
         randoms = [r.random for r in results if r.random is not None]
         lines.append("| " + " | ".join([row.task, row.trainer, str(len(results)), *cells(results, digits),

@@ -1,7 +1,6 @@
 """The baselines table (``docs/baselines.md``) is what the kept runs give, and every result the docs and README
 state in a table (a final value, a mean of the last updates, a best) is one of a kept run's or its reference's."""
 
-import csv
 import importlib.util
 import json
 import re
@@ -48,11 +47,6 @@ def test_a_row_whose_run_is_not_kept_is_refused(baselines, monkeypatch):
         baselines.table()
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
 def kept_figures(baselines) -> set[str]:
     """Every figure a kept run or a reference gives, written with 1, 2 and 3 decimals: per run (or reference curve)
     and column, the last row, the mean of the last 10 and the best; per row of the baselines table (its seeds), their
@@ -62,14 +56,14 @@ def kept_figures(baselines) -> set[str]:
     for folder in (ROOT / "docs" / "runs").iterdir():
         files = [folder / "metrics.csv"] if folder.name != "reference" else sorted(folder.glob("*.csv"))
         for file in files:
-            rows = _rows(file)
+            rows = baselines.read_rows(file)
             per_run = []
             for column in rows[0]:
                 if column in ("frames", "wall_s"):
                     continue
-                xs = [float(r[column]) for r in rows if r[column] not in ("", "nan")]
+                xs = baselines.numbers(rows, column)
                 if xs:
-                    per_run += [xs[-1], sum(xs[-10:]) / len(xs[-10:]), max(xs)]
+                    per_run += [xs[-1], baselines.mean(xs[-baselines.LAST:]), max(xs)]
             runs[file.stem if folder.name == "reference" else folder.name] = per_run
             values += per_run
         if (folder / "summary.json").is_file():
@@ -83,7 +77,7 @@ def kept_figures(baselines) -> set[str]:
         for names in sets:
             for i in range(min(len(runs.get(n, [])) for n in names)):
                 xs = [runs[n][i] for n in names]
-                values += [sum(xs) / len(xs), min(xs), max(xs)]
+                values += [baselines.mean(xs), min(xs), max(xs)]
     return {f"{v:.{d}f}" for v in values for d in (1, 2, 3)}
 
 
