@@ -12,8 +12,9 @@ Per group, a GRU actor and a GRU critic, each shared by the group's agents; ever
 
 A recurrent state is zeroed at the step an episode starts for that agent (after a step whose ``done`` was set: the
 group's own, for agents that end apart like a SMAX unit that dies, or the env's). Returns and advantages run to the
-env's end for every agent. Collection keeps, per step, the state each GRU started from and whether it was zeroed
-there; an update replays each sequence of ``--bptt`` steps from its first step's state.
+env's end for every agent, each step bootstrapped from the value its next step is given (from a zeroed state where
+the agent's own episode ended). Collection keeps, per step, the state each GRU started from and whether it was
+zeroed there; an update replays each sequence of ``--bptt`` steps from its first step's state.
 
 What differs from ``mappo.py`` besides the GRUs, and why (docs/recurrent.md): the baselines' settings (layers of
 128, 4 epochs, GAE lambda 0.95, the learning rate annealed to 0, advantages standardised per minibatch, Adam's
@@ -124,10 +125,10 @@ class GRUNet(nn.Module):
         states = torch.stack(states)
         return self.head(states), states
 
-    def after(self, x: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
-        """The output for inputs ``x (..., in)`` one step past ``states (..., H)``, every row at once (the values of
-        each step's ``next`` observation)."""
-        flat = self.cell(torch.relu(self.embed(x.flatten(0, -2))), states.flatten(0, -2))
+    def after(self, x: torch.Tensor, states: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """The output for inputs ``x (..., in)`` one step past ``states (..., H)``, each zeroed first where ``start
+        (..., 1)`` is set, every row at once (the values of each step's ``next`` observation)."""
+        flat = self.cell(torch.relu(self.embed(x.flatten(0, -2))), states.masked_fill(start, 0.0).flatten(0, -2))
         return self.head(flat).unflatten(0, x.shape[:-1])
 
 
@@ -260,6 +261,13 @@ class Group(nn.Module):
         flag = next_td.get("done")  # (B, 1)
         return next_td.get(self.key("done"))[..., 0] | flag if self.own_done else flag.expand(flag.shape[0], self.n)
 
+    def own_ended(self, next_data) -> torch.Tensor:
+        """``(T, B*n, 1)``: where a step ended the agent's own episode, the env's going on or not (False without
+        agents' own flags)."""
+        if not self.own_done:
+            return torch.zeros((), dtype=torch.bool, device=next_data.get("done").device)
+        return next_data.get(self.key("done")).transpose(0, 1).flatten(1, 2)
+
     def starts(self, data) -> torch.Tensor:
         """Where each step's states restarted, ``(T, B*n, 1)``."""
         return data.get(self.key("rnn_start")).transpose(0, 1).flatten(1, 2)
@@ -371,8 +379,11 @@ def train(args, callback=None) -> dict:
                 for i, g in enumerate(agents.groups):
                     h0 = getattr(agents, f"critic_state_{i}")
                     value, states = g.values(data, h0)
-                    # each step's next observation, one step past the state after it (a time limit's bootstrap)
-                    next_value = g.critic.after(g.critic_in(data.get("next"), 2).transpose(0, 1).flatten(1, 2), states)
+                    # each step's next observation, one step past the state after it (a time limit's bootstrap),
+                    # from a fresh state where the agent's own episode ended (a SMAX unit that died): the value that
+                    # step gets when it is trained on
+                    next_value = g.critic.after(g.critic_in(data.get("next"), 2).transpose(0, 1).flatten(1, 2), states,
+                                                g.own_ended(data.get("next")))
                     before = torch.cat([h0.flatten(0, 1).unsqueeze(0), states[:-1]])  # the state each step started from
                     data.set(g.key("critic_hidden"), g.batch(before.masked_fill(g.starts(data), 0.0), B))
                     # a copy: a view would keep (and a checkpoint would save) every step's states

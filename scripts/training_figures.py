@@ -82,7 +82,7 @@ FIGURES: dict[str, Figure] = {
         notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3m and "
                "1.5M steps, run on this machine alone (its time from the process start, 22 s of compilation "
                "included); ours: mappo_rnn.py's preset, 3 seeds, one run at a time, time from the first step.",),
-        date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
+        date="2026-12-06 (JaxMARL's run 2026-11-28)", machine="the 2-core CPU reference machine, 2 torch threads"),
     "smax_3s5z_recurrent": Figure(
         runs=dict.fromkeys(["smax3s5z_rnn_s0", "smax3s5z_rnn_s1", "smax3s5z_rnn_s2"], RECURRENT),
         curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_smax3s5z.csv",),
@@ -99,7 +99,7 @@ FIGURES: dict[str, Figure] = {
         notes=("JaxMARL's own IPPO: baselines/IPPO/ippo_rnn_smax.py at c793d09 with its config but map 3m and 1.5M "
                "steps (distrax's Categorical and wandb replaced by stand-ins outside this repository), 3 seeds; "
                "ours: mappo_rnn.py's preset with --ippo, 3 seeds, one torch thread each. JaxMARL's ran two or three at "
-               "a time on the 2 cores, ours three at a time beside a fourth job: the times are slower than alone.",),
+               "a time on the 2 cores, ours two to four at a time: the times are slower than alone.",),
         date="2026-12-06 (JaxMARL's runs 2026-12-02)", machine="the 2-core CPU reference machine"),
     "mpe_spread_recurrent": Figure(
         runs=dict.fromkeys(["mpe_rnn_s0", "mpe_rnn_s1", "mpe_rnn_s2"], RECURRENT),
@@ -110,6 +110,15 @@ FIGURES: dict[str, Figure] = {
                "over blocks of 8 updates (16,384 steps: it logs the last return of each of its 16 envs, ours the "
                "mean of every episode of an update).",),
         date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
+    "mabrax_ant_4x2_ippo": Figure(
+        runs=dict.fromkeys(["mabrax_ant_ippo_s0", "mabrax_ant_ippo_s1"],
+                           "IPPO, MLP (mappo.py --ippo)"),
+        curves=("JaxMARL's own IPPO, seed 30=jaxmarl_ippo_ff_mabrax_ant_4x2.csv",),
+        notes=("JaxMARL's own IPPO: baselines/IPPO/ippo_ff_mabrax.py at c793d09 with its config but 3M steps "
+               "(TOTAL_TIMESTEPS=3e6; its seed 30), beside our seed 0 (its time from the process start, compilation "
+               "included; its return is each env's last finished episode averaged over an update's steps); ours: "
+               "mappo.py's jaxmarl/ant_4x2 preset with --ippo, 2 seeds, one torch thread each, two to four runs at a time.",),
+        date="2026-12-06", machine="the 2-core CPU reference machine"),
     "meltingpot_commons_harvest": Figure(
         runs={"commons_harvest_s0": "IPPO, convolutional torso (mappo.py --ippo), seed 0"},
         notes=("No published result is drawn (none at this budget). This run: 150k frames, 7 players' 88x88 views, "

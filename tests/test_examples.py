@@ -474,6 +474,29 @@ def test_recurrent_states_start_afresh_exactly_where_episodes_end(tmp_path):
         assert torch.equal(zero, expected), name
 
 
+@pytest.mark.parametrize("extra", [[], ["--ippo", "--shared"]], ids=["mappo", "ippo_shared"])
+def test_recurrent_bootstrap_is_the_value_the_next_step_gets(tmp_path, extra):
+    """GAE's next value at a step is the value the next step of the batch is given (and trained towards): where an
+    agent's own episode ended first (``agent_0`` at the env's 2nd step, the env going on), from a fresh state, as
+    the next step's GRU starts from one."""
+    batches = []
+    mappo_rnn.train(mappo_rnn.parse_args(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--steps-per-batch",
+                                          "10", "--num-envs", "4", "--frames", "80", "--epochs", "1", "--minibatch",
+                                          "20", "--hidden", "8", "--gamma", "0.9", "--lmbda", "0.5", "--quiet",
+                                          "--out", str(tmp_path), *extra]),
+                    callback=lambda update, data, agents: batches.append(data.clone()))
+    for data in batches:
+        value, advantage = data["agents", "state_value"], data["agents", "advantage"]
+        reward, done = data["next", "agents", "reward"], data["next", "done"].unsqueeze(-2).float()
+        # GAE run backwards: advantage_t = r_t + 0.9 next_value_t - value_t + 0.9 * 0.5 * (1 - done_t) advantage_t+1
+        next_value = (advantage[:, :-1] - 0.45 * (1 - done[:, :-1]) * advantage[:, 1:] - reward[:, :-1]
+                      + value[:, :-1]) / 0.9
+        going_on = (done[:, :-1] == 0).expand_as(next_value)
+        own_end = data["next", "agents", "done"][:, :-1] & going_on
+        assert own_end.any()
+        torch.testing.assert_close(next_value[going_on], value[:, 1:][going_on], rtol=0, atol=1e-5)
+
+
 def test_a_short_recurrent_run_beats_the_random_policy(tmp_path):
     """MAPPO with GRUs learns to take the rewarded action."""
     summary = mappo_rnn.main(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--num-envs", "16",
