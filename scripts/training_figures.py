@@ -84,12 +84,12 @@ FIGURES: dict[str, Figure] = {
                "included); ours: mappo_rnn.py's preset, 3 seeds, one run at a time, time from the first step.",),
         date="2026-12-06 (JaxMARL's run 2026-11-28)", machine="the 2-core CPU reference machine, 2 torch threads"),
     "smax_3s5z_recurrent": Figure(
-        runs=dict.fromkeys(["smax3s5z_rnn_s0", "smax3s5z_rnn_s1", "smax3s5z_rnn_s2"], RECURRENT),
+        runs={"smax3s5z_rnn_s0": f"{RECURRENT}, seed 0"},
         curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_smax3s5z.csv",),
         random_panels=("reward", "won"),
         notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3s5z "
                "and 1.5M steps, seed 0, beside one of ours (its time from the process start, compilation included); "
-               "ours: mappo_rnn.py's preset, 3 seeds, one torch thread each, two or three runs at a time.",),
+               "ours: mappo_rnn.py's preset, seed 0, one torch thread, beside two to three other jobs.",),
         date="2026-12-06", machine="the 2-core CPU reference machine"),
     "smax_3m_recurrent_ippo": Figure(
         runs=dict.fromkeys(["smax3m_rnn_ippo_s0", "smax3m_rnn_ippo_s1", "smax3m_rnn_ippo_s2"],
@@ -111,13 +111,13 @@ FIGURES: dict[str, Figure] = {
                "mean of every episode of an update).",),
         date="2026-11-28", machine="the 2-core CPU reference machine, 2 torch threads"),
     "mabrax_ant_4x2_ippo": Figure(
-        runs=dict.fromkeys(["mabrax_ant_ippo_s0", "mabrax_ant_ippo_s1"],
+        runs=dict.fromkeys(["mabrax_ant_ippo_s0", "mabrax_ant_ippo_s1", "mabrax_ant_ippo_s2"],
                            "IPPO, MLP (mappo.py --ippo)"),
         curves=("JaxMARL's own IPPO, seed 30=jaxmarl_ippo_ff_mabrax_ant_4x2.csv",),
         notes=("JaxMARL's own IPPO: baselines/IPPO/ippo_ff_mabrax.py at c793d09 with its config but 3M steps "
                "(TOTAL_TIMESTEPS=3e6; its seed 30), beside our seed 0 (its time from the process start, compilation "
                "included; its return is each env's last finished episode averaged over an update's steps); ours: "
-               "mappo.py's jaxmarl/ant_4x2 preset with --ippo, 2 seeds, one torch thread each, two to four runs at a time.",),
+               "mappo.py's jaxmarl/ant_4x2 preset with --ippo, 3 seeds, one torch thread each, two to four runs at a time.",),
         date="2026-12-06", machine="the 2-core CPU reference machine"),
     "meltingpot_commons_harvest": Figure(
         runs={"commons_harvest_s0": "IPPO, convolutional torso (mappo.py --ippo), seed 0"},
