@@ -88,7 +88,7 @@ FIGURES: dict[str, Figure] = {
         curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_smax3s5z.csv",),
         random_panels=("reward", "won"),
         notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3s5z "
-               "and 1.5M steps, seed 0, beside one of ours (its time from the process start, compilation included); "
+               "and 1.5M steps, seed 0, beside another run (its time from the process start, compilation included); "
                "ours: mappo_rnn.py's preset, seed 0, one torch thread, beside two to three other jobs.",),
         date="2026-12-06", machine="the 2-core CPU reference machine"),
     "smax_3m_recurrent_ippo": Figure(
