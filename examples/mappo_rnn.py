@@ -13,7 +13,7 @@ Per group, a GRU actor and a GRU critic, each shared by the group's agents; ever
 A recurrent state is zeroed at the step an episode starts for that agent (after a step whose ``done`` was set: the
 group's own, for agents that end apart like a SMAX unit that dies, or the env's). Returns and advantages run to the
 env's end for every agent, each step bootstrapped from the value its next step is given (from a zeroed state where
-the agent's own episode ended). Collection keeps, per step, the state each GRU started from and whether it was
+the agent's own episode terminated). Collection keeps, per step, the state each GRU started from and whether it was
 zeroed there; an update replays each sequence of ``--bptt`` steps from its first step's state.
 
 What differs from ``mappo.py`` besides the GRUs, and why (docs/recurrent.md): the baselines' settings (layers of
@@ -262,11 +262,11 @@ class Group(nn.Module):
         return next_td.get(self.key("done"))[..., 0] | flag if self.own_done else flag.expand(flag.shape[0], self.n)
 
     def own_ended(self, next_data) -> torch.Tensor:
-        """``(T, B*n, 1)``: where a step ended the agent's own episode, the env's going on or not (False without
-        agents' own flags)."""
+        """``(T, B*n, 1)``: where a step terminated the agent's own episode (False without agents' own flags): a time
+        limit does not, since the episode would go on from the state carried."""
         if not self.own_done:
             return torch.zeros((), dtype=torch.bool, device=next_data.get("done").device)
-        return next_data.get(self.key("done")).transpose(0, 1).flatten(1, 2)
+        return next_data.get(self.key("terminated")).transpose(0, 1).flatten(1, 2)
 
     def starts(self, data) -> torch.Tensor:
         """Where each step's states restarted, ``(T, B*n, 1)``."""
@@ -380,8 +380,8 @@ def train(args, callback=None) -> dict:
                     h0 = getattr(agents, f"critic_state_{i}")
                     value, states = g.values(data, h0)
                     # each step's next observation, one step past the state after it (a time limit's bootstrap),
-                    # from a fresh state where the agent's own episode ended (a SMAX unit that died): the value that
-                    # step gets when it is trained on
+                    # from a fresh state where the agent's own episode terminated (a SMAX unit that died): the value
+                    # that step gets when it is trained on
                     next_value = g.critic.after(g.critic_in(data.get("next"), 2).transpose(0, 1).flatten(1, 2), states,
                                                 g.own_ended(data.get("next")))
                     before = torch.cat([h0.flatten(0, 1).unsqueeze(0), states[:-1]])  # the state each step started from
