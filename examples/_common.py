@@ -70,6 +70,9 @@ def parser(doc: str, defaults: dict) -> argparse.ArgumentParser:
     p.add_argument("--gif", action=argparse.BooleanOptionalAction, default=False,
                    help="after training, OUT/policy.gif of the trained policy (rendering can outlast training)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--random-frames", type=int, metavar="N",
+                   help="env-steps of uniformly random actions for the baseline beside the trained policy's in "
+                        "summary.json and the figure (default: as many as training; whole batches, one at least)")
     add_checkpoint_arguments(p)
     return p
 
@@ -106,7 +109,8 @@ def resumed_args(p: argparse.ArgumentParser, args: argparse.Namespace, defaults:
         p.error(f"--checkpoint-every must be 0 (never) or more, got {args.checkpoint_every}")
     if args.resume is None:
         return False
-    own = {"resume", "quiet", "gif", "checkpoint_every"} | ({"frames"} if args.frames is not None else set())
+    own = {"resume", "quiet", "gif", "checkpoint_every"} | {name for name in ("frames", "random_frames")
+                                                              if getattr(args, name, None) is not None}
     for name, value in read_checkpoint(Path(args.resume))["args"].items():
         if name not in own:
             setattr(args, name, value)
@@ -159,12 +163,13 @@ class Run:
     def budget(self, steps: int) -> tuple[int, int]:
         """``(updates, minibatch per rank)``; rank 0 prints the frames the run will take."""
         batch = self.info.world_size * self.args.num_envs * steps
-        updates = max(1, self.args.frames // batch)
+        updates, random = max(1, self.args.frames // batch), self.args.random_frames
         if self.info.is_main:
             ranks = f"{self.info.world_size} ranks x " if self.info.world_size > 1 else ""
             print(f"{self.args.env}: {updates * batch:,} frames = {updates} update{'s' * (updates != 1)} x {ranks}"
-                  f"{self.args.num_envs} envs x {steps} steps (--frames {self.args.frames:,} in whole batches)",
-                  flush=True)
+                  f"{self.args.num_envs} envs x {steps} steps (--frames {self.args.frames:,} in whole batches); then "
+                  f"{max(1, (updates * batch if random is None else random) // batch) * batch:,} frames of random "
+                  f"actions for the baseline (--random-frames)", flush=True)
         return updates, self.args.minibatch // self.info.world_size
 
     def same_start(self, params: list[torch.Tensor]) -> None:
@@ -216,14 +221,17 @@ class Run:
         return row
 
     def finish(self, env, rewards: list[NestedKey], steps: int, algorithm: str, play=None) -> dict:
-        """The summary (beside the random policy's over as many frames), the files and, with ``--gif``, the GIF."""
+        """The summary (beside the random policy's), the files and, with ``--gif``, the GIF."""
         wall = time.perf_counter() - self.start
         self.bar = self.bar.close() if self.bar is not None else None  # the random policy's steps are not training's
-        random_columns = random_policy(env, rewards, self.frames, steps, self.info, bool(self.args.team_return))
+        frames = self.frames if self.args.random_frames is None else self.args.random_frames
+        random_columns = random_policy(env, rewards, frames, steps, self.info, bool(self.args.team_return),
+                                       bar=not self.args.quiet and self.info.is_main)
         summary = {
             "env": self.args.env, "env_kwargs": self.args.env_kwargs, "algorithm": algorithm, "frames": self.frames,
             "wall_s": round(wall, 2), "final_mean_episode_reward": last_finite(self.rows, "mean_episode_reward"),
             "random_policy_reward": random_columns.pop("mean_episode_reward"),
+            "random_policy_frames": random_columns.pop("frames"),
             **{f"final_{key}": last_finite(self.rows, key) for key in random_columns},
             **{f"random_policy_{key}": value for key, value in random_columns.items()},
             "seed": self.args.seed, "threads": self.args.threads, "world_size": self.info.world_size,
@@ -343,12 +351,17 @@ def last_finite(rows: list[dict], column: str) -> float:
 
 
 def random_policy(env, rewards: list[NestedKey], frames: int, steps: int, info: distributed.RankInfo,
-                  team: bool = False) -> dict[str, float]:
+                  team: bool = False, bar: bool = False) -> dict[str, float]:
     """The training's columns over ``frames`` frames of random actions (the mean reward averaged over batches)."""
     env.set_seed(distributed.rank_seed(12345, info.rank, info.world_size))
     episodes = Episodes(env, rewards, team)
     td, means, totals = env.reset(), [], None
-    for _ in range(max(1, frames // (info.world_size * env.num_envs * steps))):
+    batches = range(max(1, frames // (info.world_size * env.num_envs * steps)))
+    if bar:
+        from tqdm import tqdm
+
+        batches = tqdm(batches, desc="random policy", unit="batch", disable=None)  # a terminal only
+    for _ in batches:
         batch = []
         for _ in range(steps):
             td, td_next = env.step_and_maybe_reset(env.rand_action(td))
@@ -359,7 +372,8 @@ def random_policy(env, rewards: list[NestedKey], frames: int, steps: int, info: 
         totals = sums if totals is None else totals + sums
     columns = episodes.means(totals, info)
     columns = {k: v for k, v in columns.items() if not k.startswith("reward_") or k[7:] not in episodes.names}
-    return {**columns, "mean_episode_reward": mean_of(means)}
+    frames = len(batches) * info.world_size * env.num_envs * steps
+    return {**columns, "mean_episode_reward": mean_of(means), "frames": frames}
 
 
 def write_metrics(args, rows: list[dict]) -> None:

@@ -229,16 +229,19 @@ def mean_of(values) -> float:
     return sum(finite) / len(finite) if finite else float("nan")
 
 
-def random_policy_reward(args, frames: int, steps: int) -> float:
-    """The same accounting as training, over ``frames`` frames of the env's random actions."""
+def random_policy_reward(args, frames: int, steps: int) -> tuple[float, int]:
+    """The same accounting as training, over ``frames`` frames (whole batches) of the env's random actions; the
+    mean episode reward and the frames."""
     env, groups = make_env(args)
     env.set_seed(12345)
+    batch = args.num_envs * steps
+    frames = max(1, frames // batch) * batch
+    print(f"random policy: {frames:,} frames for the baseline (--random-frames)", flush=True)
     # the env's rand_action honours action masks (TorchRL's default random policy draws from the spec alone)
-    collector = Collector(env, env.rand_action, frames_per_batch=args.num_envs * steps, total_frames=max(frames, 1),
-                          **COLLECTOR_KWARGS)
+    collector = Collector(env, env.rand_action, frames_per_batch=batch, total_frames=frames, **COLLECTOR_KWARGS)
     rewards = [mean_of(episode_rewards(data, groups, team=args.team_return).values()) for data in collector]
     collector.shutdown()
-    return mean_of(rewards)
+    return mean_of(rewards), frames
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -266,6 +269,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", help="default: cpu; under torchrun cuda:LOCAL_RANK when CUDA is available, else cpu")
     p.add_argument("--out", default=None, help="output folder (default runs/torchrl_<env>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--random-frames", type=int, metavar="N", help="env-steps of random actions for the baseline "
+                   "in summary.json (default: as many as one rank trained on; whole batches, one at least)")
     add_checkpoint_arguments(p)
     args = p.parse_args(argv)
     if resumed_args(p, args):
@@ -407,8 +412,9 @@ def train(args) -> dict:
     }
     if not info.is_main:
         return summary
-    # the random baseline on rank 0 alone, over as many frames as one rank trained on
-    summary["random_policy_reward"] = random_policy_reward(args, frames // info.world_size, steps)
+    # the random baseline on rank 0 alone, by default over as many frames as one rank trained on
+    random_frames = frames // info.world_size if args.random_frames is None else args.random_frames
+    summary["random_policy_reward"], summary["random_policy_frames"] = random_policy_reward(args, random_frames, steps)
     write_outputs(args, rows, summary, title=f"{summary['algorithm']} (TorchRL) on {summary['env']} "
                                             f"({summary['wall_s']:.0f} s)")
     return summary

@@ -75,6 +75,17 @@ def test_single_agent_root_keys(tmp_path):
     _check_outputs(_run(tmp_path, "test/drift", ["--env-kwargs", "single_agent=True", "max_steps=10"]), "test/drift")
 
 
+@pytest.mark.parametrize("trainer", [mappo, mappo_rnn], ids=["mappo", "mappo_rnn"])
+def test_the_random_baseline_runs_as_many_frames_as_asked_and_says_so(tmp_path, capsys, trainer):
+    """By default the random policy runs as long as training; ``--random-frames`` sets it, in whole batches."""
+    for out, extra, frames in [("same", [], 240), ("fewer", ["--random-frames", "100"], 60),
+                               ("none", ["--random-frames", "0"], 60)]:
+        _run(tmp_path / out, "test/drift", ["--env-kwargs", "max_steps=10", *extra], trainer)
+        summary = json.loads((tmp_path / out / "summary.json").read_text())
+        assert summary["random_policy_frames"] == frames and summary["frames"] == 240
+        assert f"then {frames:,} frames of random actions for the baseline (--random-frames)" in capsys.readouterr().out
+
+
 def test_epymarl_presets_sum_the_team_return_and_standardise_advantages():
     args = mappo.parse_args(["--env", "lbforaging/Foraging-8x8-2p-2f-coop-v3"])
     assert args.team_return is True and args.normalize_advantage is True
@@ -188,7 +199,7 @@ def mappo_torchrl():
 
 @pytest.mark.parametrize("env, extra, groups", [
     ("test/drift", ["--env-kwargs", "max_steps=10"], None),
-    ("test/drift", ["--env-kwargs", "single_agent=True", "max_steps=10", "--ippo"], None),
+    ("test/drift", ["--env-kwargs", "single_agent=True", "max_steps=10", "--ippo", "--random-frames", "100"], None),
     ("test/predator_prey", ["--env-kwargs", "max_steps=10"], ["predator", "prey"]),
 ], ids=["continuous", "single_agent", "two_groups_masked_discrete"])
 def test_mappo_torchrl_runs_tiny(mappo_torchrl, tmp_path, env, extra, groups):
@@ -196,6 +207,7 @@ def test_mappo_torchrl_runs_tiny(mappo_torchrl, tmp_path, env, extra, groups):
     summary = _check_outputs(tmp_path, env, groups)
     assert summary["algorithm"] == ("IPPO" if "--ippo" in extra else "MAPPO")
     assert not any(value != value for value in (summary["final_mean_episode_reward"], summary["random_policy_reward"]))
+    assert summary["random_policy_frames"] == (60 if "--random-frames" in extra else 240)  # whole batches of 60
 
 
 def test_mappo_torchrl_resumes_from_its_checkpoint_and_logs_infos(mappo_torchrl, tmp_path):
