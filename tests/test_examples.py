@@ -509,6 +509,32 @@ def test_recurrent_bootstrap_is_the_value_the_next_step_gets(tmp_path, extra):
         torch.testing.assert_close(next_value[going_on], value[:, 1:][going_on], rtol=0, atol=1e-5)
 
 
+def test_recurrent_time_limit_bootstraps_from_the_carried_state(tmp_path):
+    """Where ``max_steps`` cut an episode (``truncated``, not ``terminated``), the episode would have gone on: its
+    bootstrap is the critic one step past the state carried, not from a fresh state as where an agent's own
+    episode terminated. (A learning rate of 0 keeps the critic the one collection used.)"""
+    seen = []
+    mappo_rnn.train(mappo_rnn.parse_args(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--steps-per-batch",
+                                          "12", "--num-envs", "8", "--frames", "96", "--epochs", "1", "--minibatch",
+                                          "24", "--hidden", "8", "--gamma", "0.9", "--lmbda", "0.5", "--lr", "0",
+                                          "--quiet", "--out", str(tmp_path)]),
+                    callback=lambda update, data, agents: seen.append((data.clone(), agents)))
+    (data, agents), = seen
+    group = agents.groups[0]
+    value, advantage = data["agents", "state_value"], data["agents", "advantage"]
+    reward, done = data["next", "agents", "reward"], data["next", "done"].unsqueeze(-2).float()
+    next_value = (advantage - reward + value - 0.45 * (1 - done) * torch.cat([advantage[:, 1:], 0 * advantage[:, :1]],
+                                                                            1)) / 0.9
+    x = group.critic_in(data.get("next"), 2).transpose(0, 1).flatten(1, 2)
+    with torch.no_grad():
+        fresh = group.batch(group.critic.after(x, torch.zeros(*x.shape[:2], 8), torch.tensor(True)), 8)
+    limit = (data["next", "truncated"] & ~data["next", "terminated"]).unsqueeze(-2).expand_as(value)
+    limit = limit & ~data["next", "agents", "terminated"]  # agent_1, alive when the limit came
+    assert limit[:, :-1].any()
+    gap = (next_value - fresh)[:, :-1][limit[:, :-1]].abs()
+    assert (gap > 1e-4).all(), gap  # carried, not zeroed
+
+
 def test_a_short_recurrent_run_beats_the_random_policy(tmp_path):
     """MAPPO with GRUs learns to take the rewarded action."""
     summary = mappo_rnn.main(["--env", "test/outlive", "--env-kwargs", "max_steps=6", "--num-envs", "16",
