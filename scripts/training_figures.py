@@ -84,12 +84,16 @@ FIGURES: dict[str, Figure] = {
                "included); ours: mappo_rnn.py's preset, 3 seeds, one run at a time, time from the first step.",),
         date="2026-12-06 (JaxMARL's run 2026-11-28)", machine="the 2-core CPU reference machine, 2 torch threads"),
     "smax_3s5z_recurrent": Figure(
-        runs=dict.fromkeys(["smax3s5z_rnn_s0", "smax3s5z_rnn_s1", "smax3s5z_rnn_s2"], RECURRENT),
-        curves=("JaxMARL's own MAPPO (GRU), seed 0=jaxmarl_mappo_rnn_smax3s5z.csv",),
+        runs={**dict.fromkeys(["smax3s5z_rnn_s0", "smax3s5z_rnn_s1", "smax3s5z_rnn_s2"],
+                              f"{RECURRENT}, 2 threads, alone"),
+              **dict.fromkeys(["smax3s5z_rnn_t1_s0", "smax3s5z_rnn_t1_s1", "smax3s5z_rnn_t1_s2"],
+                              f"{RECURRENT}, 1 thread, 2-4 runs at a time")},
+        curves=("JaxMARL's own MAPPO (GRU), seed 0, alone=jaxmarl_mappo_rnn_smax3s5z.csv",),
         random_panels=("reward", "won"),
         notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3s5z "
-               "and 1.5M steps, seed 0, beside another run (its time from the process start, compilation included); "
-               "ours: mappo_rnn.py's preset, 3 seeds, one torch thread each, two to four runs at a time.",),
+               "and 1.5M steps, seed 0, alone on the machine (its time from the process start, compilation "
+               "included); ours: mappo_rnn.py's preset, 3 seeds at 2 torch threads, each alone, and 3 at 1 thread, "
+               "two to four runs at a time (their times slower than alone).",),
         date="2026-12-06", machine="the 2-core CPU reference machine"),
     "smax_3m_recurrent_ippo": Figure(
         runs=dict.fromkeys(["smax3m_rnn_ippo_s0", "smax3m_rnn_ippo_s1", "smax3m_rnn_ippo_s2"],
