@@ -82,6 +82,8 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace, preset: di
     """Check the arguments; fill the missing ones from ``preset``, or with ``--resume`` from ``trainer``'s run."""
     if args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
+    if args.random_frames is not None and args.random_frames < 0:
+        p.error(f"--random-frames must be 0 or more (one batch at least runs), got {args.random_frames}")
     if resumed_args(p, args, preset):
         if args.trainer != trainer:
             p.error(f"--resume {args.out}: the run was trained by {args.trainer}; resume it with "
@@ -163,12 +165,12 @@ class Run:
     def budget(self, steps: int) -> tuple[int, int]:
         """``(updates, minibatch per rank)``; rank 0 prints the frames the run will take."""
         batch = self.info.world_size * self.args.num_envs * steps
-        updates, random = max(1, self.args.frames // batch), self.args.random_frames
+        updates, asked = max(1, self.args.frames // batch), self.args.random_frames
         if self.info.is_main:
             ranks = f"{self.info.world_size} ranks x " if self.info.world_size > 1 else ""
             print(f"{self.args.env}: {updates * batch:,} frames = {updates} update{'s' * (updates != 1)} x {ranks}"
                   f"{self.args.num_envs} envs x {steps} steps (--frames {self.args.frames:,} in whole batches); then "
-                  f"{max(1, (updates * batch if random is None else random) // batch) * batch:,} frames of random "
+                  f"{max(1, (updates * batch if asked is None else asked) // batch) * batch:,} frames of random "
                   f"actions for the baseline (--random-frames)", flush=True)
         return updates, self.args.minibatch // self.info.world_size
 
@@ -224,7 +226,8 @@ class Run:
         """The summary (beside the random policy's), the files and, with ``--gif``, the GIF."""
         wall = time.perf_counter() - self.start
         self.bar = self.bar.close() if self.bar is not None else None  # the random policy's steps are not training's
-        frames = self.frames if self.args.random_frames is None else self.args.random_frames
+        asked = self.args.random_frames  # by default, the budget's frames (those budget() printed)
+        frames = self.updates * self.info.world_size * self.args.num_envs * steps if asked is None else asked
         random_columns = random_policy(env, rewards, frames, steps, self.info, bool(self.args.team_return),
                                        bar=not self.args.quiet and self.info.is_main)
         summary = {
@@ -351,7 +354,7 @@ def last_finite(rows: list[dict], column: str) -> float:
 
 
 def random_policy(env, rewards: list[NestedKey], frames: int, steps: int, info: distributed.RankInfo,
-                  team: bool = False, bar: bool = False) -> dict[str, float]:
+                  team: bool = False, bar: bool = False) -> dict[str, float | int]:
     """The training's columns over ``frames`` frames of random actions (the mean reward averaged over batches)."""
     env.set_seed(distributed.rank_seed(12345, info.rank, info.world_size))
     episodes = Episodes(env, rewards, team)

@@ -273,6 +273,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "in summary.json (default: as many as one rank trained on; whole batches, one at least)")
     add_checkpoint_arguments(p)
     args = p.parse_args(argv)
+    if args.random_frames is not None and args.random_frames < 0:
+        p.error(f"--random-frames must be 0 or more (one batch at least runs), got {args.random_frames}")
     if resumed_args(p, args):
         return args
     preset = {**GENERIC, **PRESETS.get(args.env, {})}

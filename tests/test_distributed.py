@@ -167,7 +167,7 @@ def test_ranks_collect_from_different_env_streams(two_ranks):
 def test_episode_statistics_are_the_same_on_every_rank(two_ranks):
     r0, r1 = (rank["summary"] for rank in _records(two_ranks))
     assert r0["world_size"] == r1["world_size"] == 2
-    for key in ("frames", "final_mean_episode_reward", "random_policy_reward"):
+    for key in ("frames", "final_mean_episode_reward", "random_policy_reward", "random_policy_frames"):
         assert r0[key] == r1[key], key
 
 
@@ -182,6 +182,7 @@ def test_two_ranks_of_b_envs_match_one_process_of_2b(two_ranks, tmp_path, test_e
     two = json.loads((two_ranks / "out" / "summary.json").read_text())
     assert one["world_size"] == 1 and two["world_size"] == 2
     assert one.keys() == two.keys() and one["frames"] == two["frames"] == 480
+    assert one["random_policy_frames"] == two["random_policy_frames"] == 480
     rows = [list(csv.DictReader((out / "metrics.csv").read_text().splitlines()))
             for out in (tmp_path, two_ranks / "out")]
     assert rows[0][0].keys() == rows[1][0].keys()

@@ -79,7 +79,7 @@ def test_single_agent_root_keys(tmp_path):
 def test_the_random_baseline_runs_as_many_frames_as_asked_and_says_so(tmp_path, capsys, trainer):
     """By default the random policy runs as long as training; ``--random-frames`` sets it, in whole batches."""
     for out, extra, frames in [("same", [], 240), ("fewer", ["--random-frames", "100"], 60),
-                               ("none", ["--random-frames", "0"], 60)]:
+                               ("one_batch", ["--random-frames", "0"], 60)]:
         _run(tmp_path / out, "test/drift", ["--env-kwargs", "max_steps=10", *extra], trainer)
         summary = json.loads((tmp_path / out / "summary.json").read_text())
         assert summary["random_policy_frames"] == frames and summary["frames"] == 240
@@ -526,13 +526,15 @@ def test_recurrent_time_limit_bootstraps_from_the_carried_state(tmp_path):
     next_value = (advantage - reward + value - 0.45 * (1 - done) * torch.cat([advantage[:, 1:], 0 * advantage[:, :1]],
                                                                             1)) / 0.9
     x = group.critic_in(data.get("next"), 2).transpose(0, 1).flatten(1, 2)
-    with torch.no_grad():
-        fresh = group.batch(group.critic.after(x, torch.zeros(*x.shape[:2], 8), torch.tensor(True)), 8)
+    with torch.no_grad():  # the states after each step, from the first step's (zeros: the run's first batch)
+        _, states = group.values(data, data["agents", "critic_hidden"][:, 0])
+        carried = group.batch(group.critic.after(x, states, torch.tensor(False)), 8)
+        fresh = group.batch(group.critic.after(x, torch.zeros_like(states), torch.tensor(True)), 8)
     limit = (data["next", "truncated"] & ~data["next", "terminated"]).unsqueeze(-2).expand_as(value)
     limit = limit & ~data["next", "agents", "terminated"]  # agent_1, alive when the limit came
-    assert limit[:, :-1].any()
-    gap = (next_value - fresh)[:, :-1][limit[:, :-1]].abs()
-    assert (gap > 1e-4).all(), gap  # carried, not zeroed
+    assert limit.any()
+    torch.testing.assert_close(next_value[limit], carried[limit], rtol=0, atol=1e-5)
+    assert ((next_value - fresh)[limit].abs() > 1e-4).all()  # carried, not zeroed
 
 
 def test_a_short_recurrent_run_beats_the_random_policy(tmp_path):
