@@ -66,7 +66,7 @@ ROWS: tuple[Row, ...] = (
         why_none="the recurrent rows above have JaxMARL's"),
     Row("SMAX 3s5z (win rate)", "MAPPO, GRU (`mappo_rnn.py`)",
         ("smax3s5z_rnn_s0", "smax3s5z_rnn_s1", "smax3s5z_rnn_s2"),
-        Reference(SMAX_MAPPO, ("jaxmarl_mappo_rnn_smax3s5z.csv",))),
+        Reference(SMAX_MAPPO, tuple(f"jaxmarl_mappo_rnn_smax3s5z_s{s}.csv" for s in range(3)))),
     Row("SMAX 2s3z (win rate)", "MAPPO, MLP (`mappo.py`)", ("smax2s3z_s0",),
         Reference("JaxMARL's MAPPO (GRU) at 10M steps, Mava's docs/images/smax_results/2s3z.png (b099835)",
                   published=1.0, source="read off a plot")),

@@ -88,10 +88,11 @@ FIGURES: dict[str, Figure] = {
                               f"{RECURRENT}, 2 threads, alone"),
               **dict.fromkeys(["smax3s5z_rnn_t1_s0", "smax3s5z_rnn_t1_s1", "smax3s5z_rnn_t1_s2"],
                               f"{RECURRENT}, 1 thread, 2-4 runs at a time")},
-        curves=("JaxMARL's own MAPPO (GRU), seed 0, alone=jaxmarl_mappo_rnn_smax3s5z.csv",),
+        curves=tuple(f"JaxMARL's own MAPPO (GRU), seed {s}, alone=jaxmarl_mappo_rnn_smax3s5z_s{s}.csv"
+                     for s in range(3)),
         random_panels=("reward", "won"),
         notes=("JaxMARL's own MAPPO: baselines/MAPPO/mappo_rnn_smax.py at c793d09 with its SMAX config but map 3s5z "
-               "and 1.5M steps, seed 0, alone on the machine (its time from the process start, compilation "
+               "and 1.5M steps, seeds 0 to 2, each alone on the machine (its time from the process start, compilation "
                "included); ours: mappo_rnn.py's preset, 3 seeds at 2 torch threads, each alone, and 3 at 1 thread, "
                "two to four runs at a time (their times slower than alone).",),
         date="2026-12-06", machine="the 2-core CPU reference machine"),
