@@ -586,7 +586,8 @@ def test_the_start_prints_the_frames_the_run_takes(tmp_path, capsys, trainer):
     trainer.main(["--env", "test/drift", "--env-kwargs", "max_steps=10", "--out", str(tmp_path), "--steps-per-batch",
                   "10", *TINY[:2], "--frames", "250", *TINY[4:]])
     assert capsys.readouterr().out.startswith(
-        "test/drift: 240 frames = 4 updates x 6 envs x 10 steps (--frames 250 in whole batches)\n")
+        "test/drift: 240 frames = 4 updates x 6 envs x 10 steps (--frames 250 in whole batches); then 240 frames of "
+        "random actions for the baseline (--random-frames)\n")
 
 
 @VMAS
