@@ -166,12 +166,14 @@ class Run:
         """``(updates, minibatch per rank)``; rank 0 prints the frames the run will take."""
         batch = self.info.world_size * self.args.num_envs * steps
         updates, asked = max(1, self.args.frames // batch), self.args.random_frames
+        # the random baseline's batches: by default the budget's, else --random-frames in whole batches
+        self.random_batches = updates if asked is None else max(1, asked // batch)
         if self.info.is_main:
             ranks = f"{self.info.world_size} ranks x " if self.info.world_size > 1 else ""
             print(f"{self.args.env}: {updates * batch:,} frames = {updates} update{'s' * (updates != 1)} x {ranks}"
                   f"{self.args.num_envs} envs x {steps} steps (--frames {self.args.frames:,} in whole batches); then "
-                  f"{max(1, (updates * batch if asked is None else asked) // batch) * batch:,} frames of random "
-                  f"actions for the baseline (--random-frames)", flush=True)
+                  f"{self.random_batches * batch:,} frames of random actions for the baseline (--random-frames)",
+                  flush=True)
         return updates, self.args.minibatch // self.info.world_size
 
     def same_start(self, params: list[torch.Tensor]) -> None:
@@ -226,10 +228,8 @@ class Run:
         """The summary (beside the random policy's), the files and, with ``--gif``, the GIF."""
         wall = time.perf_counter() - self.start
         self.bar = self.bar.close() if self.bar is not None else None  # the random policy's steps are not training's
-        asked = self.args.random_frames  # by default, the budget's frames (those budget() printed)
-        frames = self.updates * self.info.world_size * self.args.num_envs * steps if asked is None else asked
-        random_columns = random_policy(env, rewards, frames, steps, self.info, bool(self.args.team_return),
-                                       bar=not self.args.quiet and self.info.is_main)
+        random_columns = random_policy(env, rewards, self.random_batches, steps, self.info,
+                                       bool(self.args.team_return), bar=not self.args.quiet and self.info.is_main)
         summary = {
             "env": self.args.env, "env_kwargs": self.args.env_kwargs, "algorithm": algorithm, "frames": self.frames,
             "wall_s": round(wall, 2), "final_mean_episode_reward": last_finite(self.rows, "mean_episode_reward"),
@@ -353,18 +353,19 @@ def last_finite(rows: list[dict], column: str) -> float:
     return next((row[column] for row in reversed(rows) if not math.isnan(row.get(column, math.nan))), math.nan)
 
 
-def random_policy(env, rewards: list[NestedKey], frames: int, steps: int, info: distributed.RankInfo,
+def random_policy(env, rewards: list[NestedKey], batches: int, steps: int, info: distributed.RankInfo,
                   team: bool = False, bar: bool = False) -> dict[str, float | int]:
-    """The training's columns over ``frames`` frames of random actions (the mean reward averaged over batches)."""
+    """The training's columns over ``batches`` batches of ``steps`` random actions in every env of every rank (the
+    mean reward averaged over batches), and their ``frames``."""
     env.set_seed(distributed.rank_seed(12345, info.rank, info.world_size))
     episodes = Episodes(env, rewards, team)
     td, means, totals = env.reset(), [], None
-    batches = range(max(1, frames // (info.world_size * env.num_envs * steps)))
+    rounds = range(batches)
     if bar:
         from tqdm import tqdm
 
-        batches = tqdm(batches, desc="random policy", unit="batch", disable=None)  # a terminal only
-    for _ in batches:
+        rounds = tqdm(rounds, desc="random policy", unit="batch", disable=None)  # a terminal only
+    for _ in rounds:
         batch = []
         for _ in range(steps):
             td, td_next = env.step_and_maybe_reset(env.rand_action(td))
@@ -375,7 +376,7 @@ def random_policy(env, rewards: list[NestedKey], frames: int, steps: int, info: 
         totals = sums if totals is None else totals + sums
     columns = episodes.means(totals, info)
     columns = {k: v for k, v in columns.items() if not k.startswith("reward_") or k[7:] not in episodes.names}
-    frames = len(batches) * info.world_size * env.num_envs * steps
+    frames = batches * info.world_size * env.num_envs * steps
     return {**columns, "mean_episode_reward": mean_of(means), "frames": frames}
 
 

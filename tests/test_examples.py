@@ -486,6 +486,16 @@ def test_recurrent_states_start_afresh_exactly_where_episodes_end(tmp_path):
         assert torch.equal(zero, expected), name
 
 
+def _next_values(data) -> torch.Tensor:
+    """The next value each step of a batch was bootstrapped from, from its advantages: GAE (gamma 0.9, lambda 0.5)
+    run backwards, ``advantage_t = r_t + 0.9 next_value_t - value_t + 0.9 * 0.5 * (1 - done_t) advantage_t+1``
+    (0 past the batch's last step)."""
+    value, advantage = data["agents", "state_value"], data["agents", "advantage"]
+    reward, done = data["next", "agents", "reward"], data["next", "done"].unsqueeze(-2).float()
+    later = torch.cat([advantage[:, 1:], torch.zeros_like(advantage[:, :1])], 1)
+    return (advantage - reward + value - 0.45 * (1 - done) * later) / 0.9
+
+
 @pytest.mark.parametrize("extra", [[], ["--ippo", "--shared"]], ids=["mappo", "ippo_shared"])
 def test_recurrent_bootstrap_is_the_value_the_next_step_gets(tmp_path, extra):
     """GAE's next value at a step is the value the next step of the batch is given (and trained towards): where an
@@ -498,12 +508,8 @@ def test_recurrent_bootstrap_is_the_value_the_next_step_gets(tmp_path, extra):
                                           "--out", str(tmp_path), *extra]),
                     callback=lambda update, data, agents: batches.append(data.clone()))
     for data in batches:
-        value, advantage = data["agents", "state_value"], data["agents", "advantage"]
-        reward, done = data["next", "agents", "reward"], data["next", "done"].unsqueeze(-2).float()
-        # GAE run backwards: advantage_t = r_t + 0.9 next_value_t - value_t + 0.9 * 0.5 * (1 - done_t) advantage_t+1
-        next_value = (advantage[:, :-1] - 0.45 * (1 - done[:, :-1]) * advantage[:, 1:] - reward[:, :-1]
-                      + value[:, :-1]) / 0.9
-        going_on = (done[:, :-1] == 0).expand_as(next_value)
+        value, next_value = data["agents", "state_value"], _next_values(data)[:, :-1]
+        going_on = (data["next", "done"][:, :-1].unsqueeze(-2) == 0).expand_as(next_value)
         own_end = data["next", "agents", "done"][:, :-1] & going_on
         assert own_end.any()
         torch.testing.assert_close(next_value[going_on], value[:, 1:][going_on], rtol=0, atol=1e-5)
@@ -521,10 +527,7 @@ def test_recurrent_time_limit_bootstraps_from_the_carried_state(tmp_path):
                     callback=lambda update, data, agents: seen.append((data.clone(), agents)))
     (data, agents), = seen
     group = agents.groups[0]
-    value, advantage = data["agents", "state_value"], data["agents", "advantage"]
-    reward, done = data["next", "agents", "reward"], data["next", "done"].unsqueeze(-2).float()
-    next_value = (advantage - reward + value - 0.45 * (1 - done) * torch.cat([advantage[:, 1:], 0 * advantage[:, :1]],
-                                                                            1)) / 0.9
+    value, next_value = data["agents", "state_value"], _next_values(data)
     x = group.critic_in(data.get("next"), 2).transpose(0, 1).flatten(1, 2)
     with torch.no_grad():  # the states after each step, from the first step's (zeros: the run's first batch)
         _, states = group.values(data, data["agents", "critic_hidden"][:, 0])
