@@ -120,6 +120,38 @@ def test_the_data_are_melting_pots_own_across_episode_ends(monkeypatch):
         env.close()
 
 
+@pytest.mark.parametrize("group_map", [None, {"agents": ["player_1", "player_0"]},
+                                       {"cook": ["player_1"], "helper": ["player_0"]}])
+def test_each_group_holds_its_players_data_in_its_order(monkeypatch, group_map):
+    """Whatever the group map (one group of every player in order, the players reordered, a group each), each
+    group's actions reach its players and its entries are its players' timestep data, in the map's order."""
+    from marl_envs.backends.meltingpot._library import Instance
+
+    seen = []
+
+    def recorded_step(self, actions):
+        timestep = self.substrate.step(actions.tolist())
+        seen.append((timestep, actions.tolist()))
+        return timestep.last()
+
+    monkeypatch.setattr(Instance, "step", recorded_step)
+    env = marl_envs.make(COOKING, num_envs=1, seed=0, group_map=group_map)
+    try:
+        td = env.reset()
+        for _ in range(3):
+            td, td_next = env.step_and_maybe_reset(env.rand_action(td))
+            timestep, actions = seen.pop()
+            for group, members in env.group_map.items():
+                idx = [int(m.partition("_")[2]) for m in members]
+                assert td[group, "action"][0].tolist() == [actions[k] for k in idx]
+                assert np.array_equal(td["next", group, "observation", "RGB"][0].numpy(),
+                                      np.stack([timestep.observation[k]["RGB"] for k in idx]))
+                assert td["next", group, "reward"][0, :, 0].tolist() == [float(timestep.reward[k]) for k in idx]
+            td = td_next
+    finally:
+        env.close()
+
+
 def test_roles_are_groups_where_they_differ():
     env = marl_envs.make("meltingpot/predator_prey__open", num_envs=1)
     try:

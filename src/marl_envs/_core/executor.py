@@ -21,6 +21,7 @@ from tensordict import TensorDictBase
 from .rules import DonePlan, TimeLimit, block_device, cut_rows, merge_rows, new_block, next_root
 from .actions import ActionCheck
 from .leaf_specs import NestedKey
+from .tensordicts import read_entry, set_entry
 
 __all__ = ["BackendHooks", "EnvFacts", "Executor", "TensorDictExecutor"]
 
@@ -162,8 +163,9 @@ class TensorDictExecutor(Executor):
         block = new_block(plan.width, num_envs, self.block_device)
         numpy = isinstance(block, np.ndarray)
         for key, rows in given:
-            value = data.get(key).reshape(num_envs, -1).T
-            block[rows] = value.numpy() if numpy else value
+            value = read_entry(data, key)
+            # NumPy's reshape is the cheaper call on the CPU
+            block[rows] = value.numpy().reshape(num_envs, -1).T if numpy else value.reshape(num_envs, -1).T
         reached = None
         if plan.limit is not None:
             count = self._count_numpy[None] if numpy and self._count_numpy is not None else self.count
@@ -171,9 +173,9 @@ class TensorDictExecutor(Executor):
         plan.fill(block, reached)
         for key, view in plan.entries:
             value = cut_rows(block, view)
-            data.set(key, value)
+            set_entry(data, key, value)
             if next_root is not None:
-                next_root.set(key, value)
+                set_entry(next_root, key, value)
 
     def _batched(self, data: TensorDictBase) -> TensorDictBase:
         """Give ``data``'s group entries their ``(B, n_agents)`` batch (a backend may return them with ``(B,)``)."""

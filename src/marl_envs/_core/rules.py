@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from .tensordicts import read_entry, set_entry
+
 __all__ = ["Block", "DonePlan", "RowView", "TimeLimit", "block_device", "cut_rows", "done_of", "merge_rows",
            "new_block", "next_root", "row_view", "where_rows"]
 
@@ -167,7 +169,8 @@ def next_root(data: TensorDictBase, tensordict: TensorDictBase, rewards: Sequenc
     ``rewards`` keys, plus the ``actions`` keys of ``tensordict``."""
     root = data.exclude(*rewards)
     for key in actions:
-        root.set(key, tensordict.get(key))
+        value = read_entry(tensordict, key)
+        set_entry(root, key, tensordict.get(key) if value is None else value)  # get: the KeyError of a missing one
     return root
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["Tree", "item_reader", "read_entry", "set_unchecked", "unchecked_nested", "unchecked_tensordict"]
+__all__ = ["Tree", "item_reader", "read_entry", "set_entry", "set_unchecked", "unchecked_nested", "unchecked_tensordict"]
 
 Key = tuple[str, ...]
 
@@ -29,6 +29,9 @@ _has_names = getattr(TensorDict, "_has_names", None)
 # 0.11 to 0.15 (same arguments): ``get`` is used if either goes.
 _get_str = getattr(TensorDict, "_get_str", None)
 _get_tuple = getattr(TensorDict, "_get_tuple", None)
+# ``TensorDict.set`` unravels and validates; its tuple-key setter need not. Private in tensordict 0.11 to 0.15 (same
+# keywords): ``set`` is used if it goes.
+_set_tuple = getattr(TensorDict, "_set_tuple", None)
 
 
 def unchecked_tensordict(source: Mapping[str, torch.Tensor | TensorDict], batch_size: torch.Size,
@@ -47,6 +50,16 @@ def read_entry(tensordict: TensorDictBase, key: str | tuple[str, ...]) -> Any:
     if type(tensordict) is TensorDict and _get_tuple is not None and _get_str is not None:
         return _get_str(tensordict, key, None) if type(key) is str else _get_tuple(tensordict, key, None)
     return tensordict.get(key, None)
+
+
+def set_entry(tensordict: TensorDictBase, key: str | tuple[str, ...], value: torch.Tensor) -> None:
+    """``tensordict.set(key, value)`` of a tensor the caller built to fit (batch dims and device), its key in a plain
+    form (as ``read_entry``'s): on a plain TensorDict, its key setter without the unravelling and the checks."""
+    if type(tensordict) is TensorDict and _set_tuple is not None and _set_str is not None:
+        setter = _set_str if type(key) is str else _set_tuple
+        setter(tensordict, key, value, inplace=False, validated=True)
+    else:
+        tensordict.set(key, value)
 
 
 def unchecked_nested(source: Mapping[str, object], batch_size: torch.Size | tuple[int, ...],

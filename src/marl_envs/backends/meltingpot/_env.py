@@ -168,8 +168,11 @@ class MeltingpotEnv(NamedRepr, PooledEnv, EnvBase):
         for name, members in self.group_map.items():
             index = np.array([position[m] for m in members])
             contiguous = bool((np.diff(index) == 1).all())
-            self._groups.append((name, slice(int(index[0]), int(index[-1]) + 1) if contiguous else index,
-                                 len(members)))
+            if contiguous and len(members) == len(players):  # all players, in order: the arrays are the group's
+                index = None
+            elif contiguous:
+                index = slice(int(index[0]), int(index[-1]) + 1)
+            self._groups.append((name, index, len(members)))
 
     # -- the backend hook ----------------------------------------------------------------------------
     def _load_actions(self, tensordict: TensorDictBase) -> None:
@@ -178,7 +181,7 @@ class MeltingpotEnv(NamedRepr, PooledEnv, EnvBase):
             action = tensordict.get((name, "action"))
             if not self.categorical_actions:
                 action = action.argmax(-1)
-            wire[:, index] = action.cpu().numpy()
+            wire[:, slice(None) if index is None else index] = action.cpu().numpy()
 
     def _to_tensordict(self, arrays: Any, with_reward: bool = False) -> TensorDictBase:
         """The one output builder: the arrays the shards wrote -> one TensorDict."""
@@ -187,9 +190,10 @@ class MeltingpotEnv(NamedRepr, PooledEnv, EnvBase):
         reward = torch.from_numpy(own(arrays.reward)).unsqueeze(-1) if with_reward else None
         out: dict[str, Any] = {}
         for name, index, n in self._groups:
-            group: dict[str, Any] = {"observation": {key: value[:, index] for key, value in obs.items()}}
+            group: dict[str, Any] = {"observation": obs if index is None else {
+                key: value[:, index] for key, value in obs.items()}}
             if reward is not None:
-                group["reward"] = reward[:, index]
+                group["reward"] = reward if index is None else reward[:, index]
             out[name] = unchecked_nested(group, (B, n), cpu)
         out["state"] = torch.from_numpy(own(arrays.world))
         out["terminated"] = torch.from_numpy(own(arrays.term)).unsqueeze(-1)
