@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-__all__ = ["Tree", "item_reader", "read_entry", "set_entry", "set_unchecked", "unchecked_nested", "unchecked_tensordict"]
+__all__ = ["Tree", "item_reader", "read_entry", "set_entry", "set_unchecked", "unchecked_nested",
+           "unchecked_tensordict"]
 
 Key = tuple[str, ...]
 
