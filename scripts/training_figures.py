@@ -96,6 +96,15 @@ FIGURES: dict[str, Figure] = {
                "included); ours: mappo_rnn.py's preset, 3 seeds at 2 torch threads, each alone, and 3 at 1 thread, "
                "two to four runs at a time (their times slower than alone).",),
         date="2026-12-06", machine="the 2-core CPU reference machine"),
+    "smax_3s5z_recurrent_ippo": Figure(
+        runs=dict.fromkeys(["smax3s5z_rnn_ippo_s0", "smax3s5z_rnn_ippo_s1", "smax3s5z_rnn_ippo_s2"],
+                           "IPPO, GRU (mappo_rnn.py --ippo), 2 threads, alone"),
+        curves=("JaxMARL's own IPPO (GRU), seed 0, alone=jaxmarl_ippo_rnn_smax3s5z_s0.csv",),
+        random_panels=("reward", "won"),
+        notes=("JaxMARL's own IPPO: baselines/IPPO/ippo_rnn_smax.py at c793d09 with its config but map 3s5z and 1.5M "
+               "steps, seed 0, alone on the machine (its time from the process start, compilation included); ours: "
+               "mappo_rnn.py's preset with --ippo, 3 seeds at 2 torch threads, each alone.",),
+        date="2026-12-06", machine="the 2-core CPU reference machine"),
     "smax_3m_recurrent_ippo": Figure(
         runs=dict.fromkeys(["smax3m_rnn_ippo_s0", "smax3m_rnn_ippo_s1", "smax3m_rnn_ippo_s2"],
                            "IPPO, GRU (mappo_rnn.py --ippo)"),
