@@ -82,8 +82,7 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace, preset: di
     """Check the arguments; fill the missing ones from ``preset``, or with ``--resume`` from ``trainer``'s run."""
     if args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
-    if args.random_frames is not None and args.random_frames < 0:
-        p.error(f"--random-frames must be 0 or more (one batch at least runs), got {args.random_frames}")
+    check_random_frames(p, args)
     if resumed_args(p, args, preset):
         if args.trainer != trainer:
             p.error(f"--resume {args.out}: the run was trained by {args.trainer}; resume it with "
@@ -96,6 +95,12 @@ def finish_args(p: argparse.ArgumentParser, args: argparse.Namespace, preset: di
             setattr(args, name, value)
     args.out = Path(args.out or Path("runs") / args.env.replace("/", "_"))
     return args
+
+
+def check_random_frames(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a negative ``--random-frames`` (every trainer's parser takes it)."""
+    if args.random_frames is not None and args.random_frames < 0:
+        p.error(f"--random-frames must be 0 or more (one batch at least runs), got {args.random_frames}")
 
 
 def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:

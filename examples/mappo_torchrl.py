@@ -57,8 +57,8 @@ from torchrl.objectives import ClipPPOLoss, ValueEstimators
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common.py, from any working directory
 from _common import (  # noqa: E402  (bookkeeping shared with mappo.py: checkpoints, metrics.csv, the plot)
-    NOT_METRICS, add_checkpoint_arguments, as_tuple, load_checkpoint, resumed_args, save_checkpoint,
-    write_metrics, write_outputs,
+    NOT_METRICS, add_checkpoint_arguments, as_tuple, check_random_frames, load_checkpoint, resumed_args,
+    save_checkpoint, write_metrics, write_outputs,
 )
 
 import marl_envs
@@ -273,8 +273,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "in summary.json (default: as many as one rank trained on; whole batches, one at least)")
     add_checkpoint_arguments(p)
     args = p.parse_args(argv)
-    if args.random_frames is not None and args.random_frames < 0:
-        p.error(f"--random-frames must be 0 or more (one batch at least runs), got {args.random_frames}")
+    check_random_frames(p, args)
     if resumed_args(p, args):
         return args
     preset = {**GENERIC, **PRESETS.get(args.env, {})}

@@ -86,6 +86,13 @@ def test_the_random_baseline_runs_as_many_frames_as_asked_and_says_so(tmp_path, 
         assert f"then {frames:,} frames of random actions for the baseline (--random-frames)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("trainer", [mappo, mappo_rnn], ids=["mappo", "mappo_rnn"])
+def test_a_negative_random_frames_is_refused(trainer, capsys):
+    with pytest.raises(SystemExit):
+        trainer.parse_args(["--env", "test/drift", "--random-frames", "-5"])
+    assert "--random-frames must be 0 or more (one batch at least runs), got -5" in capsys.readouterr().err
+
+
 def test_epymarl_presets_sum_the_team_return_and_standardise_advantages():
     args = mappo.parse_args(["--env", "lbforaging/Foraging-8x8-2p-2f-coop-v3"])
     assert args.team_return is True and args.normalize_advantage is True
@@ -208,6 +215,12 @@ def test_mappo_torchrl_runs_tiny(mappo_torchrl, tmp_path, env, extra, groups):
     assert summary["algorithm"] == ("IPPO" if "--ippo" in extra else "MAPPO")
     assert not any(value != value for value in (summary["final_mean_episode_reward"], summary["random_policy_reward"]))
     assert summary["random_policy_frames"] == (60 if "--random-frames" in extra else 240)  # whole batches of 60
+
+
+def test_mappo_torchrl_refuses_a_negative_random_frames(mappo_torchrl, capsys):
+    with pytest.raises(SystemExit):
+        mappo_torchrl.parse_args(["--env", "test/drift", "--random-frames", "-5"])
+    assert "--random-frames must be 0 or more (one batch at least runs), got -5" in capsys.readouterr().err
 
 
 def test_mappo_torchrl_resumes_from_its_checkpoint_and_logs_infos(mappo_torchrl, tmp_path):
