@@ -39,8 +39,8 @@ try:
     from torchrl.envs import EnvBase as _TorchRLEnvBase
     from torchrl.envs import DTypeCastTransform, FlattenObservation, Transform
 except ImportError as err:  # pragma: no cover - exercised by the import test in the venvs without BenchMARL
-    raise missing_library("marl_envs.benchmarl", "BenchMARL", err, "benchmarl",
-                          "BenchMARL 1.5 pins torchrl < 0.12: TorchRL 0.11 and tensordict 0.11 replace newer ones") from err
+    raise missing_library("marl_envs.benchmarl", "BenchMARL", err, "benchmarl", "BenchMARL 1.5 pins torchrl < 0.12: "
+                          "TorchRL 0.11 and tensordict 0.11 replace newer ones") from err
 
 from groupings import GroupMap
 
@@ -108,11 +108,10 @@ class MarlEnvsTask(TaskClass):
         self.kinds = kinds
         self.eval_steps = eval_steps
         self.flatten = flatten
-        self.grids = grids or {}  # the observed entries with more than one feature dim, and their shapes per agent
+        self.grids = grids or {}
         self._switchable = switchable  # the env takes continuous_actions=
 
-    def get_env_fun(self, num_envs: int, continuous_actions: bool, seed: int | None,
-                    device: Any) -> functools.partial:
+    def get_env_fun(self, num_envs: int, continuous_actions: bool, seed: int | None, device: Any) -> functools.partial:
         """A zero-argument function building the env as a TorchRL env (``to_torchrl(make(...))``).
 
         Raises:
@@ -233,14 +232,15 @@ def benchmarl_defaults(name: str) -> dict[str, Any]:
     folder = _BENCHMARL_FOLDERS.get(backend)
     if folder is None:
         return {}
-    stem = re.sub(r"_v\d+$", "", rest.rpartition("/")[2])
+    task_name = rest.rpartition("/")[2]
+    stem = re.sub(r"_v\d+$", "", task_name)
     path = importlib.resources.files("benchmarl") / "conf" / "task" / folder / f"{stem}.yaml"
     if not path.is_file():
         return {}
     import yaml  # BenchMARL's configuration library (hydra) depends on it
 
     config = yaml.safe_load(path.read_text()) or {}
-    if config.get("task", rest.rpartition("/")[2]) != rest.rpartition("/")[2]:
+    if config.get("task", task_name) != task_name:
         return {}  # another version of the task
     return {key: value for key, value in config.items() if key not in ("defaults", "task")}
 

@@ -41,19 +41,18 @@ def _check_entries(td: TensorDictBase, spec: Composite, where: str, time_dim: bo
 
 def _check_done_algebra(env: EnvBase, td: TensorDictBase, where: str) -> None:
     for key in env.done_keys:
-        name = key if isinstance(key, str) else key[-1]
-        if name != "done":
-            continue
-        prefix = () if isinstance(key, str) else key[:-1]
-        done, term, trunc = (td.get((*prefix, n)) if prefix else td.get(n) for n in ("done", "terminated", "truncated"))
-        if not torch.equal(done, term | trunc):
-            raise _fail(key, f"done == terminated | truncated in the {where} data", term | trunc, done)
+        *prefix, name = (key,) if isinstance(key, str) else key
+        if name == "done":
+            done, term, trunc = (td.get((*prefix, n)) for n in ("done", "terminated", "truncated"))
+            if not torch.equal(done, term | trunc):
+                raise _fail(key, f"done == terminated | truncated in the {where} data", term | trunc, done)
 
 
 def _check_no_extra(td: TensorDictBase, allowed: set, where: str) -> None:
     extra = [k for k in td.keys(True, True) if k not in allowed]
     if extra:
-        raise _fail(extra[0], f"entry in the {where} data that no spec declares", "declared in a full_*_spec", "present")
+        raise _fail(extra[0], f"entry in the {where} data that no spec declares", "declared in a full_*_spec",
+                    "present")
 
 
 def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, reset_steps: int | None = None,
@@ -97,13 +96,13 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, re
     if seed is not None:
         env.set_seed(seed)
     obs_spec, done_spec = env.full_observation_spec, env.full_done_spec
-    root_keys = set(obs_spec.keys(True, True)) | set(done_spec.keys(True, True)) | set(env.full_state_spec.keys(True, True))
+    root_keys = {key for spec in (obs_spec, done_spec, env.full_state_spec) for key in spec.keys(True, True)}
 
     reset_td = env.reset()
     if reset_td.batch_size != env.batch_size:
         raise _fail("reset()", "batch size", tuple(env.batch_size), tuple(reset_td.batch_size))
-    _check_entries(reset_td, obs_spec, "reset", False)
-    _check_entries(reset_td, done_spec, "reset", False)
+    for spec in (obs_spec, done_spec):
+        _check_entries(reset_td, spec, "reset", False)
     _check_no_extra(reset_td, root_keys, "reset")
     _check_done_algebra(env, reset_td, "reset")
     if not env.allow_done_after_reset:
@@ -120,16 +119,13 @@ def check_env_specs(env: EnvBase, seed: int | None = None, steps: int = 3, *, re
     data = env.rollout(steps, break_when_any_done=False)
     if data.batch_size[0] != env.num_envs or data.batch_size[1] < 1:
         raise _fail("rollout", "batch size", f"({env.num_envs}, T)", tuple(data.batch_size))
-    _check_entries(data, obs_spec, "rollout", True)
-    _check_entries(data, done_spec, "rollout", True)
-    _check_entries(data, env.full_action_spec, "rollout", True)
-    _check_entries(data.get("next"), obs_spec, "rollout next", True)
-    _check_entries(data.get("next"), done_spec, "rollout next", True)
-    _check_entries(data.get("next"), env.full_reward_spec, "rollout next", True)
-    action_keys = set(env.action_keys)
-    _check_no_extra(data.exclude("next"), root_keys | action_keys, "rollout")
-    _check_no_extra(data.get("next"), root_keys | set(env.reward_keys), "rollout next")
-    _check_done_algebra(env, data.get("next"), "rollout next")
+    nxt = data.get("next")
+    for td, where, own in ((data, "rollout", env.full_action_spec), (nxt, "rollout next", env.full_reward_spec)):
+        for spec in (obs_spec, done_spec, own):
+            _check_entries(td, spec, where, True)
+    _check_no_extra(data.exclude("next"), root_keys | set(env.action_keys), "rollout")
+    _check_no_extra(nxt, root_keys | set(env.reward_keys), "rollout next")
+    _check_done_algebra(env, nxt, "rollout next")
 
     _check_partial_reset(env)
     if env.max_steps is not None and env.max_steps <= horizon_steps:
@@ -153,19 +149,16 @@ def _checked_step(env: EnvBase, tensordict: TensorDictBase) -> TensorDictBase:
 
 
 def _check_partial_reset(env: EnvBase) -> None:
-    td = env.reset()
-    td = env.step_mdp(env.rand_step(td))
+    before = env.step_mdp(env.rand_step(env.reset()))
     mask = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     mask[::2] = True
-    before = td.clone()
-    td.set("_reset", mask.unsqueeze(-1))
-    after = env.reset(td)
+    after = env.reset(before.clone().set("_reset", mask.unsqueeze(-1)))
     for key in before.keys(True, True):
         old, new = before.get(key), after.get(key)
         if not torch.equal(old[~mask], new[~mask]):
             raise _fail(key, "value of an env not selected by a partial _reset", old[~mask], new[~mask])
     for key in after.keys(True, True):
-        if isinstance(key, str) and key == "_reset" or isinstance(key, tuple) and key[-1] == "_reset":
+        if (key if isinstance(key, str) else key[-1]) == "_reset":
             raise _fail(key, "entry after reset", "no _reset keys", "present")
     if not env.allow_done_after_reset:
         for key in env.done_keys:
@@ -200,28 +193,22 @@ def _check_determinism(env: EnvBase, seed: int, steps: int) -> None:
     env.set_seed(seed)
     first = env.rollout(steps, break_when_any_done=False)
     recorded = first.select(*env.action_keys)
+    against = f"after set_seed({seed}) with the same actions: the env is not deterministic"
 
     def replay(td: TensorDictBase, _t=iter(range(steps))) -> TensorDictBase:
         t = next(_t)
         # the data the recorded actions were drawn on: if they differ, replaying them could break an action mask
         _check_same(first[:, t].exclude("next", *env.action_keys), td.exclude(*env.action_keys),
-                    f"data at step {t} in two rollouts", f"after set_seed({seed}) with the same actions: the env "
-                    f"is not deterministic")
+                    f"data at step {t} in two rollouts", against)
         return td.update(recorded[:, t])
 
     env.set_seed(seed)
-    second = env.rollout(steps, replay, break_when_any_done=False)
-    _check_same(first, second, "two rollouts", f"after set_seed({seed}) with the same actions: the env is not "
-                                               f"deterministic")
+    _check_same(first, env.rollout(steps, replay, break_when_any_done=False), "two rollouts", against)
 
 
 def _check_step_and_maybe_reset(env: EnvBase, seed: int, steps: int) -> None:
-    """``step_and_maybe_reset`` against ``step`` then ``reset`` of the done envs, replaying the first pass's actions.
-
-    The actions are drawn once, in the first pass, from the data the env returned (so action masks are honoured)
-    and replayed as recorded: the comparison depends on no randomness but the seeded env's. On a mismatch the
-    replay is run again: if the two replays differ, the env is not deterministic, and that is what is reported.
-    """
+    """``step_and_maybe_reset`` against ``step`` then ``reset`` of the done envs, replaying the first pass's actions
+    (see ``check_env_specs``); on a mismatch, a second replay tells an env that is not deterministic."""
     env.set_seed(seed)
     td, actions, fused = env.reset(), [], []
     for _ in range(steps):
@@ -242,13 +229,10 @@ def _check_step_and_maybe_reset(env: EnvBase, seed: int, steps: int) -> None:
 
 
 def _replay(env: EnvBase, seed: int, actions: list[TensorDictBase]) -> list[tuple[TensorDictBase, TensorDictBase]]:
-    """``(td["next"], next root)`` of each step of ``step`` then ``reset`` of the done envs on ``actions``, the roots
-    they were drawn on with them. A replay whose data differ from those stops there: its last next root already
-    differs from the one compared with, and replaying actions on other data could break an action mask.
-
-    Nothing is reset when no env is done, as ``step_and_maybe_reset`` does not reset then either. ``td["next"]`` is
-    read before the reset, and the reset must leave it as it was (the terminal data of the done envs).
-    """
+    """``(td["next"], next root)`` of each step of ``step`` then ``reset`` of the done envs (none reset when none is
+    done, as in ``step_and_maybe_reset``) on ``actions`` and the roots they were drawn on. A replay stops where its
+    data differ from those roots: its last next root already differs, and other data could break an action mask.
+    ``td["next"]`` is read before the reset, which must leave it as it was (the done envs' terminal data)."""
     env.set_seed(seed)
     td, out = env.reset(), []
     _check_same(actions[0].exclude(*env.action_keys), td, "reset data",
@@ -286,7 +270,8 @@ def _check_same(expected: TensorDictBase, observed: TensorDictBase, where: str, 
 
 
 def _difference(expected: TensorDictBase, observed: TensorDictBase) -> tuple[NestedKey, str, object, object] | None:
-    """The first entry where ``observed`` differs from ``expected``: ``(key, what differs, expected, observed)``."""
+    """The first entry where ``observed`` differs from ``expected``: ``(key, what differs, expected, observed)``; a
+    value in words: its first differing element and the envs (rows) that differ, not every tensor."""
     old_keys, new_keys = set(expected.keys(True, True)), set(observed.keys(True, True))
     for key in sorted(old_keys ^ new_keys, key=str):
         return key, "entry", "present" if key in old_keys else "absent", "present" if key in new_keys else "absent"
@@ -294,19 +279,12 @@ def _difference(expected: TensorDictBase, observed: TensorDictBase) -> tuple[Nes
         old, new = expected.get(key), observed.get(key)
         if old.shape != new.shape or old.dtype != new.dtype:
             return key, "shape and dtype", (tuple(old.shape), old.dtype), (tuple(new.shape), new.dtype)
-        difference = None if torch.equal(old, new) else _first_difference(old, new)
-        if difference is not None:
-            return key, "value", *difference
+        if torch.equal(old, new):
+            continue
+        differs = (old != new) & ~(old.isnan() & new.isnan()) if old.is_floating_point() else old != new
+        if bool(differs.any()):  # else NaN in the same places: no difference
+            rows = differs.reshape(old.shape[0], -1).any(-1).nonzero().flatten().tolist()
+            at = tuple(differs.nonzero()[0].tolist())
+            envs = f"{len(rows)} of {old.shape[0]} envs differ ({rows[:8]}{', ...' if len(rows) > 8 else ''})"
+            return key, "value", f"{old[at].item()} at index {at}", f"{new[at].item()}; {envs}"
     return None
-
-
-def _first_difference(old: torch.Tensor, new: torch.Tensor) -> tuple[str, str] | None:
-    """``(expected, observed)`` in words: the envs (rows) that differ, and the first differing element's index and
-    values, not every tensor; None if they differ nowhere (NaN in the same places)."""
-    differs = (old != new) & ~(old.isnan() & new.isnan()) if old.is_floating_point() else old != new
-    if not bool(differs.any()):
-        return None
-    rows = differs.reshape(old.shape[0], -1).any(-1).nonzero().flatten().tolist()
-    at = tuple(differs.nonzero()[0].tolist())
-    envs = f"{len(rows)} of {old.shape[0]} envs differ ({rows[:8]}{', ...' if len(rows) > 8 else ''})"
-    return f"{old[at].item()} at index {at}", f"{new[at].item()}; {envs}"

@@ -88,23 +88,19 @@ def rank_info(environ: Mapping[str, str] | None = None) -> RankInfo:
         return RankInfo()
     missing = [name for name in TORCHRUN_VARS if name not in environ]
     if missing:
-        raise ValueError(
-            f"{', '.join(present)} set but not {', '.join(missing)}; launch with torchrun, which sets all of "
-            f"{', '.join(TORCHRUN_VARS)}, or unset them to run as one process"
-        )
-    values = {}
+        raise ValueError(f"{', '.join(present)} set but not {', '.join(missing)}; launch with torchrun, which sets "
+                         f"all of {', '.join(TORCHRUN_VARS)}, or unset them to run as one process")
+    values = []
     for name in TORCHRUN_VARS:
         try:
-            values[name] = int(environ[name])
+            values.append(int(environ[name]))
         except ValueError:
             raise ValueError(f"{name}={environ[name]!r} is not an integer; torchrun sets it to one") from None
-    rank, world, local_rank, local_world = (values[name] for name in TORCHRUN_VARS)
+    rank, world, local_rank, local_world = values
     if not (0 <= rank < world and 0 <= local_rank < local_world <= world):
-        raise ValueError(
-            f"inconsistent torchrun variables RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local_rank}, "
-            f"LOCAL_WORLD_SIZE={local_world}; expected 0 <= RANK < WORLD_SIZE and "
-            f"0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE"
-        )
+        raise ValueError(f"inconsistent torchrun variables RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local_rank}, "
+                         f"LOCAL_WORLD_SIZE={local_world}; expected 0 <= RANK < WORLD_SIZE and "
+                         f"0 <= LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE")
     return RankInfo(rank, world, local_rank, local_world, launched=True)
 
 
@@ -155,9 +151,7 @@ def rank_device(info: RankInfo | None = None, *, cuda: bool | None = None) -> to
     """
     info = rank_info() if info is None else info
     available = torch.cuda.is_available()
-    if cuda is None:
-        cuda = available
-    if not cuda:
+    if not (available if cuda is None else cuda):
         return torch.device("cpu")
     if not available:
         raise RuntimeError("cuda=True but torch sees no CUDA device; install a CUDA build of torch or pass cuda=False")
@@ -166,11 +160,9 @@ def rank_device(info: RankInfo | None = None, *, cuda: bool | None = None) -> to
 
 def process_group_backend(device: torch.device | str, info: RankInfo | None = None) -> str:
     """``"nccl"`` when every rank of this machine has a GPU of its own, else ``"gloo"`` (CPU, or shared GPUs)."""
-    device = torch.device(device)
     info = rank_info() if info is None else info
-    if device.type == "cuda" and info.local_world_size <= torch.cuda.device_count():
-        return "nccl"
-    return "gloo"
+    own_gpus = torch.device(device).type == "cuda" and info.local_world_size <= torch.cuda.device_count()
+    return "nccl" if own_gpus else "gloo"
 
 
 def init_process_group(device: torch.device | str, info: RankInfo | None = None) -> str | None:
@@ -222,8 +214,6 @@ def jax_device(device: torch.device | str) -> Any:
         if gpu.local_hardware_id == index:
             return gpu
     seen = ", ".join(f"cuda:{gpu.local_hardware_id}" for gpu in gpus) or "none"
-    raise ValueError(
-        f"device={str(device)!r} but JAX sees {len(gpus)} CUDA device(s); install JAX with CUDA support "
-        f"(pip install 'jax[cuda12]'), make that GPU visible to JAX (it sees: {seen}; CUDA_VISIBLE_DEVICES="
-        f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}) or use device='cpu'"
-    )
+    raise ValueError(f"device={str(device)!r} but JAX sees {len(gpus)} CUDA device(s); install JAX with CUDA support "
+                     f"(pip install 'jax[cuda12]'), make that GPU visible to JAX (it sees: {seen}; "
+                     f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}) or use device='cpu'")

@@ -1,11 +1,10 @@
 """``marl-envs doctor``: what is installed, which devices torch and JAX see, and whether each backend runs there.
 
-For each installed backend and each device torch can use, the env its record names (``Backend.check_env``) is built, reset and
-stepped; the
-JAX -> torch hand-off of the JAX families is checked on each device (zero-copy: by DLPack on a GPU, a NumPy view on
-the CPU; ``backends.jax.Transfer``); JAX's GPU memory settings are shown with what they mean beside torch.
-A check that fails is a ``FAIL`` row carrying the error, and the command then exits with status 1: something
-installed is broken. On a machine with a GPU this one command runs every CUDA path of the library, and the
+For each installed backend and each device torch can use, the env its record names (``Backend.check_env``) is built,
+reset and stepped; the JAX -> torch hand-off of the JAX families is checked on each device (zero-copy: by DLPack on
+a GPU, a NumPy view on the CPU; ``backends.jax.Transfer``); JAX's GPU memory settings are shown with what they mean
+beside torch. A check that fails is a ``FAIL`` row carrying the error, and the command then exits with status 1:
+something installed is broken. On a machine with a GPU this one command runs every CUDA path of the library, and the
 host-wait check (``host_wait``) of each JAX family and VMAS: whether a step makes the host wait for the GPU, with
 the step's time beside the raw library loop's.
 
@@ -142,8 +141,7 @@ def _hand_off(device: str) -> str:
     tensor = Transfer(torch.device(device)).to_torch(array)
     if not np.array_equal(tensor.cpu().numpy(), np.asarray(array)) or tensor.device != torch.device(device):
         raise RuntimeError(f"the tensor differs from the JAX array (on {tensor.device})")
-    shared = tensor.data_ptr() == array.unsafe_buffer_pointer()
-    if not shared:
+    if tensor.data_ptr() != array.unsafe_buffer_pointer():
         raise RuntimeError(f"{'NumPy' if device == 'cpu' else 'DLPack'} gave a copy: the step's output is copied "
                            f"every step")
     return "zero-copy (a NumPy view of JAX's buffer)" if device == "cpu" else \
@@ -205,10 +203,9 @@ def host_wait(name: str, kwargs: dict[str, Any], device: str, *, num_envs: int =
 
 def _host_wait_row(rows: list[Row], backend: str, device: str) -> None:
     record = registry.backend_record(backend)
-    name, kwargs = record.check_env
     start = time.perf_counter()
     try:
-        waited, detail = host_wait(name, kwargs, device)
+        waited, detail = host_wait(*record.check_env, device)
     except Exception as err:  # noqa: BLE001 - a row, as every check
         rows.append(Row("host-wait", device, FAIL, _error(err)))
         return

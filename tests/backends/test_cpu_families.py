@@ -111,6 +111,22 @@ def test_tuple_agent_direct_steps_equal_the_generic_pettingzoo_path(name, task, 
             env.rand_step(td)
 
 
+@pytest.mark.parametrize("name, library_class", [
+    ("lbforaging/Foraging-5x5-2p-1f-coop-v3", "lbforaging.foraging.environment:ForagingEnv"),
+    ("rware/rware-tiny-2ag-v2", "rware.warehouse:Warehouse"),
+])
+def test_tuple_agent_envs_close_the_library_envs(name, library_class, monkeypatch):
+    _installed(name.partition("/")[0])
+    module, _, attr = library_class.partition(":")
+    cls = getattr(__import__(module, fromlist=[attr]), attr)
+    closed = []
+    monkeypatch.setattr(cls, "close", lambda self: closed.append(self))
+    env = marl_envs.make(name, num_envs=3, seed=0)
+    env.rollout(2)
+    env.close()
+    assert len(closed) == 3 and len({id(instance) for instance in closed}) == 3
+
+
 def test_lbforaging_terminates_when_cleared_and_truncates_at_its_step_limit():
     """The library says ``done`` for both; a cleared field (the last food loaded: a reward) terminates, the
     step limit truncates (both where the field is cleared on the limit's step)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -389,6 +391,18 @@ def test_set_seed_gives_identical_rollouts_whatever_ran_before():
     env.set_seed(4)
     second = env.rollout(6, break_when_any_done=False)
     assert (first == second).all()
+
+
+def test_seeding_leaves_every_global_generator_alone(monkeypatch):
+    env = VmasEnv("balance", num_envs=3, seed=2)  # VMAS's own make_env seeds torch's generators, as raw VMAS does
+    seeded = []  # torch's global manual_seed seeds every CUDA device as well, through this call
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: seeded.append(seed))
+    states = torch.random.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    env.set_seed(5)
+    env.rollout(3)
+    assert seeded == []
+    assert torch.equal(torch.random.get_rng_state(), states[0])
+    assert (np.random.get_state()[1] == states[1]).all() and random.getstate() == states[2]
 
 
 def test_interleaved_envs_do_not_share_randomness():

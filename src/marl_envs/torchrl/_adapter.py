@@ -34,9 +34,8 @@ __all__ = ["COLLECTOR_KWARGS", "TorchRLEnv", "check_batch_size", "to_torchrl", "
 #: Keywords for TorchRL's ``Collector`` that give it the same behaviour on every TorchRL we support (0.11 to 0.14):
 #: 0.14 asks whether to append the transforms a policy needs (and warns while it is not told), 0.11 has no such
 #: keyword. ``Collector(env, policy, ..., **COLLECTOR_KWARGS)``.
-COLLECTOR_KWARGS: dict = (
-    {"auto_register_policy_transforms": False} if Version(_torchrl_version).release[:2] >= (0, 14) else {}
-)
+COLLECTOR_KWARGS: dict = ({"auto_register_policy_transforms": False}
+                          if Version(_torchrl_version).release[:2] >= (0, 14) else {})
 
 
 def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite, batch: Sequence[int] | None = None
@@ -62,53 +61,53 @@ def to_torchrl_spec(spec: specs.TensorSpec | specs.Composite, batch: Sequence[in
         shape = torch.Size((*batch, *shape[1:]))
 
     def view(values):  # bounds and masks laid out as the spec
-        return values if batch is None or not isinstance(values, torch.Tensor) else values.reshape(*batch,
-                                                                                                    *values.shape[1:])
+        if batch is None or not isinstance(values, torch.Tensor):
+            return values
+        return values.reshape(*batch, *values.shape[1:])
 
     if isinstance(spec, specs.Composite):
-        return rl_specs.Composite(
-            {name: to_torchrl_spec(sub, batch) for name, sub in spec.items()}, shape=shape, device=device
-        )
+        return rl_specs.Composite({name: to_torchrl_spec(sub, batch) for name, sub in spec.items()}, shape=shape,
+                                  device=device)
+    leaf = {"shape": shape, "dtype": spec.dtype, "device": device}
     if isinstance(spec, specs.Bounded):
-        return rl_specs.Bounded(low=view(spec.low), high=view(spec.high), shape=shape, dtype=spec.dtype,
-                                device=device)
+        return rl_specs.Bounded(low=view(spec.low), high=view(spec.high), **leaf)
     if isinstance(spec, specs.Unbounded):
-        return rl_specs.Unbounded(shape=shape, dtype=spec.dtype, device=device)
-    if isinstance(spec, specs.Categorical):
-        return rl_specs.Categorical(spec.n, shape=shape, dtype=spec.dtype, device=device, mask=view(spec.mask))
-    if isinstance(spec, specs.OneHot):
-        return rl_specs.OneHot(spec.n, shape=shape, dtype=spec.dtype, device=device, mask=view(spec.mask))
+        return rl_specs.Unbounded(**leaf)
+    if isinstance(spec, (specs.Categorical, specs.OneHot)):
+        kind = rl_specs.Categorical if isinstance(spec, specs.Categorical) else rl_specs.OneHot
+        return kind(spec.n, mask=view(spec.mask), **leaf)
     if isinstance(spec, specs.Binary):
-        return rl_specs.Binary(shape=shape, dtype=spec.dtype, device=device)
+        return rl_specs.Binary(**leaf)
     if isinstance(spec, specs.MultiCategorical):
-        return rl_specs.MultiCategorical(view(spec.nvec), shape=shape, dtype=spec.dtype, device=device)
-    raise TypeError(
-        f"no torchrl.data counterpart for the spec class {type(spec).__name__}; to_torchrl converts Composite, "
-        "Bounded, Unbounded, Categorical, OneHot, Binary and MultiCategorical"
-    )
+        return rl_specs.MultiCategorical(view(spec.nvec), **leaf)
+    raise TypeError(f"no torchrl.data counterpart for the spec class {type(spec).__name__}; to_torchrl converts "
+                    "Composite, Bounded, Unbounded, Categorical, OneHot, Binary and MultiCategorical")
 
 
 class _SharedMask:
-    """The current mask of one masked action and the TorchRL specs that carry it: the adapter's own and every clone
-    TorchRL makes of one of them (``RandomPolicy``'s, a ``TransformedEnv``'s, a ``Collector``'s), so that each draws
-    from the data the env gave last.
-
+    """The current mask of one masked action, carried by the adapter's spec of it and by every clone TorchRL makes of
+    that (``RandomPolicy``'s, a ``TransformedEnv``'s, a ``Collector``'s), so that each draws from the env's latest data.
     The specs stay of TorchRL's own class (``Categorical`` / ``OneHot``), which TorchRL dispatches on by exact type
-    (``QValueModule``'s action space, a ``Stacked`` spec, a batched env's schema): each carries, in its instance
-    dictionary, a ``clone`` that makes TorchRL's clone and hands it the same holder. A spec made otherwise
-    (``spec[0]``, ``expand``) keeps the mask it was made with, as in TorchRL."""
+    (``QValueModule``'s action space, a ``Stacked`` spec, a batched env's schema): a ``clone`` in each one's instance
+    dictionary hands TorchRL's clone the same holder. A spec made otherwise (``spec[0]``, ``expand``) keeps the mask
+    it was made with, as in TorchRL."""
 
-    def __init__(self):
+    def __init__(self, spec: rl_specs.TensorSpec):
         self.mask: torch.Tensor | None = None
         self._specs: list[weakref.ref] = []  # specs are unhashable (TorchRL's compare by value): no WeakSet
+        self.carry(spec)
 
     def carry(self, spec: rl_specs.TensorSpec) -> rl_specs.TensorSpec:
         """Make ``spec`` carry this mask, and its clones too; ``spec`` itself."""
         spec.mask = self.mask
-        spec.__dict__["clone"] = functools.partial(_clone_carrying, spec, self)
+        spec.__dict__["clone"] = functools.partial(self._clone, spec)
         self._specs = [ref for ref in self._specs if ref() is not None]
         self._specs.append(weakref.ref(spec))
         return spec
+
+    def _clone(self, spec: rl_specs.TensorSpec) -> rl_specs.TensorSpec:
+        """TorchRL's clone of ``spec``, carrying this mask."""
+        return self.carry(type(spec).clone(spec))
 
     def set(self, mask: torch.Tensor) -> None:
         """The env's new mask, for every spec that carries it (no copy, no host read)."""
@@ -125,11 +124,6 @@ class _SharedMask:
         self.mask, self._specs = state["mask"], [weakref.ref(spec) for spec in state["specs"]]
 
 
-def _clone_carrying(spec: rl_specs.TensorSpec, shared: _SharedMask) -> rl_specs.TensorSpec:
-    """TorchRL's clone of ``spec``, carrying ``shared``'s mask as ``spec`` does."""
-    return shared.carry(type(spec).clone(spec))
-
-
 class TorchRLEnv(_TorchRLEnvBase):
     """A marl-envs env seen as a ``torchrl.envs.EnvBase``; build it with ``to_torchrl(env)``.
 
@@ -141,9 +135,9 @@ class TorchRLEnv(_TorchRLEnvBase):
     TorchRL makes of it, so that TorchRL's own random draws (``RandomPolicy(env.full_action_spec)``, a ``Collector``
     with ``policy=None``) are legal too.
 
-    The attributes TorchRL's multi-agent wrappers carry are here too: ``group_map``, ``agent_names``,
-    ``n_agents``, ``num_envs``, ``het_specs`` / ``het_specs_map`` (always False: a group's agents share their
-    specs), ``has_action_mask`` (group -> bool); any other public attribute of the wrapped env is read through
+    The attributes TorchRL's multi-agent wrappers carry are here too: ``het_specs`` / ``het_specs_map`` (always
+    False: a group's agents share their specs), ``has_action_mask`` (group -> bool), and the wrapped env's
+    ``group_map``, ``agent_names``, ``n_agents``, ``num_envs``: any public attribute of it is read through
     (``scenario_name``, ``categorical_actions``, ``parallel``, ``use_mask``, ``done_on_any``, ``return_state``).
 
     ``TorchRLEnv(env, batch_size=...)`` shows TorchRL the env's ``num_envs`` envs as another batch of as many: ``()``
@@ -163,10 +157,8 @@ class TorchRLEnv(_TorchRLEnvBase):
 
     def __init__(self, env: EnvBase, batch_size: Sequence[int] | None = None):
         if not isinstance(env, EnvBase):
-            raise TypeError(
-                f"to_torchrl takes a marl_envs.EnvBase (e.g. marl_envs.make('vmas/balance', num_envs=8)), "
-                f"got {type(env).__name__}"
-            )
+            raise TypeError(f"to_torchrl takes a marl_envs.EnvBase (e.g. marl_envs.make('vmas/balance', num_envs=8)), "
+                            f"got {type(env).__name__}")
         batch = env.batch_size if batch_size is None else torch.Size(batch_size)
         if batch.numel() != env.num_envs:
             raise ValueError(f"batch_size={tuple(batch)} holds {batch.numel()} envs; the env has {env.num_envs}")
@@ -174,20 +166,14 @@ class TorchRLEnv(_TorchRLEnvBase):
         self.env = env
         #: the env's batch (num_envs,) seen as another shape (TorchRL's classes: () for one env, (a, b)), else None
         self._view = None if batch == env.batch_size else batch
-        self.full_observation_spec = to_torchrl_spec(env.full_observation_spec, self._view)
-        self.full_action_spec = to_torchrl_spec(env.full_action_spec, self._view)
-        self.full_reward_spec = to_torchrl_spec(env.full_reward_spec, self._view)
-        self.full_done_spec = to_torchrl_spec(env.full_done_spec, self._view)
-        self.full_state_spec = to_torchrl_spec(env.full_state_spec, self._view)
+        for part in ("observation", "action", "reward", "done", "state"):
+            setattr(self, f"full_{part}_spec", to_torchrl_spec(getattr(env, f"full_{part}_spec"), self._view))
+        actions = self.full_action_spec
         # (mask key, holder) of each masked discrete action: its spec carries the env's current mask, so that
         # TorchRL's own random draws (RandomPolicy, a Collector with policy=None) are legal
-        self._masks: list[tuple[specs.NestedKey, _SharedMask]] = []
-        for key, mask in env.action_mask_keys.items():
-            spec = self.full_action_spec[key]
-            if isinstance(spec, (rl_specs.Categorical, rl_specs.OneHot)):
-                shared = _SharedMask()
-                shared.carry(spec)
-                self._masks.append((mask, shared))
+        self._masks: list[tuple[specs.NestedKey, _SharedMask]] = [
+            (mask, _SharedMask(actions[key])) for key, mask in env.action_mask_keys.items()
+            if isinstance(actions[key], (rl_specs.Categorical, rl_specs.OneHot))]
         self.is_closed = False  # as TorchRL's wrappers set it once their env is built (its scripts read it)
 
     # -- what TorchRL's multi-agent wrappers expose ---------------------------------------------------
@@ -197,22 +183,10 @@ class TorchRLEnv(_TorchRLEnvBase):
         return self.env.group_map
 
     @property
-    def agent_names(self) -> list[str]:
-        return self.env.agent_names
-
-    @property
     def agents(self) -> list:
         """The wrapped env's ``agents`` where it has them (VMAS's agent objects, as TorchRL's VMAS wrapper gives),
         else the agents' names."""
         return getattr(self.env, "agents", self.env.agent_names)
-
-    @property
-    def n_agents(self) -> int:
-        return self.env.n_agents
-
-    @property
-    def num_envs(self) -> int:
-        return self.env.num_envs
 
     @property
     def het_specs(self) -> bool:
@@ -275,11 +249,10 @@ class TorchRLEnv(_TorchRLEnvBase):
         return self._masked(self._out_of_env(tensordict.pop("next")))
 
     def _masked(self, data: TensorDictBase, rows: torch.Tensor | None = None) -> TensorDictBase:
-        """Give the masked actions' specs the masks in ``data`` (what the next actions are drawn for; only those of
-        the envs ``rows`` selects, after a partial reset), a row with no legal choice allowing every choice
-        (``marl_envs.specs.legal_choices``), and write those masks into ``data``: TorchRL's modules read the mask
-        from the data (``QValueModule``, ``EGreedyModule``, ``MaskedCategorical``), and a row of all False would
-        make their argmax a multi-hot action and their sampling fail."""
+        """Give the masked actions' specs the masks in ``data`` (only the envs ``rows`` selects, after a partial
+        reset), a row of no legal choice allowing every choice (``specs.legal_choices``), and write them into
+        ``data``: TorchRL's modules read the mask there (``QValueModule``, ``EGreedyModule``, ``MaskedCategorical``),
+        and a row of all False would make their argmax a multi-hot action and their sampling fail."""
         if rows is not None:
             rows = rows.reshape(self.batch_size)
         for key, shared in self._masks:
@@ -293,22 +266,18 @@ class TorchRLEnv(_TorchRLEnvBase):
         return data
 
     def _restart_skipped(self, tensordict: TensorDictBase, skipped: torch.Tensor) -> TensorDictBase:
-        """Every env steps (a backend steps its envs together), and TorchRL keeps its own copy of the data of the
-        envs it did not mean to step (``skipped``): those have ended. They are reset first, as a backend may
-        refuse to step an ended episode (a PettingZoo game whose agents are all gone), and given random valid
-        actions from their fresh data (the policy's action was meant for the ended episode)."""
+        """Reset the ended envs TorchRL did not mean to step (``skipped``; it keeps their data) and give them random
+        valid actions: every env steps (a backend steps its envs together), a backend may refuse to step an ended
+        episode (a PettingZoo game whose agents are all gone), and the policy's action was meant for that episode."""
         carried = tensordict.select(*self.env.observation_keys, *self.env.done_keys, strict=False)
         fresh = self.env.rand_action(self.env.reset(carried.set("_reset", skipped.unsqueeze(-1))))
         return merge_rows(tensordict, fresh.select(*self.env.action_keys, *self.env.observation_keys, strict=False),
                           skipped)
 
-    def _reset(self, tensordict: TensorDictBase | None = None, *, seed: int | None = None,
-               **kwargs) -> TensorDictBase:
+    def _reset(self, tensordict: TensorDictBase | None = None, *, seed: int | None = None, **kwargs) -> TensorDictBase:
         if kwargs:
-            raise TypeError(
-                f"reset() got keyword arguments {sorted(kwargs)}; marl-envs envs take only seed= (select envs "
-                f"with a '_reset' entry)"
-            )
+            raise TypeError(f"reset() got keyword arguments {sorted(kwargs)}; marl-envs envs take only seed= (select "
+                            f"envs with a '_reset' entry)")
         tensordict = self._into_env(tensordict)
         data = self._out_of_env(self._reset_env(tensordict, seed))
         return self._masked(data, self.env._reset_mask(tensordict))
@@ -342,10 +311,8 @@ class TorchRLEnv(_TorchRLEnvBase):
 
     def to(self, device) -> TorchRLEnv:
         if torch.device(device) != self.device:
-            raise ValueError(
-                f"{self!r} lives on {self.device} and cannot move to {device}; build the marl-envs env with "
-                f"device={str(device)!r} and wrap that"
-            )
+            raise ValueError(f"{self!r} lives on {self.device} and cannot move to {device}; build the marl-envs env "
+                             f"with device={str(device)!r} and wrap that")
         return self
 
     def __repr__(self) -> str:

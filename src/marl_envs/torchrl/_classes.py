@@ -18,29 +18,37 @@ from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
 from groupings import MarlGroupMapType
 
+from .._core.env import EnvBase
 from ..registry import available_envs, backend_module
 from ._adapter import TorchRLEnv, check_batch_size, rl_specs
 
 __all__ = ["BatchSize", "BraxEnv", "BraxWrapper", "EnvNames", "JaxLibraryEnv", "JumanjiEnv", "LBForagingEnv",
            "LBForagingWrapper", "LibraryModule", "MeltingpotEnv", "MeltingpotWrapper", "OpenSpielEnv",
-           "OpenSpielWrapper", "PettingZooEnv", "PettingZooWrapper", "VmasEnv", "VmasWrapper", "torchrl_batch"]
+           "OpenSpielWrapper", "PettingZooEnv", "PettingZooWrapper", "VmasEnv", "VmasWrapper", "build_env",
+           "torchrl_batch"]
 
 BatchSize = Sequence[int] | torch.Size | None
+Device = torch.device | str | None
 
 
 def torchrl_batch(batch_size: BatchSize, num_envs: int | None, library: str) -> tuple[int, torch.Size]:
     """The number of envs a TorchRL-style constructor asks for and the batch TorchRL sees: ``batch_size=(N,)`` or
     ``num_envs=N``: N envs, batch ``(N,)``; ``batch_size=(a, b)``: ``a * b`` envs seen as ``(a, b)``; neither: one
     env, batch ``()``, as TorchRL's classes."""
-    if num_envs is not None and (batch_size is None or len(batch_size) == 0):
-        return num_envs, torch.Size((num_envs,))
     if batch_size is None or len(batch_size) == 0:
-        return 1, torch.Size(())
+        return (1, torch.Size(())) if num_envs is None else (num_envs, torch.Size((num_envs,)))
     batch = torch.Size(batch_size)
     if num_envs is not None and num_envs != batch.numel():
         raise TypeError(f"Batch size used in constructor does not match {library} batch size. batch_size="
                         f"{tuple(batch)} but num_envs={num_envs}: pass one of them")
     return batch.numel(), batch
+
+
+def build_env(backend: str, cls: str, batch_size: BatchSize, num_envs: int | None, library: str, /, *args,
+              **kwargs) -> tuple[EnvBase, torch.Size]:
+    """Our ``backend``'s class ``cls`` of the envs ``torchrl_batch`` counts, and the batch TorchRL sees."""
+    count, batch = torchrl_batch(batch_size, num_envs, library)
+    return getattr(backend_module(backend), cls)(*args, num_envs=count, **kwargs), batch
 
 
 class LibraryModule:
@@ -60,8 +68,7 @@ class EnvNames:
         self.backend = backend
 
     def __get__(self, obj, cls=None) -> list[str]:
-        prefix = f"{self.backend}/"
-        return [name.removeprefix(prefix) for name in available_envs(self.backend)]
+        return [name.removeprefix(f"{self.backend}/") for name in available_envs(self.backend)]
 
 
 class VmasWrapper(TorchRLEnv):
@@ -73,7 +80,7 @@ class VmasWrapper(TorchRLEnv):
 
     available_envs = EnvNames("vmas")
 
-    def __init__(self, env=None, *, batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
+    def __init__(self, env=None, *, batch_size: BatchSize = None, **kwargs):
         check_batch_size(batch_size, getattr(env, "num_envs", 0), "vmas")
         super().__init__(backend_module("vmas").VmasWrapper(env, **kwargs))
 
@@ -88,7 +95,7 @@ class VmasEnv(VmasWrapper):
 
     def __init__(self, scenario, num_envs: int, continuous_actions: bool = True, max_steps: int | None = None,
                  categorical_actions: bool = True, seed: int | None = None, group_map=None, *,
-                 batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
+                 batch_size: BatchSize = None, **kwargs):
         check_batch_size(batch_size, num_envs, "vmas")
         env = backend_module("vmas").VmasEnv(scenario, num_envs=num_envs, continuous_actions=continuous_actions,
                                              max_steps=max_steps, categorical_actions=categorical_actions,
@@ -105,12 +112,12 @@ class PettingZooWrapper(TorchRLEnv):
 
     def __init__(self, env=None, return_state: bool = False, group_map=None, use_mask: bool = False,
                  categorical_actions: bool = True, seed: int | None = None, done_on_any: bool | None = None, *,
-                 batch_size: Sequence[int] | torch.Size | None = None, **kwargs):
-        count, batch = torchrl_batch(batch_size, kwargs.pop("num_envs", None), "pettingzoo")
-        env = backend_module("pettingzoo").PettingZooWrapper(
-            env, num_envs=count, return_state=return_state, group_map=group_map, use_mask=use_mask,
-            categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any, **kwargs)
-        super().__init__(env, batch)
+                 batch_size: BatchSize = None, **kwargs):
+        num_envs = kwargs.pop("num_envs", None)
+        super().__init__(*build_env("pettingzoo", "PettingZooWrapper", batch_size, num_envs, "pettingzoo", env,
+                                    return_state=return_state, group_map=group_map, use_mask=use_mask,
+                                    categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any,
+                                    **kwargs))
 
 
 class PettingZooEnv(TorchRLEnv):
@@ -121,14 +128,12 @@ class PettingZooEnv(TorchRLEnv):
 
     def __init__(self, task: str, parallel: bool | None = None, return_state: bool = False, group_map=None,
                  use_mask: bool | None = None, categorical_actions: bool = True, seed: int | None = None,
-                 done_on_any: bool | None = None, *, batch_size: Sequence[int] | torch.Size | None = None,
-                 **kwargs):
-        count, batch = torchrl_batch(batch_size, kwargs.pop("num_envs", None), "pettingzoo")
-        env = backend_module("pettingzoo").PettingZooEnv(
-            task, num_envs=count, parallel=parallel, return_state=return_state, group_map=group_map,
-            use_mask=use_mask, categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any,
-            **kwargs)
-        super().__init__(env, batch)
+                 done_on_any: bool | None = None, *, batch_size: BatchSize = None, **kwargs):
+        num_envs = kwargs.pop("num_envs", None)
+        super().__init__(*build_env("pettingzoo", "PettingZooEnv", batch_size, num_envs, "pettingzoo", task,
+                                    parallel=parallel, return_state=return_state, group_map=group_map,
+                                    use_mask=use_mask, categorical_actions=categorical_actions, seed=seed,
+                                    done_on_any=done_on_any, **kwargs))
 
 
 class OpenSpielEnv(TorchRLEnv):
@@ -148,12 +153,10 @@ class OpenSpielEnv(TorchRLEnv):
     def __init__(self, game_string: str, *, group_map=MarlGroupMapType.ALL_IN_ONE_GROUP,
                  categorical_actions: bool = False, return_state: bool = False, parameters: dict | None = None,
                  batch_size: BatchSize = None, num_envs: int | None = None, seed: int | None = None,
-                 device: torch.device | str | None = None, **kwargs):
-        count, batch = torchrl_batch(batch_size, num_envs, "openspiel")
-        env = backend_module("openspiel").OpenSpielEnv(
-            game_string, num_envs=count, group_map=group_map,
-            categorical_actions=categorical_actions, seed=seed, device=device or "cpu", **(parameters or {}),
-            **kwargs)
+                 device: Device = None, **kwargs):
+        env, batch = build_env("openspiel", "OpenSpielEnv", batch_size, num_envs, "openspiel", game_string,
+                               group_map=group_map, categorical_actions=categorical_actions, seed=seed,
+                               device=device or "cpu", **(parameters or {}), **kwargs)
         super().__init__(env, batch)
         # TorchRL's root "current_player": the player whose turn it is, read off the groups' "mask" (one acting
         # player), else pyspiel's ids for a simultaneous move (-2) and an ended game (-4, where "done" is set)
@@ -161,8 +164,7 @@ class OpenSpielEnv(TorchRLEnv):
         players = [int(name.rpartition("_")[2]) for group in groups for name in env.group_map[group]]
         self._turns = (groups, torch.tensor(players, dtype=torch.int32, device=self.device))
         observations = self.full_observation_spec.clone()
-        observations["current_player"] = rl_specs.Unbounded(shape=self.batch_size, dtype=torch.int32,
-                                                            device=self.device)
+        observations["current_player"] = rl_specs.Unbounded(self.batch_size, device=self.device, dtype=torch.int32)
         if return_state:
             observations["state"] = rl_specs.NonTensor(shape=self.batch_size, device=self.device)
         self.full_observation_spec = observations
@@ -234,13 +236,10 @@ class LBForagingEnv(TorchRLEnv):
     lib = LibraryModule("lbforaging")
 
     def __init__(self, env_name: str, *, categorical_actions: bool = True, seed: int | None = None,
-                 batch_size: BatchSize = None, num_envs: int | None = None, device: torch.device | str | None = None,
-                 **kwargs):
-        count, batch = torchrl_batch(batch_size, num_envs, "lbforaging")
-        env = backend_module("lbforaging").LBForagingEnv(
-            env_name, num_envs=count, categorical_actions=categorical_actions,
-            seed=seed, device=device or "cpu", **kwargs)
-        super().__init__(env, batch)
+                 batch_size: BatchSize = None, num_envs: int | None = None, device: Device = None, **kwargs):
+        super().__init__(*build_env("lbforaging", "LBForagingEnv", batch_size, num_envs, "lbforaging", env_name,
+                                    categorical_actions=categorical_actions, seed=seed, device=device or "cpu",
+                                    **kwargs))
 
 
 class LBForagingWrapper(LBForagingEnv):
@@ -294,13 +293,10 @@ class BraxEnv(JaxLibraryEnv):
 
     def __init__(self, env_name: str, *, categorical_action_encoding: bool = False, requires_grad: bool = False,
                  cache_clear_frequency: int | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
-                 device: torch.device | str | None = None, seed: int | None = None, **kwargs):
-        count, batch = torchrl_batch(batch_size, num_envs, "brax")
-        env = backend_module("brax").BraxEnv(
-            env_name, num_envs=count, device=device or "cpu",
-            requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency,
-            seed=0 if seed is None else seed, **kwargs)
-        super().__init__(env, batch)
+                 device: Device = None, seed: int | None = None, **kwargs):
+        super().__init__(*build_env("brax", "BraxEnv", batch_size, num_envs, "brax", env_name, device=device or "cpu",
+                                    requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency,
+                                    seed=0 if seed is None else seed, **kwargs))
 
 
 class BraxWrapper(JaxLibraryEnv):
@@ -309,12 +305,10 @@ class BraxWrapper(JaxLibraryEnv):
 
     def __init__(self, env=None, *, categorical_action_encoding: bool = False, requires_grad: bool = False,
                  cache_clear_frequency: int | None = None, batch_size: BatchSize = None, num_envs: int | None = None,
-                 device: torch.device | str | None = None, seed: int | None = None, **kwargs):
-        count, batch = torchrl_batch(batch_size, num_envs, "brax")
-        env = backend_module("brax").BraxWrapper(
-            env, num_envs=count, device=device or "cpu", requires_grad=requires_grad,
-            cache_clear_frequency=cache_clear_frequency, seed=0 if seed is None else seed, **kwargs)
-        super().__init__(env, batch)
+                 device: Device = None, seed: int | None = None, **kwargs):
+        super().__init__(*build_env("brax", "BraxWrapper", batch_size, num_envs, "brax", env, device=device or "cpu",
+                                    requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency,
+                                    seed=0 if seed is None else seed, **kwargs))
 
 
 class JumanjiEnv(TorchRLEnv):
@@ -329,16 +323,13 @@ class JumanjiEnv(TorchRLEnv):
     lib = LibraryModule("jumanji")
 
     def __init__(self, env_name: str, *, categorical_action_encoding: bool = True, jit: bool = True,
-                 batch_size: BatchSize = None, num_envs: int | None = None, device: torch.device | str | None = None,
+                 batch_size: BatchSize = None, num_envs: int | None = None, device: Device = None,
                  seed: int | None = None, **kwargs):
         if not categorical_action_encoding:
             raise ValueError("JumanjiEnv(categorical_action_encoding=False): our Jumanji envs take categorical "
                              "actions (one choice per agent); leave it True and one-hot encode in the policy")
-        count, batch = torchrl_batch(batch_size, num_envs, "jumanji")
-        env = backend_module("jumanji").JumanjiEnv(
-            env_name, num_envs=count, device=device or "cpu",
-            seed=0 if seed is None else seed, **kwargs)
-        super().__init__(env, batch)
+        super().__init__(*build_env("jumanji", "JumanjiEnv", batch_size, num_envs, "jumanji", env_name,
+                                    device=device or "cpu", seed=0 if seed is None else seed, **kwargs))
 
 
 class MeltingpotEnv(TorchRLEnv):
@@ -355,19 +346,15 @@ class MeltingpotEnv(TorchRLEnv):
 
     def __init__(self, substrate: str, *, max_steps: int | None = None, categorical_actions: bool = True,
                  group_map=MarlGroupMapType.ALL_IN_ONE_GROUP, batch_size: BatchSize = None,
-                 num_envs: int | None = None, device: torch.device | str | None = None, seed: int | None = None,
-                 **kwargs):
+                 num_envs: int | None = None, device: Device = None, seed: int | None = None, **kwargs):
         if not isinstance(substrate, str):
             raise TypeError(f"MeltingpotEnv takes a substrate's name ('commons_harvest__open'), got "
                             f"{type(substrate).__name__}: each env builds its substrate by name, in its own process")
-        count, batch = torchrl_batch(batch_size, num_envs, "meltingpot")
-        env = backend_module("meltingpot").MeltingpotEnv(
-            substrate, num_envs=count, max_steps=max_steps,
-            categorical_actions=categorical_actions, group_map=group_map, device=device or "cpu", seed=seed, **kwargs)
-        super().__init__(env, batch)
+        super().__init__(*build_env("meltingpot", "MeltingpotEnv", batch_size, num_envs, "meltingpot", substrate,
+                                    max_steps=max_steps, categorical_actions=categorical_actions, group_map=group_map,
+                                    device=device or "cpu", seed=seed, **kwargs))
         observations = self.full_observation_spec.clone()
-        observations["RGB"] = observations["state"]
-        del observations["state"]
+        observations["RGB"] = observations.pop("state")
         self.full_observation_spec = observations
 
     def _completed(self, data):

@@ -11,9 +11,8 @@ import torch
 
 from groupings import MarlGroupMapType
 
-from ..registry import available_envs, backend_module
 from ._adapter import rl_specs
-from ._classes import BatchSize, EnvNames, JaxLibraryEnv, LibraryModule, torchrl_batch
+from ._classes import BatchSize, Device, EnvNames, JaxLibraryEnv, LibraryModule, build_env
 
 __all__ = ["MujocoPlaygroundEnv"]
 
@@ -40,9 +39,9 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
     available_envs = EnvNames("playground")
     lib = LibraryModule("mujoco_playground")
 
-    def __init__(self, env_name: str, *, config=None, config_overrides: dict | None = None,
-                 agent_mapping=None, batch_size: BatchSize = None, num_envs: int | None = None,
-                 device: torch.device | str | None = None, seed: int | None = None, frame_skip: int = 1, **kwargs):
+    def __init__(self, env_name: str, *, config=None, config_overrides: dict | None = None, agent_mapping=None,
+                 batch_size: BatchSize = None, num_envs: int | None = None, device: Device = None,
+                 seed: int | None = None, frame_skip: int = 1, **kwargs):
         if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
             raise ValueError(f"frame_skip must be a positive int, got {frame_skip!r}")
         name, mapping = env_name, None
@@ -61,10 +60,9 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
         if agent_mapping is not None:
             kwargs.setdefault("group_map", MarlGroupMapType.ONE_GROUP_PER_AGENT)
         overrides = {**(config.to_dict() if hasattr(config, "to_dict") else config or {}), **(config_overrides or {})}
-        count, batch = torchrl_batch(batch_size, num_envs, "mujoco_playground")
-        env = backend_module("playground").PlaygroundEnv(
-            name, num_envs=count, device=device or "cpu", seed=0 if seed is None else seed,
-            config=overrides or None, mapping=mapping, **kwargs)
+        env, batch = build_env("playground", "PlaygroundEnv", batch_size, num_envs, "mujoco_playground", name,
+                               device=device or "cpu", seed=0 if seed is None else seed, config=overrides or None,
+                               mapping=mapping, **kwargs)
         super().__init__(env, batch)
         self._agent_mapping = (copy.deepcopy(agent_mapping) if not isinstance(agent_mapping, str)
                                else _torchrl_mapping(env.action_indices, env.observation_indices))
@@ -99,17 +97,11 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
         for k, group in enumerate(self._single):
             sub = tensordict.get(group, None)
             if sub is not None:
-                tensordict.set(group, self._own(k, sub.clone(recurse=False)).unsqueeze(1))
+                sub = sub.clone(recurse=False)
+                if self._homogenized is not None:
+                    self._homogenized.own(k, sub)
+                tensordict.set(group, sub.unsqueeze(1))
         return tensordict
-
-    def _own(self, k: int, sub):
-        """Agent ``k``'s entries in TorchRL's homogenized layout -> its own."""
-        if self._homogenized is not None:
-            for name, own in (("observation", self._homogenized.observation_in),
-                              ("action", self._homogenized.action_in)):
-                if name in sub.keys():
-                    sub.set(name, own(k, sub.get(name)))
-        return sub
 
     def _completed(self, data):
         if not self._single:
@@ -120,10 +112,7 @@ class MujocoPlaygroundEnv(JaxLibraryEnv):
             if sub is not None:
                 sub = sub.squeeze(1)
                 if self._homogenized is not None:
-                    for name, out in (("observation", self._homogenized.observation_out),
-                                      ("action", self._homogenized.action_out)):
-                        if name in sub.keys():
-                            sub.set(name, out(k, sub.get(name)))
+                    self._homogenized.torchrl(k, sub)
                 data.set(group, sub)
         return data
 
@@ -156,37 +145,35 @@ class _Homogenized:
     entries at their indices (zeros elsewhere), and the whole action (its own entries used)."""
 
     def __init__(self, mode: str, mapping: dict, obs_size: int, act_size: int):
-        self.mode = mode
-        self.obs = [torch.as_tensor(v) for v in mapping["observation_indices"].values()]
-        self.act = [torch.as_tensor(v) for v in mapping["action_indices"].values()]
-        n = len(self.obs)
-        self.obs_dims = [max(len(i) for i in self.obs) + n] * n if mode == "max" else [obs_size] * n
-        self.act_dims = [max(len(i) for i in self.act)] * n if mode == "max" else [act_size] * n
+        self.max = mode == "max"
+        obs = [torch.as_tensor(v) for v in mapping["observation_indices"].values()]
+        act = [torch.as_tensor(v) for v in mapping["action_indices"].values()]
+        n = len(obs)
+        self.obs_dims = [max(len(i) for i in obs) + n] * n if self.max else [obs_size] * n
+        self.act_dims = [max(len(i) for i in act)] * n if self.max else [act_size] * n
+        #: entry -> (each agent's own indices, where "max" puts its own entries, each agent's size in TorchRL's layout)
+        self.entries = {"observation": (obs, n, self.obs_dims), "action": (act, 0, self.act_dims)}
 
-    def observation_out(self, k: int, own: torch.Tensor) -> torch.Tensor:
-        out = own.new_zeros((*own.shape[:-1], self.obs_dims[k]))
-        if self.mode == "max":
-            n = len(self.obs)
-            out[..., k] = 1.0
-            out[..., n:n + own.shape[-1]] = own
-        else:
-            out[..., self.obs[k]] = own
-        return out
+    def own(self, k: int, sub) -> None:
+        """Agent ``k``'s entries in ``sub`` from TorchRL's layout to its own, in place."""
+        for name, (indices, start, _) in self.entries.items():
+            if name in sub.keys():
+                value = sub.get(name)
+                sub.set(name, value[..., start:start + len(indices[k])] if self.max else value[..., indices[k]])
 
-    def observation_in(self, k: int, obs: torch.Tensor) -> torch.Tensor:
-        n = len(self.obs)
-        return obs[..., n:n + len(self.obs[k])] if self.mode == "max" else obs[..., self.obs[k]]
-
-    def action_out(self, k: int, own: torch.Tensor) -> torch.Tensor:
-        out = own.new_zeros((*own.shape[:-1], self.act_dims[k]))
-        if self.mode == "max":
-            out[..., :own.shape[-1]] = own
-        else:
-            out[..., self.act[k]] = own
-        return out
-
-    def action_in(self, k: int, action: torch.Tensor) -> torch.Tensor:
-        return action[..., :len(self.act[k])] if self.mode == "max" else action[..., self.act[k]]
+    def torchrl(self, k: int, sub) -> None:
+        """Agent ``k``'s entries in ``sub`` from its own layout to TorchRL's, in place."""
+        for name, (indices, start, dims) in self.entries.items():
+            if name in sub.keys():
+                own = sub.get(name)
+                out = own.new_zeros((*own.shape[:-1], dims[k]))
+                if not self.max:
+                    out[..., indices[k]] = own
+                else:
+                    out[..., start:start + own.shape[-1]] = own
+                    if name == "observation":
+                        out[..., k] = 1.0  # the agent's one-hot index
+                sub.set(name, out)
 
 
 def _torchrl_mapping(action_indices: dict, observation_indices: dict):
@@ -204,7 +191,7 @@ def _playground_split(env_name: str, agent_mapping: str) -> str:
     """Our split of ``env_name`` with the agent layout of TorchRL's mapping name (``"walker2d_2x3"`` -> ``2x3``)."""
     layout = agent_mapping.rpartition("_")[2].replace("|", "-")
     name = f"{env_name}_{layout}"
-    ours = [n.removeprefix("playground/") for n in available_envs("playground")]
+    ours = MujocoPlaygroundEnv.available_envs
     if name in ours:
         return name
     splits = [n for n in ours if n.startswith(f"{env_name}_")]

@@ -39,31 +39,8 @@ on in ``brax.envs.create``'s ``EpisodeWrapper``, of ``episode_length=1000`` by d
 ``EpisodeWrapper`` takes that wrapper's limit as its ``max_steps`` (``episode_length`` Brax steps, in env steps of
 ``action_repeat * frame_skip``); a shorter one is taken, a longer one refused.
 
-**Speed.** The Brax state stays in JAX, packed into one buffer per dtype. Each ``step`` is one compiled
-``jit(vmap(...))`` call (agent scatter/gather, ``frame_skip`` via ``lax.scan``, the done entries, the time limit);
-``step_and_maybe_reset`` adds to that call a fresh random start for every env, kept where the episode ended (Brax's
-``AutoResetWrapper`` replays one cached start instead). The state buffers are donated. The outputs come back as one
-buffer per dtype that torch reads as views (``backends.jax``'s executor): on the CPU through one NumPy copy, on a
-GPU by zero-copy DLPack, never waiting for the device. JAX caches are never cleared on the hot path. ``marl-envs
-bench brax/<name>`` compares with pure JAX.
-
-**Compile once.** JAX's persistent compilation cache is switched on when the first env is built, in
-``$MARL_ENVS_JAX_CACHE_DIR`` (default ``${XDG_CACHE_HOME:-~/.cache}/marl_envs/jax``; compilations over 0.2 s
-are kept), unless JAX already has a cache directory (``JAX_COMPILATION_CACHE_DIR``) or ``MARL_ENVS_JAX_CACHE=0``
-opts out. An env built by name (``BraxEnv``, ``make("brax/...")``) also saves its traced reset and step as
-``jax.export`` modules in that directory's ``marl_envs-exported/`` folder; a later process building it with the
-same arguments loads them and finds their compiled code in JAX's cache, so it neither imports Brax nor traces
-(``benchmarks/compile_once.py`` measures it; ``_exports`` says what the saved files are keyed on). The modules take
-any ``num_envs``; XLA compiles them once for each batch size (static shapes), and the cache keeps each.
-
-**Rendering** uses MuJoCo's renderer; on a Linux machine without a display but with EGL's library, ``MUJOCO_GL=egl``
-is set before MuJoCo is first imported by this backend (unless MUJOCO_GL is set or MuJoCo was already imported). EGL
-needs the Debian packages ``libegl1 libegl-mesa0 libgl1-mesa-dri`` (software rendering, no GPU needed);
-``MUJOCO_GL=osmesa`` needs ``libosmesa6``. That and the ``jnp.clip`` shim for ``swimmer`` are applied when the first
-Brax env is built, never at import (``_compat``).
-
-Brax's ``brax/envs`` is no longer maintained upstream; the construction-time ``UserWarning`` Brax emits about
-it is silenced here (only that one).
+How a step runs, the compilation cache and the saved ``jax.export`` modules, rendering and the known limits:
+the Brax page of the docs (``docs/backends/brax.md``).
 """
 
 from ...registry import Backend

@@ -31,9 +31,7 @@ from .._mujoco import prepare_mujoco_gl, quiet_model_build
 from .._quiet import Filter, ignored_warnings, quiet_import
 from ...distributed import jax_device  # torch cuda:k -> the JAX GPU of CUDA id k (public, checked)
 
-__all__ = [
-    "checked_env", "import_brax", "jax_device", "prepare_mujoco_gl", "quiet_brax_build",
-]
+__all__ = ["checked_env", "import_brax", "jax_device", "prepare_mujoco_gl", "quiet_brax_build"]
 
 
 class _ClipWithBounds:
@@ -62,11 +60,7 @@ def quiet_brax_build():
 
 
 def import_brax():
-    """Brax's env package, imported on first use (not on a saved env's path) with the adjustments above.
-
-    MuJoCo's MJX prints a notice for each optional GPU package (NVIDIA Warp) it does not find; those lines are
-    dropped, anything else the import prints is passed on.
-    """
+    """Brax's env package, imported on first use (not on a saved env's path) with the adjustments above."""
     if "brax.envs" not in sys.modules:
         prepare_mujoco_gl()
         quiet_import("brax.envs", _JAXOPT_UNMAINTAINED, drop=_OPTIONAL_GPU_NOTICES)
@@ -93,13 +87,12 @@ def checked_env(env):
         raise TypeError(f"BraxWrapper wraps a brax.envs.Env (or a MuJoCo Playground MjxEnv), got "
                         f"{type(env).__name__}; or use BraxEnv(name)")
     layer = env
-    while True:
-        if isinstance(layer, (training.VmapWrapper, training.AutoResetWrapper)):
-            raise ValueError(
-                f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
-                f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
-                f"batches it (num_envs) and resets done envs itself"
-            )
+    while not isinstance(layer, (training.VmapWrapper, training.AutoResetWrapper)):
         if not isinstance(layer, envs.Wrapper):
             return env
         layer = layer.env
+    raise ValueError(
+        f"the env is wrapped in {type(layer).__name__}; pass an unbatched env without auto-reset "
+        f"(e.g. brax.envs.get_environment(name), or envs.create(name, auto_reset=False)): BraxWrapper "
+        f"batches it (num_envs) and resets done envs itself"
+    )

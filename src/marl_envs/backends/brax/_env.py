@@ -119,37 +119,55 @@ class BraxWrapper(JaxEnvBase):
         horizon = None if program.exported is not None else self._library_horizon(program.env, frame_skip)
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=horizon,
                          device_path=device_path)
-        jdevice = self.jax_device
         self.frame_skip = frame_skip
         self.requires_grad = bool(requires_grad)
         self.cache_clear_frequency = cache_clear_frequency or None
         info = program.info
         self.action_size = info.action_size
-        mapping = None
-        if action_indices is not None:
-            if info.flat_observation_size is None:
+        self.action_indices = self.observation_indices = split = None
+        B, dev = self.num_envs, self.device
+        if action_indices is None:
+            obs = Composite(shape=(B,), device=dev)
+            for path, shape in info.obs_leaves:
+                key = ("observation", *path)
+                for depth in range(1, len(key)):  # dict observations: nested Composites of batch (B,)
+                    if key[:depth] not in obs:
+                        obs[key[:depth]] = Composite(shape=(B,), device=dev)
+                obs[key] = Unbounded((B, *shape), device=dev)
+            self._declare_specs({}, observation=obs["observation"],
+                                action=Bounded(-1.0, 1.0, (B, self.action_size), device=dev),
+                                reward=Unbounded((B, 1), device=dev))
+        else:
+            obs_size = info.flat_observation_size
+            if obs_size is None:
                 shapes = {"/".join(path) or "obs": shape for path, shape in info.obs_leaves}
                 raise ValueError(f"a multi-agent split needs a flat observation vector; this env observes {shapes}")
-            mapping = scenes.validate_mapping(action_indices, observation_indices, self.action_size,
-                                              info.flat_observation_size)
-        self.action_indices = None if mapping is None else dict(mapping.action_indices)
-        self.observation_indices = None if mapping is None else dict(mapping.observation_indices)
-        groups = None if mapping is None else self._group_agents(
-            {a: Composite(action=Bounded(-1.0, 1.0, (len(mapping.action_indices[a]),), device=self.device),
-                          reward=Unbounded((1,), device=self.device), device=self.device)
-             for a in mapping.agent_names},
-            group_map,
-        )
-        split = None if mapping is None else self._split_tables(mapping, info.flat_observation_size)
-        model = BraxModel(program.env, info, num_envs=num_envs, frame_skip=frame_skip, split=split, device=jdevice,
-                          differentiable=self.requires_grad, export=program.export, exported=program.exported,
-                          resets_when_needed=self._resets_when_needed())
+            mapping = scenes.validate_mapping(action_indices, observation_indices, self.action_size, obs_size)
+            self.action_indices = dict(mapping.action_indices)
+            self.observation_indices = dict(mapping.observation_indices)
+            groups = self._group_agents({a: Composite(action=Bounded(-1.0, 1.0, (len(dims),), device=dev),
+                                                      reward=Unbounded((1,), device=dev), device=dev)
+                                         for a, dims in self.action_indices.items()}, group_map)
+            split = self._split_tables(obs_size)
+            for spec, table in zip(groups.values(), split.gathers):
+                spec["observation"] = Unbounded((*spec.shape, table.shape[1]), device=dev)
+            self._declare_specs(groups, state=Unbounded((B, obs_size), device=dev))
+        model = BraxModel(program.env, info, num_envs=num_envs, frame_skip=frame_skip, split=split,
+                          device=self.jax_device, differentiable=self.requires_grad, export=program.export,
+                          exported=program.exported, resets_when_needed=self._resets_when_needed())
         if self.cache_clear_frequency is not None:
             self._after_step = self._clear_caches
         self._flat: torch.Tensor | None = None  # the differentiable state (requires_grad=True)
         self._steps_since_clear = 0
         self._renderers: dict = {}
-        self._build_specs(groups, model)
+        # The differentiable env's hook runs through the default executor: its TensorDicts carry the gradients
+        # (merged by torch.where).
+        self._set_model(model, compiled=not self.requires_grad)
+        if self.requires_grad:
+            batches = {g: torch.Size((B, len(m))) for g, m in self.group_map.items()}
+            self._tree = {name: (Tree([c[0] for c in columns], self.batch_size, dev, batches), columns)
+                          for name, columns in (("reset", self._reset_columns), ("step", self._step_columns))}
+            self._set_executor(TensorDictExecutor(B, dev))
         self._diff = Differentiable(self._model) if self.requires_grad else None
         self.set_seed(seed)
 
@@ -179,47 +197,19 @@ class BraxWrapper(JaxEnvBase):
         return self._model.env
 
     # -- construction helpers -------------------------------------------------------------------------
-    def _split_tables(self, mapping: scenes.AgentMapping, obs_size: int) -> Split:
+    def _split_tables(self, obs_size: int) -> Split:
+        order = [dim for members in self.group_map.values() for a in members for dim in self.action_indices[a]]
         source = np.empty(self.action_size, dtype=np.int32)
-        gathers, column = [], 0
+        source[order] = np.arange(len(order))  # validate_mapping: each dim once
+        gathers = []
         for members in self.group_map.values():
-            for agent in members:
-                for dim in mapping.action_indices[agent]:
-                    source[dim] = column
-                    column += 1
-            width = max(len(mapping.observation_indices[a]) for a in members)
-            table = np.full((len(members), width), obs_size, dtype=np.int32)  # obs_size reads the padding zero
-            for row, agent in enumerate(members):
-                table[row, : len(mapping.observation_indices[agent])] = mapping.observation_indices[agent]
+            rows = [self.observation_indices[a] for a in members]
+            table = np.full((len(rows), max(map(len, rows))), obs_size, dtype=np.int32)  # obs_size: the padding zero
+            for row, indices in enumerate(rows):
+                table[row, : len(indices)] = indices
             gathers.append(table)
         self._action_source = torch.as_tensor(source, dtype=torch.int64, device=self.device)
         return Split(groups=tuple(self.group_map), action_source=source, gathers=tuple(gathers))
-
-    def _build_specs(self, groups: dict[str, Composite] | None, model: BraxModel) -> None:
-        """Specs, and so the named outputs of the model; the executor (the differentiable env's hook runs through the
-        default one, its TensorDicts carrying gradients, merged by torch.where)."""
-        B, dev = self.num_envs, self.device
-        if groups is None:
-            obs = Composite(shape=(B,), device=dev)
-            for path, shape in model.info.obs_leaves:
-                key = ("observation", *path)
-                for depth in range(1, len(key)):  # dict observations: nested Composites of batch (B,)
-                    if key[:depth] not in obs:
-                        obs[key[:depth]] = Composite(shape=(B,), device=dev)
-                obs[key] = Unbounded((B, *shape), device=dev)
-            self._declare_specs({}, observation=obs["observation"],
-                                action=Bounded(-1.0, 1.0, (B, self.action_size), device=dev),
-                                reward=Unbounded((B, 1), device=dev))
-        else:
-            for (group, spec), table in zip(groups.items(), model.split.gathers):
-                spec["observation"] = Unbounded((*spec.shape, table.shape[1]), device=dev)
-            self._declare_specs(groups, state=Unbounded((B, model.observation_size), device=dev))
-        self._set_model(model, compiled=not self.requires_grad)
-        if self.requires_grad:
-            batches = {g: torch.Size((self.num_envs, len(m))) for g, m in self.group_map.items()}
-            self._tree = {name: (Tree([c[0] for c in columns], self.batch_size, self.device, batches), columns)
-                          for name, columns in (("reset", self._reset_columns), ("step", self._step_columns))}
-            self._set_executor(TensorDictExecutor(self.num_envs, self.device))
 
     def robot_action(self, tensordict: TensorDictBase) -> torch.Tensor:
         """The robot's ``(num_envs, action_size)`` action, in the Brax env's own order, that the agents' actions
@@ -290,7 +280,7 @@ class BraxWrapper(JaxEnvBase):
         Raises:
             ValueError: a camera the model does not have (the message lists them).
             NotImplementedError: the env has no MuJoCo model (custom envs, Brax's ``fast``).
-            RuntimeError: before the first reset, or no OpenGL context could be made (see the module docstring).
+            RuntimeError: before the first reset, or no OpenGL context could be made (the Brax page, known limits).
         """
         prepare_mujoco_gl()
         import mujoco
@@ -301,10 +291,8 @@ class BraxWrapper(JaxEnvBase):
                 f"{type(self.brax_env.unwrapped).__name__} has no MuJoCo model to render (an env without a physics "
                 f"pipeline, or Brax's 'fast'); render() draws PipelineEnv physics envs"
             )
-        if self._diff is None:
-            state = self._env_state(env_index)
-        else:
-            state = self._diff.env_state(self._flat.detach().cpu().numpy(), env_index)
+        state = self._env_state(env_index) if self._diff is None else self._diff.env_state(
+            self._flat.detach().cpu().numpy(), env_index)
         renderer = self._renderers.get((height, width))
         if renderer is None:
             try:
@@ -351,7 +339,7 @@ class BraxEnv(NamedRepr, BraxWrapper):
 
     The other arguments are ``BraxWrapper``'s. The first build with given arguments saves the traced reset and
     step (``export_file``); later builds with the same arguments, in any process, load them instead of importing
-    Brax and tracing (``from_export``; see the module docstring).
+    Brax and tracing (``from_export``; the Brax page of the docs, "Compile once").
 
     Raises:
         ValueError: unknown env name (with close matches); a bad mapping.
@@ -381,11 +369,8 @@ class BraxEnv(NamedRepr, BraxWrapper):
         check(env_name, {"backend": backend, **env_kwargs})  # make ran it already, before importing this module
         if backend is not None:
             env_kwargs["backend"] = backend
-        self.env_name = env_name
+        self.env_name, self._robot = env_name, robot
         scenes.check_mapping(env_name, scene, mapping)
-        common = dict(num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
-                      requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
-                      group_map=group_map, device_path=device_path)
         configure_jax()  # before anything below starts JAX
         key = None if requires_grad else exports.env_key(
             env_name, robot, jax_device(torch.device(device)), env_kwargs=env_kwargs, frame_skip=frame_skip,
@@ -394,35 +379,33 @@ class BraxEnv(NamedRepr, BraxWrapper):
         if saved is not None:  # built before with these arguments: no Brax import, no tracing
             meta, exported = saved
             info = ModelInfo.from_json(meta["info"])
-            saved_split = lambda: scenes.AgentMapping(  # noqa: E731
-                *({agent: tuple(v) for agent, v in meta["derived"][i].items()} for i in (0, 1)))
-            indices = scenes.resolve_mapping(env_name, scene, mapping, info.action_size, info.flat_observation_size,
-                                             saved_split)
             program = exports.Program(functools.partial(self._brax_env, robot, env_kwargs), info, exported=exported)
-            super().__init__(program, action_indices=indices[0], observation_indices=indices[1], **common)
+
+            def derive() -> scenes.AgentMapping:
+                return scenes.AgentMapping(*({a: tuple(v) for a, v in table.items()} for table in meta["derived"]))
+        else:
+            names = env_names()
+            if env_name not in names:
+                raise unknown_env("Brax env", env_name, names)
+            brax_env = self._brax_env(robot, env_kwargs)
+            info = ModelInfo.of(brax_env)
+            program = exports.Program(brax_env, info, export=key is not None)
+
+            def derive() -> scenes.AgentMapping:
+                model = scenes.RobotModel.from_mj_model(brax_env.sys.mj_model)
+                exclude = getattr(brax_env, "_exclude_current_positions_from_observation", True)
+                return scenes.model_mapping(env_name, model, info.flat_observation_size, exclude)
+
+        indices = scenes.resolve_mapping(env_name, scene, mapping, info.action_size, info.flat_observation_size, derive)
+        super().__init__(program, num_envs=num_envs, device=device, frame_skip=frame_skip, max_steps=max_steps,
+                         requires_grad=requires_grad, cache_clear_frequency=cache_clear_frequency, seed=seed,
+                         action_indices=indices[0], observation_indices=indices[1], group_map=group_map,
+                         device_path=device_path)
+        if saved is not None:
             self.export_file, self.from_export = exports.path(key), True
-            return
-
-        names = env_names()
-        if env_name not in names:
-            raise unknown_env("Brax env", env_name, names)
-        brax_env = self._brax_env(robot, env_kwargs)
-        info = ModelInfo.of(brax_env)
-        derived: list[scenes.AgentMapping] = []
-
-        def derive() -> scenes.AgentMapping:
-            model = scenes.RobotModel.from_mj_model(brax_env.sys.mj_model)
-            exclude = getattr(brax_env, "_exclude_current_positions_from_observation", True)
-            derived.append(scenes.model_mapping(env_name, model, info.flat_observation_size, exclude))
-            return derived[0]
-
-        indices = scenes.resolve_mapping(env_name, scene, mapping, info.action_size, info.flat_observation_size,
-                                         derive)
-        program = exports.Program(brax_env, info, export=key is not None)
-        super().__init__(program, action_indices=indices[0], observation_indices=indices[1], **common)
-        if key is not None and self._model.exported:
-            meta = {"env": env_name, "info": info.to_json(),
-                    "derived": [derived[0].action_indices, derived[0].observation_indices] if derived else None}
+        elif key is not None and self._model.exported:
+            derived = scene is not None and mapping is None  # resolve_mapping took derive()'s split: saved with it
+            meta = {"env": env_name, "info": info.to_json(), "derived": list(indices) if derived else None}
             self.export_file = exports.save(key, meta, self._model.exported)
 
     @staticmethod
@@ -435,5 +418,4 @@ class BraxEnv(NamedRepr, BraxWrapper):
     def library_keywords(self) -> dict[str, str | None] | None:
         """The keywords the Brax env's constructor takes, with their defaults' reprs (None: not a constant); None
         where they are not declared. ``marl-envs info`` lists them."""
-        scene = scenes.SCENES.get(self.env_name)
-        return declared_keywords(scene.robot if scene else self.env_name)
+        return declared_keywords(self._robot)

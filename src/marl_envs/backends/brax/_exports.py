@@ -46,7 +46,7 @@ from groupings import MarlGroupMapType
 
 from ..jax import caching_enabled
 
-__all__ = ["Program", "directory", "env_key", "key", "load", "path", "save"]
+__all__ = ["Program", "directory", "env_key", "load", "path", "save"]
 
 FORMAT = 2  # 2: one file for every num_envs (the modules' batch dim is symbolic)
 SUBDIR = "marl_envs-exported"
@@ -98,14 +98,20 @@ def _installation() -> str | None:
 
 def _user_registered(robot: str) -> bool:
     """True if user code replaced Brax's env ``robot`` (only possible once Brax is imported)."""
-    envs = sys.modules.get("brax.envs")
-    cls = getattr(envs, "_envs", {}).get(robot) if envs is not None else None
+    cls = getattr(sys.modules.get("brax.envs"), "_envs", {}).get(robot)
     return cls is not None and not getattr(cls, "__module__", "").startswith("brax.")
 
 
-def key(robot: str, device, **arguments: Any) -> str | None:
-    """The file name (a hex digest) for an env of Brax env ``robot`` built with ``arguments``, or None if such
-    an env must not be saved (see the module docstring)."""
+def env_key(name: Any, robot: str, device, *, env_kwargs: dict[str, Any], frame_skip: int, mapping: Any,
+            group_map: Any) -> str | None:
+    """The file name (a hex digest) for an env of Brax env ``robot`` built by name (``BraxEnv``) with these
+    arguments, of any ``num_envs``; None if such an env must not be saved (see the module docstring)."""
+    if not isinstance(name, str):
+        return None
+    group_map = MarlGroupMapType.coerce(group_map)
+    if isinstance(group_map, MarlGroupMapType):
+        group_map = f"{type(group_map).__name__}.{group_map.name}"
+    arguments = dict(name=name, env_kwargs=env_kwargs, frame_skip=frame_skip, mapping=mapping, group_map=group_map)
     installation = _installation()
     if installation is None or not _plain(arguments) or _user_registered(robot):
         return None
@@ -118,18 +124,6 @@ def key(robot: str, device, **arguments: Any) -> str | None:
         **arguments,
     }
     return f"{installation[:16]}-{hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()}"
-
-
-def env_key(name: Any, robot: str, device, *, env_kwargs: dict[str, Any], frame_skip: int, mapping: Any,
-            group_map: Any) -> str | None:
-    """``key`` for an env built by name (``BraxEnv``), of any ``num_envs``, or None when it must not be saved."""
-    if not isinstance(name, str):
-        return None
-    group_map = MarlGroupMapType.coerce(group_map)
-    if isinstance(group_map, MarlGroupMapType):
-        group_map = f"{type(group_map).__name__}.{group_map.name}"
-    return key(robot, device, name=name, env_kwargs=env_kwargs, frame_skip=frame_skip, mapping=mapping,
-               group_map=group_map)
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,8 @@ def check(env_name: str, kwargs: dict[str, Any]) -> None:
     backend = kwargs.get("backend")
     if backend is not None and backend not in PHYSICS_BACKENDS:
         raise unknown_name("Brax physics backend", backend, PHYSICS_BACKENDS)
-    library = {key: value for key, value in kwargs.items() if key not in ENV_KEYWORDS or key == "backend"}
-    if backend is None:
-        library.pop("backend", None)
+    library = {key: value for key, value in kwargs.items()
+               if key not in ENV_KEYWORDS or (key == "backend" and backend is not None)}
     if not library:
         return
     from ._scenes import SCENES  # numpy only

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import jax
@@ -109,18 +109,12 @@ class ModelInfo:
         return None
 
     def to_json(self) -> dict:
-        return {"action_size": self.action_size, "obs_leaves": [[list(p), list(s)] for p, s in self.obs_leaves],
-                "has_truncation": self.has_truncation, "widths": list(self.widths), "dtypes": list(self.dtypes)}
+        return asdict(self)  # its tuples are written as JSON lists
 
     @classmethod
     def from_json(cls, data: dict) -> ModelInfo:
-        return cls(
-            action_size=int(data["action_size"]),
-            obs_leaves=tuple((tuple(p), tuple(int(n) for n in s)) for p, s in data["obs_leaves"]),
-            has_truncation=bool(data["has_truncation"]),
-            widths=tuple(int(w) for w in data["widths"]),
-            dtypes=tuple(str(d) for d in data["dtypes"]),
-        )
+        return cls(**{**data, "obs_leaves": tuple((tuple(p), tuple(s)) for p, s in data["obs_leaves"]),
+                      "widths": tuple(data["widths"]), "dtypes": tuple(data["dtypes"])})
 
 
 class BraxModel(JaxModel):
@@ -157,7 +151,6 @@ class BraxModel(JaxModel):
         self.info, self.frame_skip, self.split = info, frame_skip, split
         self.widths, self.dtypes, self.resets_when_needed = info.widths, info.dtypes, resets_when_needed
         self._env, self._env_factory = (None, env) if exported else (env, None)
-        self.observation_size = info.flat_observation_size if split is not None else None  # the wrapper checked it
         self._differentiable, self._export_now = differentiable, export
         self._setup(num_envs=num_envs, device=device, exported=exported)
 
@@ -246,13 +239,12 @@ class Differentiable:
 
     def __init__(self, model: BraxModel):
         self.model = model
-        self.flat_size = model.info.widths[0]
         self.aux: tuple | None = None
-        structs = model.state_structs()
-        self._flat_struct, self._aux_struct = structs[0], structs[1:]
-        args = (self._flat_struct, self._aux_struct, model.keys_struct(), model.action_struct())
+        flat, *aux = model.state_structs()
+        self._state_structs = (flat, tuple(aux), model.keys_struct())  # (flat, aux, keys): every call's first three
+        self._step_structs = (*self._state_structs, model.action_struct())
         with quiet_tracing(), _step_errors(model.env):  # also checks the env's step, as BraxModel.bind does
-            self.out_width = jax.eval_shape(self._forward, *args)[3].shape[1]
+            self.out_width = jax.eval_shape(self._forward, *self._step_structs)[3].shape[1]
 
     # -- compiled functions ---------------------------------------------------------------------------
     def _forward(self, flat, aux, keys, action):
@@ -277,8 +269,8 @@ class Differentiable:
         if flat is None or self.aux is None:
             flat, *aux = model.zero_state()
             self.aux = tuple(aux)
-        fn = model.compiled("grad_reset", self.batch_reset, lambda: (
-            self._flat_struct, self._aux_struct, model.keys_struct(), model.struct((model.num_envs,), jnp.bool_)))
+        fn = model.compiled("grad_reset", self.batch_reset,
+                            lambda: (*self._state_structs, model.struct((model.num_envs,), jnp.bool_)))
         flat, self.aux, model.keys, out = fn(flat, self.aux, model.keys, mask)
         return flat, out
 
@@ -289,8 +281,7 @@ class Differentiable:
         ``flat`` and ``action`` it is all ``vjp`` needs.
         """
         model = self.model
-        fn = model.compiled("grad_step", self._forward, lambda: (
-            self._flat_struct, self._aux_struct, model.keys_struct(), model.action_struct()))
+        fn = model.compiled("grad_step", self._forward, lambda: self._step_structs)
         saved = (self.aux, model.keys)
         new_flat, self.aux, model.keys, out, flags = fn(flat, *saved, action)
         return new_flat, out, flags, saved
@@ -299,8 +290,7 @@ class Differentiable:
         """Gradients w.r.t. the step's flat state and action, given those of its next flat state and outputs."""
         model = self.model
         fn = model.compiled("grad_vjp", self._backward, lambda: (
-            self._flat_struct, self._aux_struct, model.keys_struct(), model.action_struct(), self._flat_struct,
-            model.struct((model.num_envs, self.out_width), jnp.float32)))
+            *self._step_structs, self._state_structs[0], model.struct((model.num_envs, self.out_width), jnp.float32)))
         return fn(flat, *saved, action, grad_flat, grad_out)
 
     def env_state(self, flat: np.ndarray, index: int) -> Any:

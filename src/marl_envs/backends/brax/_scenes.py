@@ -290,9 +290,7 @@ def jaxmarl_mapping(scene: str) -> AgentMapping:
 
 
 def _as_indices(what: str, agent: object, values: object) -> tuple[int, ...]:
-    if isinstance(values, (str, bytes)) or (
-        not isinstance(values, (Sequence, np.ndarray)) and not hasattr(values, "tolist")
-    ):
+    if isinstance(values, (str, bytes)) or not (isinstance(values, Sequence) or hasattr(values, "tolist")):
         raise TypeError(f"{what}[{agent!r}] must be a sequence of ints, got {values!r}")
     values = np.asarray(values.tolist() if hasattr(values, "tolist") else list(values))
     if values.ndim != 1 or (values.size and values.dtype.kind not in "iu"):
@@ -387,8 +385,7 @@ def validate_mapping(
 def check_mapping(name: str, scene: Scene | None, mapping) -> None:
     """Raise ValueError for a ``mapping`` argument of ``BraxEnv`` that is none of the accepted forms."""
     if isinstance(mapping, Mapping):
-        unknown = set(mapping) - {"action_indices", "observation_indices"}
-        if unknown or len(mapping) != 2:
+        if set(mapping) != {"action_indices", "observation_indices"}:
             raise ValueError(
                 f"a mapping dict needs exactly the keys 'action_indices' and 'observation_indices', "
                 f"got {sorted(mapping)}"

@@ -27,7 +27,7 @@ from ._env import BraxEnv, import_brax
 from ..jax import quiet_tracing
 from ...distributed import jax_device
 from ...bench import Loop, References
-from ...bench.jax import BridgeLoop, JaxLoop, ScanLoop, core_timings
+from ...bench.jax import BridgeLoop, JaxLoop, ScanLoop, compile_step, core_timings
 
 
 def _brax_training_wrap(env, episode_length: int):
@@ -36,13 +36,8 @@ def _brax_training_wrap(env, episode_length: int):
     return training.wrap(env, episode_length=episode_length)
 
 
-def _learner_outputs(state) -> list:
-    """The arrays of a Brax or Playground state a learner reads: the observation (each of its arrays), reward, done."""
-    return jax.tree.leaves((state.obs, state.reward, state.done))
-
-
-def reference_loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range], *, wrap=_brax_training_wrap,
-           library: str = "Brax") -> tuple[dict[str, Loop], dict[str, float]]:
+def reference_loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequence[range], *,
+                    wrap=_brax_training_wrap, library: str = "Brax") -> tuple[dict[str, Loop], dict[str, float]]:
     """The loops over ``wrap(env.brax_env, episode_length)``: the library's own batched auto-reset stack."""
     import_brax()  # quietly, first (an env loaded from its export has not imported Brax)
     device = jax_device(env.device)
@@ -60,12 +55,9 @@ def reference_loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequen
     with quiet_tracing():
         wrapped_state = jax.jit(raw.reset)(keys)
         bare_state = jax.jit(jax.vmap(env.brax_env.reset))(keys)
-        start = time.perf_counter()
-        wrapped = jax.jit(raw.step, donate_argnums=0).trace(wrapped_state, actions[0]).lower().compile()
-        compile_seconds["pure JAX loop: compile step"] = time.perf_counter() - start
-        start = time.perf_counter()
-        bare = jax.jit(jax.vmap(env.brax_env.step), donate_argnums=0).trace(bare_state, actions[0]).lower().compile()
-        compile_seconds["pure JAX bare loop: compile step"] = time.perf_counter() - start
+        wrapped, compile_seconds["pure JAX loop: compile step"] = compile_step(raw.step, wrapped_state, actions[0])
+        bare, compile_seconds["pure JAX bare loop: compile step"] = compile_step(
+            jax.vmap(env.brax_env.step), bare_state, actions[0])
         scans = {}
         start = time.perf_counter()
         for chunk in stacked.values():  # one compilation per chunk length
@@ -77,7 +69,7 @@ def reference_loops(env: BraxEnv, plan: Sequence[TensorDictBase], chunks: Sequen
     return {
         f"pure JAX: jit(vmap(step)) Python loop, {library} auto-reset": JaxLoop(wrapped, wrapped_state, actions),
         "pure JAX, the same step from torch: actions in, observation, reward, done out": BridgeLoop(
-            wrapped, bridged_state, robot, _learner_outputs, env.device),
+            wrapped, bridged_state, robot, lambda s: jax.tree.leaves((s.obs, s.reward, s.done)), env.device),
         "pure JAX: jit(vmap(env.step)) Python loop, bare env, no resets": JaxLoop(bare, bare_state, actions),
         "pure JAX: lax.scan rollout (the limit)": ScanLoop(lambda s, c: scans[c.shape[0]](s, c), scan_state, stacked),
     }, compile_seconds

@@ -215,7 +215,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         num_envs: batch size.
         device: ``"cpu"`` or ``"cuda[:i]"`` (JAX must see that GPU).
         max_steps: episode length reported as ``truncated``; default (None): the env's own time limit (see the
-            module docstring; MPE: 26 steps); a shorter one is taken, a longer one refused.
+            JaxMARL page of the docs; MPE: 26 steps); a shorter one is taken, a longer one refused.
         seed: seed of the per-env keys (``set_seed`` changes it).
         group_map: groups of the agents; default: ``groupings.default_group_map`` over their specs.
         env_kwargs: keywords for ``jaxmarl.make`` whose names this class takes itself (``{"max_steps": 50}``: the

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -115,12 +114,7 @@ class MeltingpotEnv(NamedRepr, PooledEnv, EnvBase):
         length = self.facts.episode_length
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps,
                          horizon=(length, "the substrate's own episode length, maxEpisodeLengthFrames"))
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 0 <= num_workers <= num_envs:
-            raise ValueError(f"num_workers must be an int in [0, num_envs={num_envs}], got {num_workers!r}")
-        if worker_timeout is not None and (isinstance(worker_timeout, bool) or not isinstance(worker_timeout, (
-                int, float)) or not 0 < worker_timeout < math.inf):
-            raise ValueError(f"worker_timeout must be a positive number of seconds, or None to wait for the workers "
-                             f"forever; got {worker_timeout!r}")
+        self._check_workers(num_workers, num_envs, worker_timeout)
         self.roles = self.facts.roles
         self.task_kwargs = {} if roles is None else {"roles": list(self.roles)}  #: what builds a twin of it
         self.num_workers = num_workers

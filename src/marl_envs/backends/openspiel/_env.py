@@ -288,7 +288,8 @@ class GameShard(Shard):
             if not facts.parallel:
                 for view, game in zip(self.instances, self.games):
                     if not game.state.is_terminal():
-                        view._sync()  # the dicts a generic step reads (a direct step or restart leaves them as they were)
+                        # the dicts a generic step reads (a direct step or restart leaves them as they were)
+                        view._sync()
             super().step(decoded)
             return
         for r, (view, game, row) in enumerate(zip(self.instances, self.games, self._wired_by_agent().tolist())):
@@ -390,7 +391,7 @@ def _parameters(name: str) -> dict[str, Any]:
 
 @functools.cache
 def tasks() -> dict[str, Task]:
-    """Every game offered (see the module docstring), by its short name."""
+    """Every game offered (the OpenSpiel page of the docs says which), by its short name."""
     pyspiel = _import_pyspiel()
     found = {}
     with filtered_output("stderr", _LOAD_NOTICES):

@@ -95,6 +95,9 @@ class TupleAgentsEnv(ParallelEnv):
             return self.env.render(mode=self.render_mode)
         return self.env.render()
 
+    def close(self) -> None:
+        self.env.close()
+
 
 def render_modes(env: Any) -> list[str]:
     """The render modes of a library's env (its class or an instance): those its metadata lists, and "rgb_array"
@@ -117,9 +120,6 @@ def prepare_pyglet_headless() -> None:
             return
         pyglet.options["headless"] = True
 
-    def close(self) -> None:
-        self.env.close()
-
 
 def raw_env(env_id: str, **kwargs: Any) -> Any:
     """The library's env of ``env_id``: its class with the registered keywords and ``kwargs`` (``gymnasium.make``
@@ -136,10 +136,9 @@ def _build(env_id: str, ends: Ends, forget: Forget | None, **kwargs: Any) -> Tup
 class TupleShard(Shard):
     """The shard of :class:`TupleAgentsEnv` s: a step's tuples written straight into the step arrays.
 
-    Every agent of such an env is in its episode until the team's end, so a step needs no dict per instance: the
-    observations of all rows are written with one assignment per entry, from the tuples the envs return. The data is
-    what the generic path writes from the views' dicts (a test compares the two); resets go through it.
-    """
+    Every agent of such an env is in its episode until the team's end, so a step needs no dict per instance: all
+    rows' observations are written in one assignment per entry from the tuples the envs return, the data the generic
+    path writes from the views' dicts (a test compares the two); resets go through that path."""
 
     def __init__(self, instances: Sequence[Any], lo: int, facts: BatchFacts, buffers: Buffers):
         super().__init__(instances, lo, facts, buffers)
@@ -152,20 +151,17 @@ class TupleShard(Shard):
         b, lo, hi, facts = self.buffers, self.lo, self.hi, self.facts
         actions = self._actions(decoded)
         slots = facts.slots
-        obs, rewards, ended, infos = [], [], [], []
+        played = []
         for r, view in enumerate(self.instances):
             self.current = lo + r
-            o, reward, term, trunc, info = view.play([actions[gi][r][j] for gi, j in slots])
-            obs.append(o)
-            rewards.append(reward)
-            ended.append((term, trunc))
-            infos.append(info)
+            played.append(view.play([actions[gi][r][j] for gi, j in slots]))
+        obs, rewards, terms, truncs, infos = zip(*played)
         f = b.step
         f.clear(lo, hi)
-        flags = np.asarray(ended, bool)[:, :, None]  # (rows, 2, 1): every agent shares the team's flags
-        b.term[lo:hi], b.trunc[lo:hi] = flags[:, 0], flags[:, 1]
+        term, trunc = np.asarray([terms, truncs], bool)[:, :, None]  # (rows, 1) each: the team's, every agent's
+        b.term[lo:hi], b.trunc[lo:hi] = term, trunc
         b.seen[lo:hi] = True
-        b.live[lo:hi] = f.acting[lo:hi] = ~flags.any(1)
+        b.live[lo:hi] = f.acting[lo:hi] = ~(term | trunc)
         f.reward[lo:hi] = rewards
         for gi, g in enumerate(facts.groups):
             for leaf, buf in zip(g.obs.leaves, f.obs[gi]):
@@ -198,11 +194,9 @@ def gymnasium_tasks(family: str, package: str, prefix: str, ends: Ends, forget: 
             own = signature_keywords(_entry_class(env_id))
             return None if own is None else {**own, **registered}
 
-        def modes(env_id: str = env_id) -> list[str]:
-            return render_modes(_entry_class(env_id))
-
-        found[env_id] = Task(env_id, None, functools.partial(_build, env_id, ends, forget), spec.entry_point.partition(":")[0],
-                             keywords=keywords, render_modes=modes, family=family)
+        found[env_id] = Task(env_id, None, functools.partial(_build, env_id, ends, forget),
+                             spec.entry_point.partition(":")[0], keywords=keywords, family=family,
+                             render_modes=lambda env_id=env_id: render_modes(_entry_class(env_id)))
     return found
 
 

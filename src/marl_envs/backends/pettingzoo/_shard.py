@@ -19,8 +19,8 @@ import numpy as np
 from ..._core.rules import done_of
 from ._spaces import ACTION_MASK, ActionCodec, ObsSplit
 
-__all__ = ["BatchFacts", "Buffers", "StepArrays", "Group", "InstanceStep", "Shard", "batch_index", "dead_message", "root_ends",
-           "state_of"]
+__all__ = ["BatchFacts", "Buffers", "StepArrays", "Group", "InstanceStep", "Shard", "aec_view", "batch_index",
+           "dead_message", "reset_instance", "root_ends", "state_of"]
 
 Alloc = Callable[[tuple[int, ...], Any], np.ndarray]
 
@@ -54,6 +54,22 @@ class InstanceStep(NamedTuple):
     infos: dict
     acting: list
     env: Any
+
+
+def reset_instance(env: Any, parallel: bool, seed: int | None = None) -> InstanceStep:
+    """Reset the PettingZoo instance ``env`` through its parallel API or its AEC one: what it shows then."""
+    if parallel:
+        obs, infos = env.reset(seed=seed)
+        return InstanceStep(obs, {}, {}, {}, infos, env.agents, env)
+    env.reset(seed=seed)
+    return aec_view(env)
+
+
+def aec_view(env: Any) -> InstanceStep:
+    """What the AEC instance ``env`` shows now: every agent's observation and dicts, and the acting agent."""
+    obs = {agent: env.observe(agent) for agent in env.agents}
+    acting = [env.agent_selection] if env.agents else []
+    return InstanceStep(obs, env.rewards, env.terminations, env.truncations, env.infos, acting, env)
 
 
 @dataclass(frozen=True)
@@ -105,19 +121,16 @@ class StepArrays:
 
     def clear(self, lo: int, hi: int) -> None:
         """Rows ``[lo, hi)`` back to their defaults (zeros; action masks all True): new arrays if ``fresh``."""
-        if self.fresh:
+        if self.fresh:  # one shard over the whole batch: lo, hi = 0, B
             self._allocate(np.zeros)
-            for mask in self.action_mask:
-                if mask is not None:
-                    mask[:] = True
-            return
-        for array in [*(a for group in self.obs + self.infos for a in group), self.reward, self.acting]:
-            array[lo:hi] = 0
+        else:
+            for array in [*(a for group in self.obs + self.infos for a in group), self.reward, self.acting]:
+                array[lo:hi] = 0
+            if self.state is not None:
+                self.state[lo:hi] = 0
         for mask in self.action_mask:
             if mask is not None:
                 mask[lo:hi] = True
-        if self.state is not None:
-            self.state[lo:hi] = 0
 
 
 class Buffers:
@@ -183,14 +196,13 @@ class Shard:
         self.current = lo
 
     def reset(self, rows: Sequence[int], seeds: Sequence[int | None]) -> None:
-        """Reset the instances of ``rows`` (global batch indices inside this shard) with ``seeds``, into the reset
-        arrays."""
+        """Reset the instances of ``rows`` (batch indices in this shard) with ``seeds``, into the reset arrays."""
         arrays = self._reset_arrays(rows)
         b, steps = self.buffers, []
         for i, seed in zip(rows, seeds):
             self.current = i
             b.term[i] = b.trunc[i] = b.seen[i] = False
-            steps.append(self._reset_instance(self.instances[i - self.lo], seed))
+            steps.append(reset_instance(self.instances[i - self.lo], self.facts.parallel, seed))
         self._write_rows(arrays, rows, steps)
         self._flags(arrays)
 
@@ -220,9 +232,8 @@ class Shard:
     def step(self, decoded: Sequence[Sequence | None] | None = None) -> None:
         """Step every instance with the actions in ``buffers.actions`` (``decoded[gi][i - lo][j]`` for the groups
         without a wire array) into the step arrays."""
-        b, lo, hi = self.buffers, self.lo, self.hi
+        lo, hi, arrays = self.lo, self.hi, self.buffers.step
         actions = self._actions(decoded)
-        arrays = b.step
         arrays.clear(lo, hi)
         steps = []
         for i in range(lo, hi):
@@ -250,40 +261,22 @@ class Shard:
         arrays.term[lo:hi], arrays.trunc[lo:hi] = b.term[lo:hi], b.trunc[lo:hi]
 
     # -- one instance: PettingZoo's dicts ------------------------------------------------------------
-    def _instance_step(self, env: Any, obs: dict, rewards: dict, terms: dict, truncs: dict, infos: dict) -> InstanceStep:
-        acting = env.agents if self.facts.parallel else ([env.agent_selection] if env.agents else [])
-        return InstanceStep(obs, rewards, terms, truncs, infos, acting, env)
-
-    def _aec_instance_step(self, env: Any) -> InstanceStep:
-        obs = {agent: env.observe(agent) for agent in env.agents}
-        return self._instance_step(env, obs, env.rewards, env.terminations, env.truncations, env.infos)
-
-    def _reset_instance(self, env: Any, seed: int | None) -> InstanceStep:
-        if self.facts.parallel:
-            obs, infos = env.reset(seed=seed)
-            return self._instance_step(env, obs, {}, {}, {}, infos)
-        env.reset(seed=seed)
-        return self._aec_instance_step(env)
-
     def _step_instance(self, env: Any, actions: Sequence[Sequence]) -> InstanceStep:
         slot = self.slot
         if self.facts.parallel:
-            step = {agent: actions[gi][j] for agent in env.agents for gi, j in (slot[agent],)}
-            return self._instance_step(env, *env.step(step))
+            return InstanceStep(*env.step({agent: actions[gi][j] for agent in env.agents for gi, j in (slot[agent],)}),
+                                env.agents, env)
         agent = env.agent_selection
         gi, j = slot[agent]
         env.step(None if env.terminations[agent] or env.truncations[agent] else actions[gi][j])
-        return self._aec_instance_step(env)
+        return aec_view(env)
 
     def _write_rows(self, f: StepArrays, rows: Sequence[int], steps: Sequence[InstanceStep]) -> None:
-        """Rows ``rows`` of arrays ``f`` (and of the episode flags) from their instances' steps.
-
-        The rows where every agent is in the episode and observed (the common case) are written together: one
-        assignment per entry for all of them, from nested lists of the dicts' values. The others (agents dead or
-        gone, an episode's last step of a parallel env) are written one by one (``_write``).
-        """
+        """Rows ``rows`` of arrays ``f`` (and of the episode flags) from their instances' steps: the rows where every
+        agent is in the episode and observed (the common case) together, one assignment per entry from nested lists
+        of the dicts' values; the others (agents dead or gone, a parallel episode's last step) one by one."""
         facts, b, everyone = self.facts, self.buffers, self.everyone
-        n_agents = len(facts.agents)
+        agents, n_agents = facts.agents, len(facts.agents)
         full, whole = [], []
         for i, step in zip(rows, steps):
             if len(step.env.agents) == n_agents and step.obs.keys() >= everyone:
@@ -291,10 +284,12 @@ class Shard:
                 whole.append(step)
             else:
                 self._write(f, i, step)
+        if f.state is not None:
+            for i, step in zip(rows, steps):
+                f.state[i] = state_of(step.env)
         if not full:
             return
         at = batch_index(full)
-        agents = facts.agents
         b.live[at] = b.seen[at] = True
         if facts.parallel:  # every agent acts
             f.acting[at] = True
@@ -313,23 +308,17 @@ class Shard:
                 for i, step in zip(full, whole):
                     present = list(map(step.obs.__getitem__, g.agents))
                     self._extras(f, gi, g, i, slice(None), g.agents, g.index, present, step.infos)
-        if f.state is not None:
-            for i, step in zip(full, whole):
-                f.state[i] = state_of(step.env)
 
     def _write(self, f: StepArrays, i: int, step: InstanceStep) -> None:
-        """Row ``i`` of arrays ``f`` (and of the episode flags) from one instance's step, whoever is in it.
-
-        Hundreds of agents in a group (MAgent2), some dead: the dicts are read with ``map`` and each leaf is written
-        with one assignment per group.
-        """
+        """Row ``i`` of arrays ``f`` (its state aside) and of the episode flags from one instance's step, whoever is
+        in it: the dicts read with ``map``, each leaf written in one assignment per group (MAgent2: hundreds of agents
+        in a group, some dead)."""
         facts, b, index_of = self.facts, self.buffers, self.position.__getitem__
         agent_obs, rewards, terms, truncs, agent_infos, acting, env = step
         live, term, trunc, seen = b.live[i], b.term[i], b.trunc[i], b.seen[i]  # row views
         live[:] = False
         live[list(map(index_of, env.agents))] = True
-        acts = f.acting[i]
-        acts[list(map(index_of, acting))] = True
+        f.acting[i, list(map(index_of, acting))] = True
         reward = f.reward[i]
         for gi, g in enumerate(facts.groups):
             members, ks = g.agents, g.index
@@ -349,8 +338,6 @@ class Shard:
             reward[ks] = list(map(rewards.get, members, repeat(0.0)))
             if g.info or g.mask_shape is not None:
                 self._extras(f, gi, g, i, js, members, ks, present, agent_infos)
-        if f.state is not None:
-            f.state[i] = state_of(env)
 
     def _extras(self, f: StepArrays, gi: int, g: Group, i: int, js: slice | list[int], members: Sequence[str],
                 ks: np.ndarray, present: list, agent_infos: dict) -> None:

@@ -77,8 +77,7 @@ def obs_split(space: spaces.Space, where: str = "the observation") -> ObsSplit:
     space_spec(space, where=where)  # rejects unsupported spaces with a clear message
     mask_leaf = None
     if isinstance(space, spaces.Dict) and ACTION_MASK in space.spaces:
-        mask_space = space[ACTION_MASK]
-        mask_leaf = Leaf((ACTION_MASK,), (ACTION_MASK,), tuple(mask_space.shape), np.dtype(bool))
+        mask_leaf = Leaf((ACTION_MASK,), (ACTION_MASK,), tuple(space[ACTION_MASK].shape), np.dtype(bool))
         rest = {k: v for k, v in space.spaces.items() if k != ACTION_MASK}
         if list(rest) == ["observation"]:
             inner = rest["observation"]

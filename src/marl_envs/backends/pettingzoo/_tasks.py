@@ -156,13 +156,12 @@ def tasks() -> dict[str, Task]:
     """Every task that builds here, by name."""
     found: dict[str, Task] = {}
     try:
-        mpe = quiet_import("mpe2.all_modules", SWIG_WARNINGS)
+        mpe = quiet_import("mpe2.all_modules", SWIG_WARNINGS).mpe_environments
     except ImportError:
-        mpe = None
-    if mpe is not None:
-        for name, module in mpe.mpe_environments.items():
-            found[_normalise(name)] = Task(_normalise(name), module.env, getattr(module, "parallel_env", None),
-                                           module.__name__)
+        mpe = {}
+    for name, module in mpe.items():
+        found[_normalise(name)] = Task(_normalise(name), module.env, getattr(module, "parallel_env", None),
+                                       module.__name__)
     pettingzoo = quiet_import("pettingzoo", SWIG_WARNINGS)
     for env_id, spec in pettingzoo.aec_registry.items():
         try:

@@ -11,21 +11,19 @@ here: the warnings of JAX and of Python >= 3.12 about forking a multi-threaded p
 only. A worker whose instance raises replies with the env index and the original traceback and stays usable.
 
 A worker that dies (an exit, a signal such as SIGKILL from the OOM killer, a crash in a C library) or does not
-answer within ``timeout`` seconds (the env's ``worker_timeout``: ``DEFAULT_TIMEOUT_S`` unless set; None waits
-forever) raises one :class:`WorkerError` naming the env, the worker (its index, rows and pid) and the cause: the
-exit code or the signal's name, or the timeout (a worker that does not answer is killed), with the last lines of
-its stderr. A worker's stderr goes to a temporary file for that (a crash's Python traceback too: ``faulthandler``
-is on in the workers); nothing reads it unless the worker fails. The wait for replies watches each worker's pipe
-and its process's sentinel together, so a death is seen at once, with no polling. The pool then raises that error
-at every call until ``restart()`` forks new workers in place of the failed ones, which build their rows' instances
-anew (the env's ``reset()`` does it). ``close()`` (also run when the env is garbage collected or the interpreter
-exits) stops every worker, killing those that do not stop within ``CLOSE_S`` seconds (or the timeout, if shorter):
-it returns whatever state they are in.
+answer within ``timeout`` seconds (the env's ``worker_timeout``; None waits forever; a worker that does not answer
+is killed) raises one :class:`WorkerError` naming the env, the worker, the cause and the last lines of its stderr,
+which goes to a temporary file (with ``faulthandler``'s Python traceback of a crash), read only then. The wait for
+replies watches each worker's pipe and its process's sentinel together, so a death is seen at once, with no polling.
+The pool raises that error at every call until ``restart()`` (the env's ``reset()``) forks new workers in place of
+the failed ones. ``close()`` (also run when the env is garbage collected or the interpreter exits) stops every
+worker, killing those not stopped within ``CLOSE_S`` seconds (or the timeout, if shorter), whatever their state.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import math
 import mmap
 import multiprocessing as mp
 import os
@@ -146,10 +144,9 @@ def _shutdown(processes: list, conns: list, gos: list, logs: list, fds: tuple[in
         if process.exitcode is None:  # hung, or stopped (SIGSTOP): SIGKILL ends it either way
             process.kill()
             process.join(1)
-    for conn, log in zip(conns, logs):
-        for end in (conn, log):
-            if end is not None:
-                end.close()
+    for end in (*conns, *logs):
+        if end is not None:
+            end.close()
     for fd in (*(go for go in gos if go is not None), *fds):
         os.close(fd)
 
@@ -193,7 +190,7 @@ class WorkerPool:
         timeout: the seconds a call waits for a worker's reply before the worker counts as hung; None: forever.
 
     Raises:
-        ValueError: ``num_workers`` out of range, or no ``fork`` start method on this platform.
+        ValueError: no ``fork`` start method on this platform (the env checks ``num_workers``).
         InstanceError: a worker could not build its instances.
         WorkerError: a worker died, or did not answer within ``timeout`` (then it is killed).
     """
@@ -210,10 +207,7 @@ class WorkerPool:
         self._build = (make, facts, buffers, shard_class)
         n = len(self.slices)
         # per worker: its pipe, process, eventfd (its wake-up call) and stderr file; replaced in place by restart()
-        self.conns: list = [None] * n
-        self.processes: list = [None] * n
-        self.gos: list = [None] * n
-        self.logs: list = [None] * n
+        self.conns, self.processes, self.gos, self.logs = ([None] * n for _ in range(4))
         self.failure: str | None = None  #: the message of the last worker failure, until ``restart()``
         self._failed: list[int] = []
         self._built = False  # a failure while the env is built is the constructor's error: no reset to suggest
@@ -403,6 +397,16 @@ class PooledEnv:
     _library: str = "PettingZoo"
     _fused_reset = True  # step_and_maybe_reset steps and resets the instances in one pass (one call per worker)
 
+    @staticmethod
+    def _check_workers(num_workers: Any, num_envs: int, worker_timeout: Any) -> None:
+        """Refuse a ``num_workers`` or ``worker_timeout`` keyword the pool cannot take."""
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 0 <= num_workers <= num_envs:
+            raise ValueError(f"num_workers must be an int in [0, num_envs={num_envs}], got {num_workers!r}")
+        if worker_timeout is not None and (isinstance(worker_timeout, bool) or not isinstance(worker_timeout, (
+                int, float)) or not 0 < worker_timeout < math.inf):
+            raise ValueError(f"worker_timeout must be a positive number of seconds, or None to wait for the workers "
+                             f"forever; got {worker_timeout!r}")
+
     def _row_seed(self, seed: int, row: int) -> int:
         """The seed of row ``row``'s next reset in an env seeded with ``seed``."""
         return seed + row
@@ -439,10 +443,8 @@ class PooledEnv:
         workers' are: an ``InstanceError`` naming the env."""
         try:
             return getattr(self._runner, command)(*args)
-        except InstanceError:
-            raise
         except Exception as err:
-            if isinstance(self._runner, WorkerPool):
+            if isinstance(err, InstanceError) or isinstance(self._runner, WorkerPool):
                 raise
             raise InstanceError(f"the {self._library} instance of env {self._runner.current} raised in {command}: "
                                 f"{type(err).__name__}: {err}") from err
@@ -464,8 +466,7 @@ class PooledEnv:
             for i in np.flatnonzero(ended).tolist():
                 self._seeds[i] = None
         fresh = self._to_tensordict(b.reset) if reset_any else None  # read only where a row was reset
-        rows = torch.from_numpy(ended)
-        return self._to_tensordict(b.step, with_reward=True), fresh, rows.to(self.device)
+        return self._to_tensordict(b.step, with_reward=True), fresh, torch.from_numpy(ended).to(self.device)
 
     @property
     def worker_pids(self) -> list[int]:

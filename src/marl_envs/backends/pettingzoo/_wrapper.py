@@ -1,7 +1,6 @@
 """``PettingZooWrapper``: PettingZoo instances, parallel or turn-based (AEC), behind one batch dim."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -18,7 +17,7 @@ from .._quiet import quiet_import
 from .._spaces import space_spec
 from ..._core.validate import checked_keywords
 from ...specs import Binary, Composite, Unbounded
-from ._shard import BatchFacts, Buffers, StepArrays, Group, Shard, dead_message, root_ends, state_of
+from ._shard import BatchFacts, Buffers, StepArrays, Group, Shard, dead_message, reset_instance, root_ends, state_of
 from ._spaces import ACTION_MASK, ActionCodec, obs_split
 from ._tasks import EPISODE_BOUNDS, SWIG_WARNINGS
 from ._workers import DEFAULT_TIMEOUT_S, PooledEnv, WorkerPool, shared_zeros
@@ -29,7 +28,6 @@ Factory = Callable[[], Any]
 RGB_ARRAY = "render_mode='rgb_array'"  # what render() needs the instances built with
 
 
-
 def cycle_steps(env: Any, cycles: int) -> int:
     """The env steps of ``cycles`` cycles of the PettingZoo instance ``env``: a cycle is one step of a parallel env and
     a move of every agent in an AEC one (there an upper bound: agents that leave make the later cycles shorter)."""
@@ -37,12 +35,8 @@ def cycle_steps(env: Any, cycles: int) -> int:
 
 
 def _numeric_infos(info: dict) -> dict[str, tuple[int, ...]]:
-    out = {}
-    for key, value in info.items():
-        array = np.asarray(value)
-        if key != ACTION_MASK and array.dtype.kind in "biuf":
-            out[key] = array.shape
-    return out
+    arrays = {key: np.asarray(value) for key, value in info.items() if key != ACTION_MASK}
+    return {key: array.shape for key, array in arrays.items() if array.dtype.kind in "biuf"}
 
 
 class PettingZooWrapper(PooledEnv, EnvBase):
@@ -50,25 +44,27 @@ class PettingZooWrapper(PooledEnv, EnvBase):
 
     Keys (``B = num_envs``, ``n`` agents in the group, groups from ``groupings.default_group_map``):
 
-    ================================================ ======================================================= ================================ ============
-    key                                              shape                                                   dtype                            when
-    ================================================ ======================================================= ================================ ============
-    ``(group, "observation")`` (nested for ``Dict``) ``(B, n, *obs)``                                        float32 (int/bool kept)          always
-    ``(group, "action")``                            ``(B, n)``, one-hot ``(B, n, k)``, box ``(B, n, *box)`` int64 / float32                  always
-    ``("next", group, "reward")``                    ``(B, n, 1)``                                           float32                          always
-    ``(group, "done" / "terminated" / "truncated")`` ``(B, n, 1)``                                           bool                             always
-    ``(group, "action_mask")``                       ``(B, n, k)``                                           bool                             the env has action masks
-    ``(group, "mask")``                              ``(B, n, 1)``                                           bool                             ``use_mask=True``
-    ``(group, "info", key)``                         ``(B, n, *)``                                           float32                          numeric infos (after a reset and a step)
-    ``"state"``                                      ``(B, *state)``                                         float32 (int states keep theirs) ``return_state=True``
-    ================================================ ======================================================= ================================ ============
+    ================================================ ================= ======================= ========================
+    key                                              shape             dtype                   when
+    ================================================ ================= ======================= ========================
+    ``(group, "observation")`` (nested for ``Dict``) ``(B, n, *obs)``  float32 (int/bool kept) always
+    ``(group, "action")``                            ``(B, n)``        int64 / float32         always
+    ``("next", group, "reward")``                    ``(B, n, 1)``     float32                 always
+    ``(group, "done" / "terminated" / "truncated")`` ``(B, n, 1)``     bool                    always
+    ``(group, "action_mask")``                       ``(B, n, k)``     bool                    the env has action masks
+    ``(group, "mask")``                              ``(B, n, 1)``     bool                    ``use_mask=True``
+    ``(group, "info", key)``                         ``(B, n, *)``     float32                 numeric infos (below)
+    ``"state"``                                      ``(B, *state)``   float32 (int kept)      ``return_state=True``
+    ================================================ ================= ======================= ========================
 
     The root ``done``/``terminated``/``truncated`` aggregate the agents': ``any`` for parallel envs, ``all``
     for AEC ones (``done_on_any`` overrides; with ``all``, ``truncated`` is "all done but not all terminated").
     ``mask`` is True for agents alive in a parallel env and for the acting agent of an AEC env. Agents that
     leave (dead agents) keep zeros, zero rewards and their last end flags. ``action_mask`` is the env's for
     acting agents and all True for the others. An AEC step applies only the acting agent's action (``None``
-    if that agent is done, as PettingZoo asks) and reports every agent's reward of that step.
+    if that agent is done, as PettingZoo asks) and reports every agent's reward of that step. Discrete actions are
+    indices, or ``(B, n, k)`` one-hot with ``categorical_actions=False``; box actions are ``(B, n, *box)``. An info
+    key is declared where the agents' infos hold a number after a reset and a step.
 
     Args:
         env: a built PettingZoo ``ParallelEnv``/``AECEnv`` (then ``num_envs`` must be 1) or a zero-argument
@@ -119,15 +115,10 @@ class PettingZooWrapper(PooledEnv, EnvBase):
         # the library's time limit, read from an instance, bounds max_steps: known before the base class sets it
         super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=self._library_horizon(first))
         self._episode_bound = self._library_bound(first)
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or not 0 <= num_workers <= num_envs:
-            raise ValueError(f"num_workers must be an int in [0, num_envs={num_envs}], got {num_workers!r}")
+        self._check_workers(num_workers, num_envs, worker_timeout)
         if num_workers and isinstance(env, kinds):
             raise ValueError("num_workers > 0 needs a zero-argument factory of the env (each worker builds its own "
                              "instances), not a built env")
-        if worker_timeout is not None and (isinstance(worker_timeout, bool) or not isinstance(worker_timeout, (
-                int, float)) or not 0 < worker_timeout < math.inf):
-            raise ValueError(f"worker_timeout must be a positive number of seconds, or None to wait for the workers "
-                             f"forever; got {worker_timeout!r}")
         instances = self._instances(env, first, num_envs if not num_workers else 1, kinds)  # workers build the others
         self.parallel = isinstance(first, pettingzoo.ParallelEnv)
         if not self.parallel and not use_mask:
@@ -169,9 +160,7 @@ class PettingZooWrapper(PooledEnv, EnvBase):
         if seed is not None:
             self.set_seed(seed)
 
-    # ------------------------------------------------------------------------------------------------
-    # Construction
-    # ------------------------------------------------------------------------------------------------
+    # -- construction ----------------------------------------------------------------------------------
     def _name_in_errors(self) -> str:
         """How the workers' errors name this env."""
         return type(self).__name__
@@ -277,18 +266,10 @@ class PettingZooWrapper(PooledEnv, EnvBase):
         self._declare_specs(specs, **root)
         return groups
 
-    # ------------------------------------------------------------------------------------------------
-    # Instances
-    # ------------------------------------------------------------------------------------------------
+    # -- instances -------------------------------------------------------------------------------------
     def _probe_infos(self, env: Any) -> dict[str, dict]:
         """Each agent's infos after a reset and one random step (some envs fill their infos only in steps)."""
-        if self.parallel:
-            obs, infos = env.reset()
-            acting = env.agents
-        else:
-            env.reset()
-            obs, infos = {agent: env.observe(agent) for agent in env.agents}, env.infos
-            acting = [env.agent_selection] if env.agents else []
+        obs, _, _, _, infos, acting, _ = reset_instance(env, self.parallel)
         merged = {agent: dict(infos.get(agent) or {}) for agent in self._agents}
 
         def sample(agent: str) -> Any:
@@ -318,9 +299,7 @@ class PettingZooWrapper(PooledEnv, EnvBase):
             i = int((~live.all(1)).argmax())
             raise ValueError(dead_message(i, [a for a, alive in zip(self._agents, live[i]) if not alive]))
 
-    # ------------------------------------------------------------------------------------------------
-    # The backend hook
-    # ------------------------------------------------------------------------------------------------
+    # -- the backend hook ------------------------------------------------------------------------------
     def _load_actions(self, tensordict: TensorDictBase) -> list | None:
         """Each group's actions into its wire buffer (a ``Dict`` action space's decoded values are returned
         instead: ``[gi][i][j]``, None for the other groups; None if no group has one), after checking that the
@@ -339,22 +318,19 @@ class PettingZooWrapper(PooledEnv, EnvBase):
     def _to_tensordict(self, arrays: StepArrays, with_reward: bool = False) -> TensorDictBase:
         """The one output builder: the arrays the shards wrote -> one TensorDict (its arrays copied where they are
         reused: worker processes)."""
-        B, f, cpu = self.num_envs, arrays, torch.device("cpu")
-        obs, infos, action_mask, acting = f.obs, f.infos, f.action_mask, f.acting
-        reward = f.reward if with_reward else None
+        B, f, cpu, own = self.num_envs, arrays, torch.device("cpu"), self._own
         term, trunc = f.term.copy(), f.trunc.copy()
         out: dict[str, Any] = {}
-        own = self._own
         for gi, g in enumerate(self._groups):
             idx = g.index
-            flat = {leaf.key: torch.from_numpy(own(buf)) for leaf, buf in zip(g.obs.leaves, obs[gi])}
-            flat.update({("info", key): torch.from_numpy(own(buf)) for (key, _), buf in zip(g.info, infos[gi])})
-            if action_mask[gi] is not None:
-                flat[(ACTION_MASK,)] = torch.from_numpy(own(action_mask[gi]))
+            flat = {leaf.key: torch.from_numpy(own(buf)) for leaf, buf in zip(g.obs.leaves, f.obs[gi])}
+            flat.update({("info", key): torch.from_numpy(own(buf)) for (key, _), buf in zip(g.info, f.infos[gi])})
+            if f.action_mask[gi] is not None:
+                flat[(ACTION_MASK,)] = torch.from_numpy(own(f.action_mask[gi]))
             if self.use_mask:
-                flat[("mask",)] = torch.from_numpy(acting[:, idx, None])
-            if reward is not None:
-                flat[("reward",)] = torch.from_numpy(reward[:, idx, None])
+                flat[("mask",)] = torch.from_numpy(f.acting[:, idx, None])
+            if with_reward:
+                flat[("reward",)] = torch.from_numpy(f.reward[:, idx, None])
             flat[("terminated",)] = torch.from_numpy(term[:, idx, None])
             flat[("truncated",)] = torch.from_numpy(trunc[:, idx, None])
             out[g.name] = unchecked_nested(nest_keys(flat), (B, len(g.agents)), cpu)
@@ -366,9 +342,7 @@ class PettingZooWrapper(PooledEnv, EnvBase):
         td = unchecked_tensordict(out, torch.Size((B,)), cpu)  # built to fit: every step, no checks
         return td if self.device.type == "cpu" else td.to(self.device)
 
-    # ------------------------------------------------------------------------------------------------
-    # Extras
-    # ------------------------------------------------------------------------------------------------
+    # -- extras ----------------------------------------------------------------------------------------
     @property
     def envs(self) -> list[Any]:
         """The PettingZoo instances, one per batch index (``num_workers=0`` only: else they live in the workers)."""

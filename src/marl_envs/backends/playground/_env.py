@@ -135,7 +135,7 @@ def observation_dependence(env, *, states: int = 2, seed: int = 0, eps: float = 
 
 def split_mapping(env, split) -> scenes.AgentMapping:
     """The agents of ``split`` (the Brax scenes' rule) over ``env``'s robot, each observing the entries that depend
-    only on the root's joints, its own joints and their neighbours, or on no joint (see the module docstring)."""
+    only on the root's joints, its own joints and their neighbours, or on no joint (the Playground page says how)."""
     model = scenes.RobotModel.from_mj_model(env.mj_model)
     depends = observation_dependence(env)
     root = {j for j, body in enumerate(model.joint_body) if body == model.root_body}

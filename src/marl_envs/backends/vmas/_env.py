@@ -30,7 +30,6 @@ __all__ = ["VmasEnv", "VmasWrapper", "env_names"]
 _NARROW_MIN_ENVS = 16
 
 
-
 def _as_info_tensor(value: Any, batch: int, device: torch.device) -> torch.Tensor:
     """An info entry as float32 ``(B, *shape)``, a trailing 1 added to per-env scalars (TorchRL's rule)."""
     value = torch.as_tensor(value, device=device)
@@ -63,9 +62,6 @@ def _stack(values: list, dim: int = 1) -> Any:
     return torch.stack(values, dim)
 
 
-# ----------------------------------------------------------------------------------------------------
-# The wrapper
-# ----------------------------------------------------------------------------------------------------
 class VmasWrapper(EnvBase):
     """A built ``vmas`` environment as a marl_envs env (the backend class; ``VmasEnv`` builds by name).
 
@@ -80,14 +76,13 @@ class VmasWrapper(EnvBase):
     scenario whose state or reset a narrowed world cannot hold (state shared by all envs that the reset
     changes, per-env lists), every env is reset and only the selected rows kept: they start in the rows a
     batched reset of every env draws (after a narrowed reset gives up, the next 1, 2, 4, ... up to 64 partial
-    resets go straight to that path). They draw from a random stream of their own, so
-    resetting some envs never changes what the others do next. State a scenario shares between its envs
-    (``het_mass``'s masses, the colours MPE scenarios draw, ``road_traffic``'s history pointers) is kept as the
-    envs not reset have it: raw ``reset_at`` would change it under every env. Two limits no reset can lift:
-    a scenario drawing random numbers in amounts that depend on every env's state (``football``'s scripted
-    team) gives the other envs different noise once one env changes; and infos are zeros after a reset.
-    A full ``reset()`` starts from the state the env had when wrapped, so that its result depends on the seed
-    only.
+    resets go straight to that path). They draw from a random stream of their own, so resetting some envs never
+    changes what the others do next. State a scenario shares between its envs (``het_mass``'s masses, the colours
+    MPE scenarios draw, ``road_traffic``'s history pointers) is kept as the envs not reset have it: raw
+    ``reset_at`` would change it under every env. Two limits no reset can lift: a scenario drawing random numbers
+    in amounts that depend on every env's state (``football``'s scripted team) gives the other envs different
+    noise once one env changes; and infos are zeros after a reset. A full ``reset()`` starts from the state the
+    env had when wrapped, so that its result depends on the seed only.
 
     Args:
         env: a ``vmas.simulator.environment.Environment`` (``vmas.make_env(..., wrapper=None)``). Wrapping it
@@ -159,21 +154,18 @@ class VmasWrapper(EnvBase):
         with self._rng.scratch():
             infos = env.get_from_scenario(get_observations=False, get_rewards=False, get_infos=True, get_dones=False)
         snapshot.merge(torch.zeros(self.num_envs, dtype=torch.bool, device=device))  # put everything back
-        infos = _in_agent_order(infos[0], self.agent_names) if infos else [{} for _ in self.agent_names]
-        action_spaces = _in_agent_order(env.action_space.spaces, self.agent_names)
-        obs_spaces = _in_agent_order(env.observation_space.spaces, self.agent_names)
+        names = self.agent_names
+        infos = _in_agent_order(infos[0], names) if infos else [{} for _ in names]
         specs = {}
-        for i, name in enumerate(self.agent_names):
+        for name, action_space, obs_space, info in zip(names, _in_agent_order(env.action_space.spaces, names),
+                                                       _in_agent_order(env.observation_space.spaces, names), infos):
             spec = Composite(device=device)
-            spec["action"] = space_spec(action_spaces[i], device, categorical=self.categorical_actions,
+            spec["action"] = space_spec(action_space, device, categorical=self.categorical_actions,
                                         where=f"VMAS agent {name!r}'s action")
-            spec["observation"] = space_spec(obs_spaces[i], device, where=f"VMAS agent {name!r}'s observation")
-            if infos[i]:
-                spec["info"] = Composite(
-                    {k: Unbounded(_as_info_tensor(v, self.num_envs, device).shape[1:], device=device)
-                     for k, v in infos[i].items()},
-                    device=device,
-                )
+            spec["observation"] = space_spec(obs_space, device, where=f"VMAS agent {name!r}'s observation")
+            if info:
+                spec["info"] = Composite({k: Unbounded(_as_info_tensor(v, self.num_envs, device).shape[1:],
+                                                       device=device) for k, v in info.items()}, device=device)
             spec["reward"] = Unbounded((1,), device=device)
             specs[name] = spec
         return specs
@@ -185,17 +177,16 @@ class VmasWrapper(EnvBase):
     def _reset(self, mask: torch.Tensor | None) -> TensorDictBase:
         # Infos describe the last step (mostly reward terms), so a reset reports them as zeros: reading them
         # here would return the previous episode's values and run info() side effects raw VMAS never runs.
-        env = self._env
         n_reset = self.num_envs if mask is None else int(mask.sum())
         if n_reset == 0:
             return self.full_observation_spec.zero()
-        if mask is None or n_reset == self.num_envs:
-            if mask is None:
-                self._pristine.merge(self._no_env)
-            with self._rng.use("main" if mask is None else "reset"):
-                obs = env.reset(return_observations=True)
-            return self._output(obs)
-        return self._output(self._reset_some(mask))
+        if n_reset < self.num_envs:
+            return self._output(self._reset_some(mask))
+        if mask is None:
+            self._pristine.merge(self._no_env)
+        with self._rng.use("main" if mask is None else "reset"):
+            obs = self._env.reset(return_observations=True)
+        return self._output(obs)
 
     def _reset_some(self, mask: torch.Tensor) -> list:
         """Reset the envs ``mask`` selects (some, not all) with one batched VMAS reset; their observations.
@@ -407,8 +398,8 @@ class VmasEnv(VmasWrapper):
         check_values(scenario_label(scenario), scenario_keywords(scenario), scenario_kwargs)  # before VMAS reads them
         if seed is not None:
             seed %= 2**32
-        env = make_vmas_env(scenario, scenario_kwargs, env_level=env_keywords(VmasEnv), num_envs=num_envs, device=device,
-                            seed=seed, continuous_actions=continuous_actions,
+        env = make_vmas_env(scenario, scenario_kwargs, env_level=env_keywords(VmasEnv), num_envs=num_envs,
+                            device=device, seed=seed, continuous_actions=continuous_actions,
                             multidiscrete_actions=multidiscrete_actions)
         super().__init__(env, group_map=group_map, categorical_actions=categorical_actions, max_steps=max_steps)
         #: what ``vmas.make_env`` was given besides the scenario, ``num_envs``, ``device`` and ``seed``

@@ -27,17 +27,10 @@ def _vmas_slot() -> list:
 
 
 def _seeded_state(seed: int) -> list:
-    """The (torch, numpy, python) generator states VMAS's own ``seed(seed)`` produces."""
-    saved = torch.random.get_rng_state(), np.random.get_state(), random.getstate()
-    try:
-        torch.random.manual_seed(seed)
-        np.random.seed(seed)
-        random.seed(seed)
-        return [torch.random.get_rng_state(), np.random.get_state(), random.getstate()]
-    finally:
-        torch.random.set_rng_state(saved[0])
-        np.random.set_state(saved[1])
-        random.setstate(saved[2])
+    """The (torch, numpy, python) generator states VMAS's own ``seed(seed)`` produces, made on generators of their
+    own: seeding torch's global one would seed every CUDA device's too."""
+    return [torch.Generator().manual_seed(seed).get_state(), np.random.RandomState(seed).get_state(),
+            random.Random(seed).getstate()]
 
 
 def _derived_seed(*parts: int | bytes) -> int:

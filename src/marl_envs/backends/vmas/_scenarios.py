@@ -16,7 +16,8 @@ from ..._core import keywords
 from ..._core.messages import unknown_env
 from ..._core.validate import check_kwargs
 
-__all__ = ["check_scenario_kwargs", "env_names", "load_scenario", "make_vmas_env", "scenario_keywords", "scenario_label"]
+__all__ = ["check_scenario_kwargs", "env_names", "load_scenario", "make_vmas_env", "scenario_keywords",
+           "scenario_label"]
 
 # vmas.make_env options that are not scenario keywords; VmasEnv takes the ones it supports explicitly.
 _MAKE_ENV_OPTIONS = (
@@ -56,7 +57,11 @@ def make_vmas_env(scenario: BaseScenario, scenario_kwargs: dict[str, Any], *, en
         else:
             warnings.warn_explicit(record.message, record.category, record.filename, record.lineno)
     if unused:
-        _check_unused_kwargs(scenario_label(scenario), scenario, scenario_kwargs, unused, env_level)
+        # VMAS's scenarios read **kwargs as they please: theirs are declared; one of your own lists those it used
+        declared = scenario_keywords(scenario)
+        known = sorted(declared) if declared is not None else list(scenario_kwargs)
+        check_kwargs(f"VMAS scenario {scenario_label(scenario)!r}", [k for k in known if k not in unused],
+                     dict.fromkeys(unused), env=env_level, kind="the scenario's")
     return env
 
 
@@ -96,13 +101,3 @@ def scenario_keywords(scenario: BaseScenario) -> keywords.Keywords | None:
         return None
     return keywords.declared("vmas", path.stem)
 
-
-def _check_unused_kwargs(label: str, scenario: BaseScenario, given: dict[str, Any], unused: list[str],
-                         env_level: Sequence[str]) -> None:
-    """The keyword error for the keywords VMAS warned the scenario does not use, with the scenario's keywords
-    (VMAS's scenarios read ``**kwargs`` as they please: their keywords are declared; a scenario of your own is
-    listed with the keywords it used)."""
-    declared = scenario_keywords(scenario)
-    known = sorted(declared) if declared is not None else list(given)
-    check_kwargs(f"VMAS scenario {label!r}", [k for k in known if k not in unused], dict.fromkeys(unused),
-                 env=env_level, kind="the scenario's")

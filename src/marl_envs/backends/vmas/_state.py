@@ -51,19 +51,13 @@ _WALKABLE: dict[type, bool] = {}  # type -> whether its objects are walked (deci
 def _walkable(obj: Any) -> bool:
     walkable = _WALKABLE.get(type(obj))
     if walkable is None:
-        walkable = _WALKABLE[type(obj)] = _walkable_type_of(obj)
+        module = type(obj).__module__
+        ours = module.partition(".")[0] not in _FOREIGN_PACKAGES and not module.startswith("vmas.simulator.rendering")
+        walkable = _WALKABLE[type(obj)] = isinstance(obj, (dict, list, tuple, set, frozenset)) or (
+            not isinstance(obj, (*_OPAQUE, torch.Tensor, np.ndarray)) and hasattr(obj, "__dict__")
+            # torch.distributions objects (sampling's per-env Gaussians) are plain holders of per-env tensors
+            and (ours or module.startswith("torch.distributions")))
     return walkable
-
-
-def _walkable_type_of(obj: Any) -> bool:
-    if isinstance(obj, (dict, list, tuple, set, frozenset)):
-        return True
-    if isinstance(obj, _OPAQUE) or isinstance(obj, (torch.Tensor, np.ndarray)) or not hasattr(obj, "__dict__"):
-        return False
-    module = type(obj).__module__
-    if module.startswith("torch.distributions"):
-        return True  # e.g. sampling's per-env Gaussians: plain holders of per-env tensors
-    return module.partition(".")[0] not in _FOREIGN_PACKAGES and not module.startswith("vmas.simulator.rendering")
 
 
 def _members(obj: Any) -> dict | list | tuple | None:
@@ -114,21 +108,17 @@ def _is_batched(value: torch.Tensor | np.ndarray, key: Any, batch_dim: int) -> b
 
 
 class StateSnapshot:
-    """Everything reachable from ``roots`` that a reset could change, taken before a masked reset.
-
-    ``merge(mask)`` then makes the live state equal to: the current values on the rows where ``mask`` is True,
-    and the snapshot everywhere else (per-env rows of the other envs, and all shared state). A slot the reset
-    pointed at another existing object (a goal landmark, a permutation of passages) is shared structure and
-    points back; a slot it pointed at a fresh object of the same type (new per-env Gaussians built from the
-    new positions) keeps the fresh object, whose contents are merged with the old one's, recursively.
-    """
+    """Everything reachable from ``roots`` that a reset could change, taken before a masked reset; ``merge(mask)``
+    keeps the rows ``mask`` selects and puts back everything else, by the rule of the module docstring (a slot the
+    reset pointed at another existing object, a goal landmark, points back; one it pointed at a fresh object of the
+    same type keeps it, its contents merged with the old one's)."""
 
     def __init__(self, roots: list[Any], batch_dim: int):
         self.batch_dim = batch_dim
         self.members: dict[int, dict | list] = {}  # id(container) -> its members-snapshot
-        self.clones: dict[int, torch.Tensor | np.ndarray] = {}  # id(tensor) -> copy of its values
-        self.versions: dict[int, int] = {}  # id(tensor) -> its version counter
-        self._keep: list[Any] = []  # keep snapshotted tensors alive so their ids stay unique
+        # id(tensor) -> a copy of its values / its version counter (``containers`` holds each tensor: ids stay unique)
+        self.clones: dict[int, torch.Tensor | np.ndarray] = {}
+        self.versions: dict[int, int] = {}
         # Live tensors already holding the merge for ``_last_mask``: id -> (tensor, version after the merge).
         self._settled: dict[int, tuple[torch.Tensor, int]] = {}
         self._last_mask: torch.Tensor | None = None
@@ -137,22 +127,11 @@ class StateSnapshot:
         for container, copy in self.containers:
             self.members[id(container)] = copy
             for value in _values(copy):
-                if isinstance(value, (torch.Tensor, np.ndarray)):
-                    self._record(value)
-
-    def _is_batched(self, value: torch.Tensor | np.ndarray, key: Any) -> bool:
-        return _is_batched(value, key, self.batch_dim)
-
-    def _record(self, value: torch.Tensor | np.ndarray) -> None:
-        key = id(value)
-        if key in self.clones:
-            return
-        self._keep.append(value)
-        if isinstance(value, np.ndarray):
-            self.clones[key] = value.copy()
-        else:
-            self.clones[key] = value.detach().clone()
-            self.versions[key] = value._version
+                if isinstance(value, np.ndarray) and id(value) not in self.clones:
+                    self.clones[id(value)] = value.copy()
+                elif isinstance(value, torch.Tensor) and id(value) not in self.clones:
+                    self.clones[id(value)] = value.detach().clone()
+                    self.versions[id(value)] = value._version
 
     def merge(self, mask: torch.Tensor) -> bool:
         """Keep the current values on the rows where ``mask`` is True; restore the snapshot everywhere else.
@@ -221,19 +200,15 @@ class _Merge:
     def tensor(self, before: torch.Tensor, now: Any, key: Any) -> Any:
         snapshot = self.snapshot
         old = snapshot.clones[id(before)]
-        if not snapshot._is_batched(before, key):  # shared: restore it
-            if before._version != snapshot.versions[id(before)]:
+        # Shared state, or a per-env slot the reset filled with another shape or dtype: put back as it was.
+        if not _is_batched(before, key, snapshot.batch_dim) or not isinstance(now, torch.Tensor) or (
+                now.shape != before.shape or now.dtype != before.dtype):
+            changed = before._version != snapshot.versions[id(before)]
+            if changed:
                 with torch.no_grad():
                     before.copy_(old)
                 snapshot.versions[id(before)] = before._version
-                self.restored_shared = True
-            self.restored_shared |= now is not before
-            return before
-        if not isinstance(now, torch.Tensor) or now.shape != before.shape or now.dtype != before.dtype:
-            if before._version != snapshot.versions[id(before)]:
-                with torch.no_grad():
-                    before.copy_(old)
-            self.restored_shared = True
+            self.restored_shared |= changed or now is not before
             return before
         if id(now) in self.merged:
             return now
@@ -259,7 +234,8 @@ class _Merge:
 
     def array(self, before: np.ndarray, now: Any, key: Any) -> Any:
         old = self.snapshot.clones[id(before)]
-        if not self.snapshot._is_batched(before, key) or not isinstance(now, np.ndarray) or now.shape != before.shape:
+        if not (_is_batched(before, key, self.snapshot.batch_dim) and isinstance(now, np.ndarray)
+                and now.shape == before.shape):
             self.restored_shared |= now is not before or not np.array_equal(before, old)
             before[...] = old
             return before
@@ -440,10 +416,7 @@ class NarrowedWorld:
         with torch.no_grad():
             for value, copy, _ in self.shared.values():
                 if self._changed(value):
-                    if isinstance(value, np.ndarray):
-                        value[...] = copy
-                    else:
-                        value.copy_(copy)
+                    value[...] = copy  # a tensor or a numpy array
 
 
 def _row_memory(views: list[torch.Tensor]) -> torch.Tensor | None:
