@@ -1,9 +1,10 @@
 """marl_envs: batched multi-agent RL environments on PyTorch and TensorDict.
 
 >>> import marl_envs
->>> marl_envs.available_backends()
-['brax', 'gymnax', 'jaxmarl', 'jumanji', 'lbforaging', 'magent2', 'mamujoco', 'meltingpot', 'openspiel',
- 'pettingzoo', 'playground', 'rware', 'vmas']
+>>> "vmas" in marl_envs.available_backends()  # every family, installed or not
+True
+>>> marl_envs.available_envs("vmas")[:2]
+['vmas/asym_joint', 'vmas/balance']
 """
 
 import importlib

@@ -313,7 +313,8 @@ class BraxWrapper(JaxLibraryEnv):
 
 class JumanjiEnv(TorchRLEnv):
     """``torchrl.envs.JumanjiEnv``'s arguments, our Jumanji env inside: ``JumanjiEnv("RobotWarehouse-v0",
-    batch_size=(8,))``; the agents in their group, the shared fields at the root.
+    batch_size=(8,))``; the agents in their group, the shared fields at the root. ``jit`` is taken for TorchRL's
+    signature; the step is compiled whatever its value.
 
     Raises:
         ValueError: ``categorical_action_encoding=False``: our Jumanji actions are categorical (one per agent).
