@@ -271,6 +271,15 @@ def test_openspiel_games_reset_to_their_serialized_states(num_workers):
     env.close()
 
 
+def test_openspiel_reset_to_names_every_type_it_was_given():
+    """``reset_to``'s refusal names the types of the states given: a non-str among strs, not the first one's."""
+    _installed("openspiel")
+    env = marl_envs.make("openspiel/tic_tac_toe", num_envs=2, seed=0)
+    with pytest.raises(ValueError, match=r"per env: 2 here, got 2 \(int, str\)$"):
+        env.reset_to([env.game_states()[0], 0])
+    env.close()
+
+
 def test_openspiel_a_game_reset_to_its_end_stays_ended():
     """A saved game that had ended is done from ``reset_to`` on: a step leaves it ended, with rewards of 0, as
     stepping a game played to its end does."""

@@ -83,16 +83,6 @@ def _make(env_name: str) -> tuple[Any, Any]:
         return import_gymnax().make(env_name)
 
 
-
-def _horizon(params: Any) -> tuple[int, str] | None:
-    """The env's own time limit in env steps (``time`` reaches ``max_steps_in_episode``, a float in the bandits:
-    100.0) and the keyword that changes it; None for params without one."""
-    limit = getattr(params, "max_steps_in_episode", None)
-    if limit is None:
-        return None
-    return math.ceil(float(limit)), 'env_params={"max_steps_in_episode": N}'
-
-
 class _GymnaxModel(JaxModel):
     """The gymnax model: ``reset_env(key, params)`` and ``step_env(key, state, action, params)``."""
 
@@ -143,7 +133,9 @@ class GymnaxEnv(NamedRepr, JaxEnvBase):
                                  f"its parameters are {sorted(fields)}")
             params = params.replace(**env_params)
         self.env_name, self.gymnax_env, self.env_params = env_name, env, params
-        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=_horizon(params),
+        limit = getattr(params, "max_steps_in_episode", None)  # an episode ends as ``time`` reaches it (bandits: 100.0)
+        horizon = None if limit is None else (math.ceil(float(limit)), 'env_params={"max_steps_in_episode": N}')
+        super().__init__(num_envs=num_envs, device=device, max_steps=max_steps, horizon=horizon,
                          device_path=device_path)
         B, dev = self.num_envs, self.device
         obs_shape = tuple(jax.eval_shape(env.reset_env, jax.ShapeDtypeStruct((2,), jnp.uint32), params)[0].shape)

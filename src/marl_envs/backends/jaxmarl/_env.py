@@ -51,18 +51,16 @@ WORLD_STATE = "world_state"  # the observation entry of JaxMARL envs that give a
 # JaxMARL prints about its optional submodules when imported and when some envs are built: nothing to act on
 @functools.cache
 def import_jaxmarl():
-    """``jaxmarl``, all of it (every family, MABrax's Brax and MuJoCo included), imported quietly, after JAX is
-    configured (importing it starts JAX) and MuJoCo's headless rendering prepared (a Brax env built later must
-    still render). An env is built from its own module alone (``library_module``)."""
+    """All of ``jaxmarl``, quietly, after JAX is configured (importing it starts JAX) and MuJoCo's headless rendering
+    prepared (MABrax imports MuJoCo). An env is built from its own module alone (``library_module``)."""
     configure_jax()
     prepare_mujoco_gl()
     return quiet_import("jaxmarl", EVERY_WARNING, drop=EVERYTHING)
 
 
 def library_module(module: str):
-    """JaxMARL's ``module`` imported alone (``import_alone``: not ``jaxmarl``'s ``__init__``, which imports every
-    family), quietly, after JAX is configured; MuJoCo's headless rendering prepared first for MABrax's module
-    (it imports Brax, which imports MuJoCo)."""
+    """JaxMARL's ``module`` imported alone (not ``jaxmarl``'s ``__init__``, which imports every family), quietly,
+    after JAX is configured; MuJoCo's headless rendering prepared first for MABrax's (Brax imports MuJoCo)."""
     configure_jax()
     if module.startswith(_MABRAX):
         prepare_mujoco_gl()
@@ -70,8 +68,7 @@ def library_module(module: str):
 
 
 def library_class(env_name: str) -> Any:
-    """The class (or function) ``jaxmarl.make`` builds ``env_name`` (a name of ``env_names()``) with, from its
-    module alone (``CLASSES``)."""
+    """The class (or function) ``jaxmarl.make`` builds ``env_name`` with, from its module alone (``CLASSES``)."""
     module, _, attribute = CLASSES[library_name(env_name)].partition(":")
     try:
         return getattr(library_module(module), attribute)
@@ -88,9 +85,8 @@ def _instance(obj: Any, where: str) -> bool:
 
 
 def _mask_source(env: Any, state: Any) -> tuple[str | None, Any]:
-    """The method of ``env`` that gives its agents' action masks from a state, and their shapes: JaxMARL's
-    ``get_avail_actions``; where that raises ``NotImplementedError`` (Hanabi), ``get_legal_moves``; (None, None)
-    for an env with neither."""
+    """The method of ``env`` giving its agents' action masks from a state, and their shapes: ``get_avail_actions``,
+    else (it raises ``NotImplementedError`` in Hanabi) ``get_legal_moves``; (None, None) for an env with neither."""
     for method in ("get_avail_actions", "get_legal_moves"):
         if hasattr(env, method):
             try:
@@ -102,17 +98,7 @@ def _mask_source(env: Any, state: Any) -> tuple[str | None, Any]:
 
 def _agent_entry(value: Any, agents: list, index: int):
     """Agent ``index``'s entry of a JaxMARL per-agent output (a dict keyed by agent, a tuple, or an array)."""
-    if isinstance(value, dict):
-        return value[agents[index]]
-    return value[index]
-
-
-def _step_count(state: Any) -> jax.Array | None:
-    """The state's ``step`` counter, or that of the state it wraps (HeuristicEnemySMAX: ``state.state``)."""
-    for candidate in (state, getattr(state, "state", None)):
-        if hasattr(candidate, "step"):
-            return candidate.step
-    return None
+    return value[agents[index]] if isinstance(value, dict) else value[index]
 
 
 def _horizon(env: Any, name: str) -> tuple[int, str] | None:
@@ -127,8 +113,7 @@ def _horizon(env: Any, name: str) -> tuple[int, str] | None:
         return None
     # MPE and SMAX (HeuristicEnemySMAX wraps one) test ``step >= max_steps`` before counting the step
     counted_before = any(_instance(getattr(env, "_env", env), CLASSES[n]) for n in ("MPE_simple_v3", "SMAX"))
-    declared = keywords.declared("jaxmarl", name)  # None: not declared (facmac_3a: built by a function)
-    if declared is not None and "max_steps" in declared:
+    if "max_steps" in (keywords.declared("jaxmarl", name) or ()):  # None: not declared (facmac_3a: a function)
         how = 'env_kwargs={"max_steps": N}'
     elif _instance(env, CLASSES["switch_riddle"]):
         how = "num_agents=N: 4 * N - 6 steps"
@@ -143,13 +128,11 @@ class _JaxMarlModel(JaxModel):
 
     def __init__(self, env, *, name: str, agents: list, groups: dict[str, list[int]], masks: str | None,
                  separate: bool, world_state: bool, num_envs: int, device):
-        self.env, self.label, self.agents, self.groups = env, f"JaxMARL {name}", agents, groups
-        self._world_state = world_state
+        self.env, self.name, self.label, self.agents, self.groups = env, name, f"JaxMARL {name}", agents, groups
+        self._masks, self._separate, self._world_state = masks, separate, world_state
         # which of the agents are allies; a team's win is read off the state (``unit_alive``, the allies' units
         # first, as JaxMARL numbers them)
         self._allies = [str(a).startswith("ally") for a in agents] if name in _BATTLES else None
-        self.name = name
-        self._masks, self._separate = masks, separate
         limit = getattr(env, "max_steps", None)
         self._max_steps = limit if isinstance(limit, (int, np.integer)) else None
         self._setup(num_envs=num_envs, device=device)
@@ -187,7 +170,8 @@ class _JaxMarlModel(JaxModel):
         info = getattr(state, "info", None)
         if isinstance(info, dict) and "truncation" in info:  # MABrax: set by the EpisodeWrapper, not on a fall
             return jnp.asarray(info["truncation"]).reshape(()) > 0
-        step = _step_count(state)
+        inner = getattr(state, "state", None)  # HeuristicEnemySMAX's state wraps SMAX's
+        step = getattr(state, "step", getattr(inner, "step", None))
         if self._max_steps is not None and step is not None:
             return step >= self._max_steps
         return False
@@ -235,7 +219,6 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
                  device_path: bool | None = None, **kwargs: Any):
         env_name = shell_safe(env_name, "JaxMARL env")
         check(env_name, {"env_kwargs": env_kwargs, **kwargs})  # name, SMAX map and keywords, before JaxMARL's import
-        library = library_name(env_name)
         env_kwargs = {**(env_kwargs or {}), **kwargs}  # check refused a keyword given twice
         if isinstance(env_kwargs.get("scenario"), str):  # a SMAX map by name (checked above): "3m", "2s3z", ...
             maps = library_module(CLASSES["SMAX"].partition(":")[0]).MAP_NAME_TO_SCENARIO
@@ -256,7 +239,7 @@ class JaxMarlEnv(NamedRepr, JaxEnvBase):
         names_ = [str(a) for a in agents]
         one_obs = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
         masks, avail = _mask_source(env, one_obs[1])
-        separate = library in _SEPARATE_ENDS
+        separate = env_name in _SEPARATE_ENDS
         # a global state for a centralised critic, at the root "state", where JaxMARL's observations carry one
         world_state = isinstance(one_obs[0], dict) and WORLD_STATE in one_obs[0]
         specs = {}

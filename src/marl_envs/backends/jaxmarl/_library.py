@@ -13,7 +13,6 @@ installed JaxMARL (``jaxmarl.registered_envs``, ``jaxmarl.make``'s source, ``MAP
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from ..._core import keywords
@@ -175,12 +174,9 @@ def _overcooked(name: str) -> str:
             f"jaxmarl/overcooked_v2 layout={chosen}; or jaxmarl/overcooked)")
 
 
-_COUNTERPARTS: dict[str, Callable[[str], str]] = {"smac": _smac, "smacv2": _smacv2, "overcooked": _overcooked}
-
-
 def counterpart(family: str, name: str) -> str | None:
     """What JaxMARL has nearest to ``<family>/<name>`` of a library that is no family here
     (``marl_envs.registry.Backend.counterpart``): SMAC's and SMACv2's maps are SMAX's, Overcooked-AI's layouts
     ``overcooked_v2``'s; None for another family."""
-    nearest = _COUNTERPARTS.get(family.lower())
+    nearest = {"smac": _smac, "smacv2": _smacv2, "overcooked": _overcooked}.get(family.lower())
     return None if nearest is None else nearest(name)

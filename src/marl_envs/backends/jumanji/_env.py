@@ -168,18 +168,16 @@ class _JumanjiModel(JaxModel):
 
     def _per_group(self, key: tuple[str, ...], value: jax.Array, shape: tuple[int, ...] | None = None) -> dict:
         """``{(group, *key): its agents' rows of the per-agent ``value``}`` (a scalar is every agent's)."""
-        n = len(self._agent_order)
-        value = jnp.broadcast_to(value, (n,)) if value.ndim == 0 else value
+        value = jnp.broadcast_to(value, self._agent_order.shape) if value.ndim == 0 else value
         return {(g, *key): value[members] if shape is None else value[members].reshape(len(members), *shape)
                 for g, members in self._groups.items()}
 
     def _observations(self, timestep: Any) -> dict:
         """The observation's entries: the shared fields at the root, the per-agent ones and the extras by group."""
         observation = timestep.observation
-        out = {f.key: f.read(observation) for f in self._fields if not f.per_agent}
+        out = {}
         for f in self._fields:
-            if f.per_agent:
-                out.update(self._per_group(f.key, f.read(observation)))
+            out.update(self._per_group(f.key, f.read(observation)) if f.per_agent else {f.key: f.read(observation)})
         for e in self._extras:
             out.update(self._per_group(("info", e), jnp.asarray(timestep.extras[e]), (1,)))
         return out
@@ -206,7 +204,8 @@ class _JumanjiModel(JaxModel):
 
 
 def _fields(name: str, observation: Any, n: int) -> list[_Field]:
-    """The observation's leaves as ``_Field``s: per-agent fields first (the action mask last of them)."""
+    """The observation's leaves as ``_Field``s (and the agents' views, ``_VIEWS``): per-agent fields first (the
+    action mask last of them)."""
     per_agent = PER_AGENT[name]
     fields = []
     for path, leaf in tree_paths(observation):
@@ -218,6 +217,8 @@ def _fields(name: str, observation: Any, n: int) -> list[_Field]:
             fields.append(_Field(path, key, tuple(leaf.shape[1:]), leaf.dtype, True))
         else:
             fields.append(_Field(path, path, tuple(leaf.shape), leaf.dtype, False))
+    if name in _VIEWS:
+        fields.append(_AgentViews(next(f for f in fields if f.path == _VIEWS[name]), n))
     return sorted(fields, key=lambda f: (not f.per_agent, f.key == ("action_mask",)))
 
 
@@ -251,10 +252,6 @@ def _composite(flat: dict[tuple[str, ...] | str, Any], shape: tuple[int, ...], d
                 out[key[:depth]] = Composite(shape=shape, device=device)
         out[key] = spec
     return out
-
-
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return torch.from_numpy(np.zeros(0, dtype)).dtype
 
 
 class JumanjiEnv(NamedRepr, JaxEnvBase):
@@ -302,10 +299,6 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         n = int(action_spec.shape[0])
         state, timestep = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
         fields = _fields(env_name, timestep.observation, n)
-        if env_name in _VIEWS:  # before the per-agent action mask, which stays the last per-agent field
-            seen = next(f for f in fields if f.path == _VIEWS[env_name])
-            at = next((i for i, f in enumerate(fields) if f.key == ("action_mask",)), len(fields))
-            fields.insert(at, _AgentViews(seen, n))
         mask = next((f for f in fields if f.key == ("action_mask",)), None)
         action, width = _action_spec(env_name, action_spec, mask, n, dev)
         stepped = jax.eval_shape(env.step, state, jax.ShapeDtypeStruct(action_spec.shape, action_spec.dtype))[1]
@@ -322,15 +315,16 @@ class JumanjiEnv(NamedRepr, JaxEnvBase):
         groups = self._group_agents(specs, group_map)
         index = {a: i for i, a in enumerate(specs)}
         B = self.num_envs
-        shared = {f.key: Unbounded((B, *f.shape), dtype=_torch_dtype(f.dtype), device=dev)
+        shared = {f.key: Unbounded((B, *f.shape), dtype=torch.from_numpy(np.zeros(0, f.dtype)).dtype, device=dev)
                   for f in fields if not f.per_agent}
         self._declare_specs(groups, **_composite(shared, (B,), dev))
         described = _field_meanings(timestep.observation)
         self._meanings = {f.key if len(f.key) > 1 else f.key[0]: f"shared by every agent: {described[f.path[0]]}"
                           for f in fields if not f.per_agent and f.path[0] in described}
         if env_name in _VIEWS:
-            self._meanings.update({(g, "observation"): "each agent's view of the grid: channel 0 its own path, position "
-                                   "and target (1, 2, 3), channel 1 the other agents' (1, 2, 3)" for g in groups})
+            self._meanings.update({(g, "observation"): "each agent's view of the grid: channel 0 its own path, "
+                                   "position and target (1, 2, 3), channel 1 the other agents' (1, 2, 3)"
+                                   for g in groups})
         self._set_model(_JumanjiModel(env, name=env_name, fields=fields, extras=extras, action_width=width,
                                       groups={g: [index[a] for a in m] for g, m in self.group_map.items()},
                                       action_dtype=action_spec.dtype, separate=separate, num_envs=num_envs,

@@ -74,9 +74,8 @@ class TeamShard(Shard):
         if not self.direct:
             super().step(decoded)
             return
-        b, lo, hi = self.buffers, self.lo, self.hi
+        lo, hi, arrays = self.lo, self.hi, self.buffers.step
         actions = self._wired_by_agent()
-        arrays = b.step
         arrays.clear(lo, hi)
         for i in range(lo, hi):
             self.current = i

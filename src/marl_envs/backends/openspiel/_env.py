@@ -57,11 +57,9 @@ class _Game:
 
     def __init__(self, name: str, params: dict[str, Any]):
         self.game = _load_game(name, params)
-        kind = self.game.get_type()
-        self.use_observation = kind.provides_observation_tensor
-        shape = (self.game.observation_tensor_shape() if self.use_observation
-                 else self.game.information_state_tensor_shape())
-        self.shape = tuple(shape)
+        self.use_observation = self.game.get_type().provides_observation_tensor
+        self.shape = tuple(self.game.observation_tensor_shape() if self.use_observation
+                           else self.game.information_state_tensor_shape())
         self.n_actions = self.game.num_distinct_actions()
         self.players = list(range(self.game.num_players()))
         self.agents = [f"player_{p}" for p in self.players]
@@ -123,12 +121,11 @@ class _Game:
         """``(terminated, truncated)`` of the game as it stands: a state ended by the horizon alone is truncated."""
         return self.state.is_terminal() and not self.cut, self.cut
 
-    def rewards(self) -> dict[str, float]:
-        """The change of every player's return since the last call (kept in ``last``)."""
+    def rewards(self) -> None:
+        """``last``: the change of every player's return since the last call."""
         now = self.state.returns()
         self.last = [a - b for a, b in zip(now, self.returns)]
         self.returns = now
-        return dict(zip(self.agents, self.last))
 
     def tensor(self, player: int) -> list[float]:
         """The player's observation tensor (information-state tensor for games without one), flat."""
@@ -149,16 +146,14 @@ class _Game:
         return text_image(str(self.state)) if mode == "rgb_array" else str(self.state)
 
 
-class OpenSpielAEC(AECEnv):
-    """A turn-based OpenSpiel game through PettingZoo's AEC API (``agent_selection`` is the player to act)."""
-
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": RENDER_MODES, "is_parallelizable": False}
+class _GameView:
+    """What the AEC and parallel views share: one ``_Game``, its agents and spaces, its drawing."""
 
     def __init__(self, name: str, render_mode: str | None = None, **params: Any):
         super().__init__()
         self.core = _Game(name, params)
         self.possible_agents = list(self.core.agents)
-        self.agents = []
+        self.agents: list[str] = []
         self.render_mode = render_mode
 
     def observation_space(self, agent: str) -> spaces.Space:
@@ -166,6 +161,18 @@ class OpenSpielAEC(AECEnv):
 
     def action_space(self, agent: str) -> spaces.Space:
         return self.core.act_space
+
+    def render(self) -> str | np.ndarray:
+        return self.core.render(self.render_mode)
+
+    def close(self) -> None:
+        pass
+
+
+class OpenSpielAEC(_GameView, AECEnv):
+    """A turn-based OpenSpiel game through PettingZoo's AEC API (``agent_selection`` is the player to act)."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": RENDER_MODES, "is_parallelizable": False}
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         return self.core.observe(self.possible_agents.index(agent))
@@ -211,30 +218,12 @@ class OpenSpielAEC(AECEnv):
         core.play([action] * len(self.possible_agents))  # the acting player's action, wherever it sits
         self._sync()
 
-    def render(self) -> str | np.ndarray:
-        return self.core.render(self.render_mode)
 
-    def close(self) -> None:
-        pass
-
-
-class OpenSpielParallel(ParallelEnv):
+class OpenSpielParallel(_GameView, ParallelEnv):
     """A simultaneous-move OpenSpiel game through PettingZoo's parallel API (a turn-based node inside it applies
     the acting player's action only)."""
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": RENDER_MODES, "is_parallelizable": True}
-
-    def __init__(self, name: str, render_mode: str | None = None, **params: Any):
-        self.core = _Game(name, params)
-        self.possible_agents = list(self.core.agents)
-        self.agents: list[str] = []
-        self.render_mode = render_mode
-
-    def observation_space(self, agent: str) -> spaces.Space:
-        return self.core.obs_space
-
-    def action_space(self, agent: str) -> spaces.Space:
-        return self.core.act_space
 
     def _observations(self) -> dict[str, dict]:
         return {agent: self.core.observe(p) for p, agent in enumerate(self.possible_agents)}
@@ -258,12 +247,6 @@ class OpenSpielParallel(ParallelEnv):
         if core.state.is_terminal():
             self.agents = []
         return out
-
-    def render(self) -> str | np.ndarray:
-        return self.core.render(self.render_mode)
-
-    def close(self) -> None:
-        pass
 
 
 class GameShard(Shard):
@@ -329,10 +312,7 @@ class GameShard(Shard):
         n, P = len(rows), len(players)
         if not n:
             return
-        tensors: list[float] = []
-        masks: list[int] = []
-        rewards: list[float] = []
-        ended, cut, chance, acting = [], [], [], []
+        tensors, masks, rewards, ended, cut, chance, acting = [], [], [], [], [], [], []
         for i in rows:
             view = self.instances[i - self.lo]
             game = view.core
@@ -430,13 +410,14 @@ class OpenSpielEnv(PettingZooEnv):
         their step count from 0, chance outcomes after them drawn as after a reset.
 
         Raises:
-            ValueError: not one state per env.
+            ValueError: not one state, a str, per env.
             InstanceError: OpenSpiel cannot read a state (its message).
         """
         states = list(states)
         if len(states) != self.num_envs or not all(isinstance(state, str) for state in states):
+            kinds = ", ".join(sorted({type(state).__name__ for state in states}))  # every type given, not the first's
             raise ValueError(f"reset_to takes one serialized game state (a str, env.game_states()'s) per env: "
-                             f"{self.num_envs} here, got {len(states)} ({type(states[0]).__name__ if states else ''})")
+                             f"{self.num_envs} here, got {len(states)} ({kinds})")
         self._restoring = states
         try:
             return self.reset(tensordict)

@@ -68,8 +68,8 @@ def _robot(task: str) -> str | None:
 @functools.cache
 def _suffix(robot: str) -> str:
     """``6x1``, ``2x3``, ``9-12``: the agents' joint counts (``NxK`` when all agents drive K joints)."""
-    task = next(t for t in _suite() if t.startswith(robot))
-    sizes = [len(joints) for joints in scenes.partition(_model(task), SPLITS[robot])]
+    model = scenes.RobotModel.from_mj_model(_load(next(t for t in _suite() if t.startswith(robot))).mj_model)
+    sizes = [len(joints) for joints in scenes.partition(model, SPLITS[robot])]
     return f"{len(sizes)}x{sizes[0]}" if len(set(sizes)) == 1 else "-".join(map(str, sizes))
 
 
@@ -91,10 +91,6 @@ def _load(task: str, config: dict[str, Any] | None = None):
         return registry.load(task, config_overrides=overrides)
 
 
-def _model(task: str) -> scenes.RobotModel:
-    return scenes.RobotModel.from_mj_model(_load(task).mj_model)
-
-
 def observation_dependence(env, *, states: int = 2, seed: int = 0, eps: float = 1e-3) -> list[set[int]]:
     """For each entry of ``env``'s observation, the joints it depends on: those a change of whose ``qpos`` or
     ``qvel`` entries (by ``eps``, both ways) changes the entry, at ``states`` random states around the model's rest
@@ -110,26 +106,23 @@ def observation_dependence(env, *, states: int = 2, seed: int = 0, eps: float = 
     observe = jax.jit(lambda data: env._get_obs(data, info).reshape(-1))
     data = mujoco.MjData(m)
 
-    def obs_at(qpos: np.ndarray, qvel: np.ndarray) -> np.ndarray:
-        data.qpos[:], data.qvel[:] = qpos, qvel
+    def obs_at(point: np.ndarray) -> np.ndarray:  # point: qpos, then qvel
+        data.qpos[:], data.qvel[:] = point[:m.nq], point[m.nq:]
         mujoco.mj_forward(m, data)
         return np.asarray(observe(mjx.put_data(m, data, impl="jax")))
 
     rng = np.random.default_rng(seed)
     depends: list[set[int]] = []
     for _ in range(states):
-        qpos, qvel = m.qpos0 + 0.3 * rng.standard_normal(m.nq), rng.standard_normal(m.nv)
-        depends = depends or [set() for _ in obs_at(qpos, qvel)]
+        point = np.concatenate([m.qpos0 + 0.3 * rng.standard_normal(m.nq), rng.standard_normal(m.nv)])
+        depends = depends or [set() for _ in obs_at(point)]
         for joint in range(len(model.joint_names)):
-            for vector, indices in ((qpos, model.joint_qpos[joint]), (qvel, model.joint_qvel[joint])):
-                for i in indices:
-                    up, down = vector.copy(), vector.copy()
-                    up[i] += eps
-                    down[i] -= eps
-                    pair = [obs_at(up, qvel) if vector is qpos else obs_at(qpos, up),
-                            obs_at(down, qvel) if vector is qpos else obs_at(qpos, down)]
-                    for entry in np.flatnonzero(pair[0] != pair[1]):
-                        depends[entry].add(joint)
+            for i in (*model.joint_qpos[joint], *(m.nq + v for v in model.joint_qvel[joint])):
+                up, down = point.copy(), point.copy()
+                up[i] += eps
+                down[i] -= eps
+                for entry in np.flatnonzero(obs_at(up) != obs_at(down)):
+                    depends[entry].add(joint)
     return depends
 
 
