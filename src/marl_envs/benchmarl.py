@@ -288,9 +288,8 @@ def _task(name: str, flatten_observations: bool, env_kwargs: dict[str, Any], pas
                              f"max_steps steps: pass it, {pass_max_steps} (episodes the env ends earlier still end "
                              f"there)")
         kinds, switchable = {action_kind(probe)}, False
-        other = DISCRETE if CONTINUOUS in kinds else CONTINUOUS
-        try:
-            flipped = make(name, num_envs=1, continuous_actions=other == CONTINUOUS, **env_kwargs)
+        try:  # the other kind
+            flipped = make(name, num_envs=1, continuous_actions=CONTINUOUS not in kinds, **env_kwargs)
         except TypeError as err:  # the env has one action kind
             if "continuous_actions" not in str(err):
                 raise

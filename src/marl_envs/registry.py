@@ -30,8 +30,8 @@ if TYPE_CHECKING:  # torch is imported by what builds envs, not by listing names
     from ._core.env import EnvBase
 
 __all__ = [
-    "Backend", "available_backends", "available_envs", "backend_installed", "backend_record", "backends", "backend_module", "make",
-    "register", "register_backend", "UnknownEnvName", "unknown_env",
+    "Backend", "available_backends", "available_envs", "backend_installed", "backend_record", "backends",
+    "backend_module", "make", "register", "register_backend", "UnknownEnvName", "unknown_env",
 ]
 
 
@@ -113,21 +113,16 @@ class Backend:
         if not self.env_class:
             raise TypeError(f"the {self.name} backend's record names no env_class to build {name!r} with")
         if self.check:
-            module, _, function = self.check.partition(":")
-            getattr(importlib.import_module(module), function)(name, kwargs)
+            _imported(self.check)(name, kwargs)
         return getattr(self.implementation(), self.env_class)(name, **kwargs)
 
     def nearest(self, family: str, name: str) -> str | None:
         """What of its envs comes nearest to ``<family>/<name>`` of another library (``counterpart``), or None."""
-        if not self.counterpart:
-            return None
-        module, _, function = self.counterpart.partition(":")
-        return getattr(importlib.import_module(module), function)(family, name)
+        return _imported(self.counterpart)(family, name) if self.counterpart else None
 
     def references(self) -> Any:
         """Its ``marl_envs.bench.References`` (``bench``), imported now."""
-        module, _, attribute = self.bench.partition(":")
-        return getattr(importlib.import_module(module), attribute or "BENCH")
+        return _imported(self.bench, "BENCH")
 
     def live_names(self) -> list[str]:
         """Its names as its ``env_names()`` lists them (imports it), sorted, with the prefix."""
@@ -143,6 +138,11 @@ class Backend:
 
         return lazy_names(self.module, sources or {}, default="._env", before=lambda: backend_module(self.name),
                           values={"make_env": lambda: self.make_env})
+
+
+def _imported(reference: str, default: str = "") -> Any:
+    module, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module), attribute or default)
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -229,8 +229,8 @@ def _installed(backend: str) -> Backend:
         ImportError: its libraries are not installed (the message names the pip extra).
     """
     spec = backend_record(backend)
-    if not backend_installed(backend):
-        missing = [p for p in spec.packages if importlib.util.find_spec(p) is None]
+    missing = [p for p in spec.packages if importlib.util.find_spec(p) is None]
+    if missing:
         raise ImportError(
             f"the {backend} backend needs {', '.join(missing)}, which is not installed; "
             f"install it with: pip install 'marl-envs[{spec.extra}]'"
@@ -242,9 +242,7 @@ def _backend_names(backend: str) -> list[str]:
     """``backend``'s names (``"vmas/balance"``, ...), without importing it where the snapshot or the user cache
     has them for the installed versions (``marl_envs._core.names``)."""
     if backend not in _NAME_CACHE:
-        if not backend_installed(backend):
-            backend_module(backend)  # raises the ImportError that names the pip extra
-        versions = _names.stamp(_BACKENDS[backend].extra)
+        versions = _names.stamp(_installed(backend).extra)  # the ImportError that names the pip extra
         names = _names.lookup(backend, versions)
         if names is None:
             names = _live_names(backend)
@@ -323,7 +321,7 @@ def make(name: str, **kwargs: Any) -> EnvBase:
         factory = _USER_ENVS[name]
         check_kwargs(repr(name), factory, kwargs)
         return factory(**kwargs)
-    backend, _, env_name = name.partition("/")
+    backend = name.partition("/")[0]
     if backend in _BACKENDS:
         name = shell_safe(name)
         env_name = name.partition("/")[2]
@@ -348,7 +346,8 @@ def register(name: str, factory: Callable[..., EnvBase], *, overwrite: bool = Fa
     if "/" in name and backend in _BACKENDS:
         raise ValueError(f"names starting with {backend + '/'!r} belong to the {backend} backend; pick another prefix")
     if not callable(factory):
-        raise TypeError(f"factory for {name!r} must be callable (a class or function returning an env), got {factory!r}")
+        raise TypeError(f"factory for {name!r} must be callable (a class or function returning an env), "
+                        f"got {factory!r}")
     if name in _USER_ENVS and not overwrite:
         raise ValueError(f"env {name!r} is already registered; pass overwrite=True to replace it")
     _USER_ENVS[name] = factory

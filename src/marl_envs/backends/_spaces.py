@@ -43,11 +43,6 @@ def value_dtype(dtype: Any) -> np.dtype:
     return np.dtype(np.float32) if dtype.kind == "f" else dtype
 
 
-def _kind(space: Any) -> str | None:
-    """The space's kind: the first of its classes (its own, then its bases) named as a kind in ``_KINDS``."""
-    return next((cls.__name__ for cls in type(space).__mro__ if cls.__name__ in _KINDS), None)
-
-
 def space_spec(space: Any, device: torch.device | str | None = None, *, categorical: bool = True,
                where: str = "the env") -> TensorSpec | Composite:
     """The spec, without batch dims, of the values of ``space``.
@@ -61,7 +56,7 @@ def space_spec(space: Any, device: torch.device | str | None = None, *, categori
     Raises:
         TypeError: another kind of space, or a MultiDiscrete space whose ``nvec`` is not 1-d.
     """
-    kind = _kind(space)
+    kind = next((cls.__name__ for cls in type(space).__mro__ if cls.__name__ in _KINDS), None)
     if kind == "Dict":
         return Composite({key: space_spec(sub, device, categorical=categorical, where=f"{where}[{key!r}]")
                           for key, sub in space.spaces.items()}, device=device)

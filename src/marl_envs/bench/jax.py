@@ -39,7 +39,7 @@ def torch_bridge(device: torch.device) -> tuple[Callable[[torch.Tensor], Any], C
     return (lambda tensor: tensor.numpy()), (lambda array: torch.from_numpy(np.asarray(array)))
 
 
-class BridgeLoop:
+class BridgeLoop(JaxLoop):
     """The same compiled step as a ``JaxLoop``, driven from torch: each step's action handed from a torch tensor to
     JAX, and the outputs a learner reads (``outputs(state)``: arrays) handed to torch (``torch_bridge``), which
     waits for the step. What a torch learner that steps the raw library through its own bridge runs: ours does the
@@ -70,21 +70,12 @@ class BridgeLoop:
             read = [to_torch(array) for array in outputs(state)]
         self.state, self.read = state, read
 
-    def sync(self) -> None:
-        jax.block_until_ready(self.state)
 
-
-class ScanLoop:
-    """``state = fn(state, chunk)`` per chunk of steps: a ``lax.scan`` rollout, no Python per step."""
-
-    def __init__(self, fn, state, chunks: dict[tuple[int, int], Any]):
-        self.fn, self.state, self.chunks = fn, state, chunks
+class ScanLoop(JaxLoop):
+    """``state = fn(state, inputs[start, stop])`` per chunk of steps: a ``lax.scan`` rollout, no Python per step."""
 
     def __call__(self, steps: range) -> None:
-        self.state = self.fn(self.state, self.chunks[steps.start, steps.stop])
-
-    def sync(self) -> None:
-        jax.block_until_ready(self.state)
+        self.state = self.fn(self.state, self.inputs[steps.start, steps.stop])
 
 
 def compile_step(step: Callable, carry: Any, example: Any) -> tuple[Any, float]:

@@ -173,10 +173,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _message(err: Exception) -> str:
-    return str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)  # a KeyError's str() is a repr
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``marl-envs`` on ``argv`` (default ``sys.argv[1:]``) and return its exit status (``EPILOG``)."""
     parser = build_parser()
@@ -198,7 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status = args.func(args)
     except (ValueError, ImportError, TypeError, KeyError) as err:
-        print(f"error: {_message(err)}", file=sys.stderr)
+        # a KeyError's str() is a repr
+        message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+        print(f"error: {message}", file=sys.stderr)
         return EXIT_ERROR
     if args.command == "demo":
         print(f"\ndone in {time.perf_counter() - start:.0f} s")

@@ -60,7 +60,8 @@ def random_rollout(name: str = "vmas/balance", num_envs: int = 1024, steps: int 
     if bar is not None:
         bar.close()
     rate = num_envs * steps / elapsed
-    print(f"{name}: {num_envs * steps:,} env-steps in {elapsed:.2f} s = {rate:,.0f} env-steps/s, {episodes} episodes ended")
+    print(f"{name}: {num_envs * steps:,} env-steps in {elapsed:.2f} s = {rate:,.0f} env-steps/s, "
+          f"{episodes} episodes ended")
     env.close()
     return rate
 

@@ -139,11 +139,9 @@ def keyword_rows(env: EnvBase, library: str) -> list[tuple[str, str, str]]:
     its library's as the backend declares them (``env.library_keywords``), taken by ``library``; ``?`` where the
     default is not a constant (computed, or none)."""
     cls = type(env)
-    rows = []
-    for param in list(inspect.signature(cls.__init__).parameters.values())[1:]:
-        if param.kind is param.KEYWORD_ONLY or (param.kind is param.POSITIONAL_OR_KEYWORD
-                                                and param.default is not param.empty):
-            rows.append((param.name, "required" if param.default is param.empty else repr(param.default), cls.__name__))
+    rows = [(p.name, "required" if p.default is p.empty else repr(p.default), cls.__name__)
+            for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+            if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)]
     declared = getattr(env, "library_keywords", None) or {}
     return rows + [(name, "?" if default is None else default, library) for name, default in declared.items()]
 

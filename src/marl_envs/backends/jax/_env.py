@@ -9,6 +9,8 @@ torch reads as views. ``jax_functions()`` is the functional JAX face of the same
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -21,11 +23,13 @@ from tensordict import TensorDictBase
 
 from ..._core.agents import nest_keys
 from ..._core.env import EnvBase
+from ..._core.leaf_specs import as_tuple
 from ..._core.messages import check_name  # the families' own name checks, shared with their light modules
 from ...distributed import jax_device
 from ...specs import Composite
 from ._executor import JaxExecutor
 from ._model import JaxModel, ModelLayout, env_keys, quiet_tracing
+from ._packing import side_by_side
 from ._programs import NO_LIMIT, ModelDescription, Programs
 from ._runtime import configure_jax
 from ._transfer import Transfer
@@ -71,19 +75,15 @@ class JaxFunctions:
 
 def _slices(entries: Sequence[Entry]) -> list[tuple]:
     """``(key, buffer columns, shape, dtype)`` of ``entries`` laid side by side."""
-    out, start = [], 0
-    for key, shape, dtype in entries:
-        width = int(np.prod(shape[1:]))
-        out.append((key, slice(start, start + width), shape, dtype))
-        start += width
-    return out
+    places, _ = side_by_side([(0, int(np.prod(shape[1:]))) for _, shape, _ in entries], 1)
+    return [(key, cols, shape, dtype) for (key, shape, dtype), (_, cols) in zip(entries, places)]
 
 
 def _entries(spec: Composite, group_map: dict[str, list[str]]) -> list[Entry]:
     """``(key, shape, dtype)`` of each leaf of ``spec``, in the order the programs' vector holds them: the root's
     leaves first, in the spec's order, then the groups' fields, field by field (in the order they first appear), each
     group by group (``("agents", "observation")``, then ``("agents", "action_mask")``, ...)."""
-    leaves = [(key if isinstance(key, tuple) else (key,)) for key in spec.keys(True, True)]
+    leaves = [as_tuple(key) for key in spec.keys(True, True)]
     root = [key for key in leaves if key[0] not in group_map]
     fields = list(dict.fromkeys(key[1:] for key in leaves if key[0] in group_map))
     grouped = [(group, *field) for field in fields for group in group_map if (group, *field) in leaves]
@@ -151,7 +151,7 @@ class JaxEnvBase(EnvBase):
         flags = [(("terminated",), (B, 1), torch.bool), (("truncated",), (B, 1), torch.bool)]
         self._reset_columns = _slices(observations)
         self._step_columns = _slices([*observations, *rewards, *ends, *flags])
-        self._action_keys = [tuple(k) if isinstance(k, tuple) else (k,) for k in self.action_keys]
+        self._action_keys = [as_tuple(k) for k in self.action_keys]
         actions = tuple((k, tuple(self.full_action_spec[k].shape[1:]),
                          _JAX_DTYPES.get(self.full_action_spec[k].dtype, jnp.int32)) for k in self._action_keys)
         model.bind(ModelLayout(reset=tuple((k, s[1:]) for k, s, _ in observations),
@@ -193,7 +193,8 @@ class JaxEnvBase(EnvBase):
             TypeError: the env steps through torch (a differentiable Brax env): it has no compiled programs.
         """
         if not self.compiled:
-            raise TypeError(f"{type(self).__name__} has no compiled programs (a differentiable env steps through torch)")
+            raise TypeError(f"{type(self).__name__} has no compiled programs "
+                            f"(a differentiable env steps through torch)")
         return self._executor.export(name, platform)
 
     @property
@@ -221,12 +222,8 @@ class JaxEnvBase(EnvBase):
             return state, nest_keys(obs)
 
         def stepped(state, actions):
-            flat = []
-            for path in action_keys:
-                node = actions
-                for part in path:
-                    node = node[part]
-                flat.append(jnp.asarray(node).reshape(-1).astype(jnp.float32))
+            flat = [jnp.asarray(functools.reduce(operator.getitem, path, actions)).reshape(-1).astype(jnp.float32)
+                    for path in action_keys]
             with quiet_tracing():
                 key, env, out, flags = keyed_step(state.key, state.env, jnp.concatenate(flat))
             steps = state.steps + 1

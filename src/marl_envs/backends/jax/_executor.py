@@ -72,7 +72,6 @@ class JaxExecutor(Executor):
         self._io = io
         self._description = description
         self._action_specs = dict(zip(description.action_keys, description.action_specs))
-        self._device = facts.device
         self._model = model = description.model
         self._put = lambda value: jax.device_put(value, model.sharding)
         self._all = self._put(np.ones(facts.num_envs, dtype=bool))
@@ -115,7 +114,7 @@ class JaxExecutor(Executor):
 
     def step_counts(self) -> torch.Tensor:
         steps = np.zeros(self._batch, np.int32) if self._carry is None else np.asarray(self.carried()[2])
-        return torch.from_numpy(steps.astype(np.int64)).to(self._device)
+        return torch.from_numpy(steps.astype(np.int64)).to(self.facts.device)
 
     def carried(self) -> tuple[tuple[jax.Array, ...], jax.Array, jax.Array]:
         """``(state buffers, keys, step counts)`` of the envs now (split from the carry; for rendering and tests)."""

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._core.leaf_specs import as_tuple
 from ._packing import StatePacking
 
 
@@ -108,10 +109,6 @@ def export_platform(device) -> str:
 Key = tuple[str, ...]
 
 
-def as_key(key: str | Sequence[str]) -> Key:
-    return (key,) if isinstance(key, str) else tuple(key)
-
-
 def _name(key: Key) -> str | Key:
     """How a model reads a key: a root key as a string (``"action"``), a nested one as a tuple."""
     return key[0] if len(key) == 1 else key
@@ -146,14 +143,14 @@ class ModelLayout:
     @staticmethod
     def vector(outputs: Mapping, entries: Sequence[tuple[Key, tuple[int, ...]]]) -> jax.Array:
         """The outputs of ``entries`` side by side, as float32 (bools as 0 / 1)."""
-        named = {as_key(k): v for k, v in outputs.items()}
+        named = {as_tuple(k): v for k, v in outputs.items()}
         parts = [jnp.asarray(named[key]).reshape(-1).astype(jnp.float32) for key, _ in entries]
         return jnp.concatenate(parts) if parts else jnp.zeros((0,), jnp.float32)
 
     @staticmethod
     def flags(outputs: Mapping) -> jax.Array:
         """``(terminated, truncated)`` of a step's outputs, as two bools (``truncated`` False if not given)."""
-        named = {as_key(k): v for k, v in outputs.items()}
+        named = {as_tuple(k): v for k, v in outputs.items()}
         return jnp.stack([jnp.asarray(named.get(key, False)).reshape(()).astype(bool) for key in FLAGS])
 
     def check(self, label: str, method: str, outputs: Mapping) -> None:
@@ -170,7 +167,7 @@ class ModelLayout:
             if not isinstance(key, (str, tuple)):
                 raise ValueError(f"{label}.{method} returns an output keyed {key!r}; key each output by the env's "
                                  f"key, a string at the root (\"observation\") or a tuple (\"agents\", \"reward\")")
-            named[as_key(key)] = value
+            named[as_tuple(key)] = value
         expected = ", ".join(repr(_name(k)) for k in entries)
         for key in entries:
             if key not in named and key != FLAGS[1]:
@@ -404,7 +401,6 @@ class JaxModel:
     # -- the public calls -----------------------------------------------------------------------------
     def seed(self, seed: int) -> None:
         """Per-env keys ``fold_in(PRNGKey(seed), i)``: env i's starts do not depend on the batch size."""
-        self.seeded = seed
         self.keys = jax.device_put(env_keys(seed, self.num_envs), self.sharding)
 
     def zero_state(self, rows: int | None = None) -> tuple[jax.Array, ...]:

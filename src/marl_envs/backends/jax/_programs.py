@@ -93,7 +93,8 @@ class VectorEntries:
                 self._sources.append((True, (rows, tuple(levels[key[:-1]]))))
         self._compared = np.asarray(compared, dtype=int)
 
-    def entry_specs(self, keep: Callable[[Key], bool] = lambda key: True) -> list[tuple[Key, tuple[int, ...], torch.dtype]]:
+    def entry_specs(self, keep: Callable[[Key], bool] = lambda key: True
+                    ) -> list[tuple[Key, tuple[int, ...], torch.dtype]]:
         """``(key, shape, dtype)`` of the entries ``keep`` selects, in order."""
         return [(k, s, d) for k, s, d in zip(self.keys, self.shapes, self.dtypes) if keep(k)]
 
@@ -104,7 +105,8 @@ class VectorEntries:
         The plan runs on a block held as a list of ``(B,)`` rows: slices and stacks, which XLA fuses, where
         writes into one array would be scatters (slow on a CPU)."""
         B = vector.shape[0]
-        rows = RowList([vector[:, c] > 0.5 for c in self._compared] + [None] * (self.done.width - len(self._compared)), B)
+        compared = [vector[:, c] > 0.5 for c in self._compared]
+        rows = RowList(compared + [None] * (self.done.width - len(compared)), B)
         self.done.fill(rows, None if reached is None else reached.reshape(1, B))
         entries = {}
         for key, shape, (is_bool, where) in zip(self.keys, self.shapes, self._sources):
@@ -173,8 +175,7 @@ def _action_masks(description: ModelDescription, checks: Sequence[ActionCheck]) 
         width = int(np.prod(spec.shape[1:]))
         mask = legal.get(key) if isinstance(spec, Categorical) else None  # (a one-hot action: checked immediately)
         if mask is not None:
-            mask_key = (mask,) if isinstance(mask, str) else tuple(mask)
-            masks.append(_Mask(column, width, spec.n, start, mask_key))
+            masks.append(_Mask(column, width, spec.n, start, as_tuple(mask)))
             start += width * spec.n
         column += width
     return masks
@@ -237,13 +238,8 @@ class Programs:
                   ) -> list[jax.Array]:
         """The next root's entries (``kept``), from a step's ``entries`` and a reset's ``fresh`` ones, taken where
         ``done`` ``(B,)`` is set."""
-        root = []
-        for key, given in zip(self.kept, self._fresh):
-            value = entries[key]
-            if given:
-                value = where_rows(done, fresh[key], value)
-            root.append(value)
-        return root
+        return [where_rows(done, fresh[key], entries[key]) if given else entries[key]
+                for key, given in zip(self.kept, self._fresh)]
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _primitive(self, name: str) -> Callable:

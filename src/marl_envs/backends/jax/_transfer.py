@@ -30,10 +30,9 @@ class Transfer:
 
     The DLPack hand-offs are JAX's and torch's own (``jax.dlpack.from_dlpack``, ``torch.from_dlpack``), with what
     those look up at every call looked up once: the JAX device, the stream JAX has a producer wait on, the DLPack
-    device type. Most of the cost of ``jax.dlpack.from_dlpack`` of a small action is that Python; the capsule calls underneath
-    cost little. Streams are passed as JAX's and torch's functions pass them:
-    the producer makes the consumer's stream wait, so nothing waits on the host. Where JAX moved those calls, the
-    public functions are used.
+    device type. Most of the cost of ``jax.dlpack.from_dlpack`` of a small action is that Python; the capsule calls
+    underneath cost little. Streams are passed as JAX's and torch's functions pass them: the producer makes the
+    consumer's stream wait, so nothing waits on the host. Where JAX moved those calls, the public functions are used.
 
     Args:
         device: the torch device.

@@ -6,14 +6,14 @@ by the PettingZoo machinery.
 >>> env.reset()["agents", "observation"].shape
 torch.Size([2, 2, 12])
 
-Names are ``<robot>_<partition>``, MaMuJoCo's own partitions (``agent_conf``; its ``9|8`` is spelled ``9-8``, as every split robot's name is).
-Keywords are MaMuJoCo's (``agent_obsk``, ``local_categories``, ...) and those of the Gymnasium MuJoCo env under it
-(``ctrl_cost_weight``, ...), with ``max_episode_steps``. The episodes are Gymnasium's (``-v5``): a robot that falls
-*terminates*, its time limit *truncates*: ``max_episode_steps`` steps (1000; Reacher 50, Pusher 100), which is
-``env.max_steps``. ``return_state=True`` adds the robot's full observation at the root (``env.state()``). Left out:
-``ManySegmentAnt`` / ``ManySegmentSwimmer``, whose model file MaMuJoCo writes into its own installed package at
-every build, and ``CoupledHalfCheetah_1p1``, which fails inside MaMuJoCo 1.4.2 when built with MuJoCo 4
-(``IndexError`` reading a tendon Jacobian in its observation code).
+Names are ``<robot>_<partition>``, MaMuJoCo's own partitions (``agent_conf``; its ``9|8`` is spelled ``9-8``, as
+every split robot's name is). Keywords are MaMuJoCo's (``agent_obsk``, ``local_categories``, ...) and those of the
+Gymnasium MuJoCo env under it (``ctrl_cost_weight``, ...), with ``max_episode_steps``. The episodes are Gymnasium's
+(``-v5``): a robot that falls *terminates*, its time limit *truncates*: ``max_episode_steps`` steps (1000; Reacher
+50, Pusher 100), which is ``env.max_steps``. ``return_state=True`` adds the robot's full observation at the root
+(``env.state()``). Left out: ``ManySegmentAnt`` / ``ManySegmentSwimmer``, whose model file MaMuJoCo writes into its
+own installed package at every build, and ``CoupledHalfCheetah_1p1``, which fails inside MaMuJoCo 1.4.2 when built
+with MuJoCo 4 (``IndexError`` reading a tendon Jacobian in its observation code).
 """
 
 from ..pettingzoo import family_record

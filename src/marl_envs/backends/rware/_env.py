@@ -12,8 +12,8 @@ __all__ = ["RwareEnv", "env_names"]
 LISTED = ("rware-tiny-2ag-v2", "rware-tiny-4ag-v2", "rware-small-4ag-v2")
 
 
-class RwareEnv(TupleAgentsFamily, family="rware", package="rware", prefix="rware", step_limit=("max_steps", "max_steps"),
-               task_max_steps=True):
+class RwareEnv(TupleAgentsFamily, family="rware", package="rware", prefix="rware",
+               step_limit=("max_steps", "max_steps"), task_max_steps=True):
     """An RWARE task by its Gymnasium id, ``num_envs`` instances batched (see
     :class:`~marl_envs.backends.pettingzoo.TupleAgentsFamily`)."""
 
