@@ -53,6 +53,8 @@ class Row:
 
 SMAX_MAPPO = "JaxMARL's baselines/MAPPO/mappo_rnn_smax.py (c793d09), config unchanged but map and budget, measured here"
 SMAX_IPPO = "JaxMARL's baselines/IPPO/ippo_rnn_smax.py (c793d09), config unchanged but map and budget, measured here"
+BENCHMARL_MAPPO = ("BenchMARL 1.5.2's MAPPO, its configs unchanged but the budget and the env's keywords (ours), "
+                   "measured here")
 
 ROWS: tuple[Row, ...] = (
     Row("SMAX 3m (win rate)", "MAPPO, GRU (`mappo_rnn.py`)", ("smax3m_rnn_s0", "smax3m_rnn_s1", "smax3m_rnn_s2"),
@@ -87,9 +89,9 @@ ROWS: tuple[Row, ...] = (
         Reference("EPyMARL's feed-forward MAPPO at 20M steps, Mava's docs/images/rware_results/ff_mappo/main_readme/"
                   "tiny-2ag-1.png (bc9632e)", published=17.0, source="read off a plot")),
     Row("VMAS navigation (mean episode reward)", "MAPPO, MLP (`mappo.py`, `make demo`)", ("navigation_s0",),
-        why_none="BenchMARL publishes VMAS only as an aggregate over tasks"),
+        Reference(BENCHMARL_MAPPO, ("benchmarl_mappo_vmas_navigation_s0.csv",))),
     Row("VMAS balance (mean episode reward)", "MAPPO, MLP (`mappo.py`)", ("balance_s0",),
-        why_none="BenchMARL publishes VMAS only as an aggregate over tasks"),
+        Reference(BENCHMARL_MAPPO, ("benchmarl_mappo_vmas_balance_s0.csv",))),
     Row("MABrax ant_4x2, JaxMARL's (1,000-step episodes; mean episode reward)", "IPPO, MLP (`mappo.py --ippo`)",
         ("mabrax_ant_ippo_s0", "mabrax_ant_ippo_s1", "mabrax_ant_ippo_s2"),
         Reference("JaxMARL's baselines/IPPO/ippo_ff_mabrax.py (c793d09), config unchanged but budget, measured here",

@@ -139,10 +139,21 @@ FIGURES: dict[str, Figure] = {
                "250-step episodes, 8 envs; the random policy's level is its return over as many frames.",),
         date="2026-12-06", machine="the 2-core CPU reference machine, 2 torch threads"),
     "mappo_navigation": Figure(
-        runs={"navigation_s0": "MAPPO"},
-        notes=("No published result is drawn: VMAS's navigation has none at this budget; the run is make demo's "
-               "(examples/mappo.py --env vmas/navigation, seed 0, 1 torch thread).",),
-        date="2026-11-28"),
+        runs={"navigation_s0": "MAPPO (mappo.py), seed 0"},
+        curves=("BenchMARL's own MAPPO, seed 0=benchmarl_mappo_vmas_navigation_s0.csv",),
+        notes=("The run is make demo's (examples/mappo.py --env vmas/navigation: 3 agents, 100-step episodes, "
+               "seed 0, 2026-11-28). BenchMARL's own MAPPO: BenchMARL 1.5.2 with its configs but 120k frames and "
+               "the env's keywords of ours (3 agents, VMAS's shared reward), no evaluation, 2026-12-07, its time "
+               "from its process start. Each ran beside another run, one torch thread each.",),
+        date="2026-11-28 and 2026-12-07"),
+    "mappo_balance": Figure(
+        runs={"balance_s0": "MAPPO (mappo.py), seed 0"},
+        curves=("BenchMARL's own MAPPO, seed 0=benchmarl_mappo_vmas_balance_s0.csv",),
+        notes=("examples/mappo.py --env vmas/balance (3 agents, 100-step episodes, seed 0, 2026-11-28). BenchMARL's "
+               "own MAPPO: BenchMARL 1.5.2 with its configs but 120k frames and the env's keywords of ours (3 "
+               "agents), no evaluation, 2026-12-07, its time from its process start. Each ran beside another run, "
+               "one torch thread each.",),
+        date="2026-11-28 and 2026-12-07"),
 }
 
 
