@@ -42,6 +42,17 @@ class Figure:
     machine: str = MACHINE
 
 
+def beside_benchmarl(task: str, ours: str) -> Figure:
+    """The VMAS run ``<task>_s0`` of ours (``ours``: what it was) beside BenchMARL's own MAPPO on the same task."""
+    return Figure(
+        runs={f"{task}_s0": "MAPPO (mappo.py), seed 0"},
+        curves=(f"BenchMARL's own MAPPO, seed 0=benchmarl_mappo_vmas_{task}_s0.csv",),
+        notes=(f"{ours} BenchMARL's own MAPPO: BenchMARL 1.5.2 with its configs but 120k frames and the env's "
+               "keywords of ours, no evaluation, 2026-12-07, its time from its process start. Each ran beside another "
+               "run, one torch thread each.",),
+        date="2026-11-28 and 2026-12-07")
+
+
 FIGURES: dict[str, Figure] = {
     "smax_2s3z": Figure(
         runs={"smax2s3z_s0": "MAPPO (MLP), seed 0"},
@@ -138,22 +149,11 @@ FIGURES: dict[str, Figure] = {
         notes=("No published result is drawn (none at this budget). This run: 150k frames, 7 players' 88x88 views, "
                "250-step episodes, 8 envs; the random policy's level is its return over as many frames.",),
         date="2026-12-06", machine="the 2-core CPU reference machine, 2 torch threads"),
-    "mappo_navigation": Figure(
-        runs={"navigation_s0": "MAPPO (mappo.py), seed 0"},
-        curves=("BenchMARL's own MAPPO, seed 0=benchmarl_mappo_vmas_navigation_s0.csv",),
-        notes=("The run is make demo's (examples/mappo.py --env vmas/navigation: 3 agents, 100-step episodes, "
-               "seed 0, 2026-11-28). BenchMARL's own MAPPO: BenchMARL 1.5.2 with its configs but 120k frames and "
-               "the env's keywords of ours (3 agents, VMAS's shared reward), no evaluation, 2026-12-07, its time "
-               "from its process start. Each ran beside another run, one torch thread each.",),
-        date="2026-11-28 and 2026-12-07"),
-    "mappo_balance": Figure(
-        runs={"balance_s0": "MAPPO (mappo.py), seed 0"},
-        curves=("BenchMARL's own MAPPO, seed 0=benchmarl_mappo_vmas_balance_s0.csv",),
-        notes=("examples/mappo.py --env vmas/balance (3 agents, 100-step episodes, seed 0, 2026-11-28). BenchMARL's "
-               "own MAPPO: BenchMARL 1.5.2 with its configs but 120k frames and the env's keywords of ours (3 "
-               "agents), no evaluation, 2026-12-07, its time from its process start. Each ran beside another run, "
-               "one torch thread each.",),
-        date="2026-11-28 and 2026-12-07"),
+    "mappo_navigation": beside_benchmarl(
+        "navigation", "The run is make demo's (examples/mappo.py --env vmas/navigation: 3 agents, 100-step episodes, "
+        "VMAS's shared reward, seed 0, 2026-11-28)."),
+    "mappo_balance": beside_benchmarl(
+        "balance", "examples/mappo.py --env vmas/balance (3 agents, 100-step episodes, seed 0, 2026-11-28)."),
 }
 
 
