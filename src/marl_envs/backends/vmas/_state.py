@@ -51,13 +51,19 @@ _WALKABLE: dict[type, bool] = {}  # type -> whether its objects are walked (deci
 def _walkable(obj: Any) -> bool:
     walkable = _WALKABLE.get(type(obj))
     if walkable is None:
-        module = type(obj).__module__
-        ours = module.partition(".")[0] not in _FOREIGN_PACKAGES and not module.startswith("vmas.simulator.rendering")
-        walkable = _WALKABLE[type(obj)] = isinstance(obj, (dict, list, tuple, set, frozenset)) or (
-            not isinstance(obj, (*_OPAQUE, torch.Tensor, np.ndarray)) and hasattr(obj, "__dict__")
-            # torch.distributions objects (sampling's per-env Gaussians) are plain holders of per-env tensors
-            and (ours or module.startswith("torch.distributions")))
+        walkable = _WALKABLE[type(obj)] = _walkable_type_of(obj)
     return walkable
+
+
+def _walkable_type_of(obj: Any) -> bool:
+    if isinstance(obj, (dict, list, tuple, set, frozenset)):
+        return True
+    if isinstance(obj, (*_OPAQUE, torch.Tensor, np.ndarray)) or not hasattr(obj, "__dict__"):
+        return False
+    module = type(obj).__module__
+    if module.startswith("torch.distributions"):
+        return True  # e.g. sampling's per-env Gaussians: plain holders of per-env tensors
+    return module.partition(".")[0] not in _FOREIGN_PACKAGES and not module.startswith("vmas.simulator.rendering")
 
 
 def _members(obj: Any) -> dict | list | tuple | None:
