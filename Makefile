@@ -44,14 +44,19 @@ system-packages:
 	fi
 
 # $(call venv,DIR,EXTRAS,PINS): a virtualenv with the CPU torch first (so that nothing pulls another), then this
-# package with EXTRAS and PINS, stamped when complete.
+# package with EXTRAS and PINS, then Melting Pot without TensorFlow (2 GB a virtualenv; only Melting Pot's bots
+# import it), its files shared with .venv's, stamped when complete.
+# $(call share,DIR): DIR's files that are byte for byte .venv's become hard links to them (scripts/share_venv_files.py:
+# the virtualenvs beside .venv hold the same torch, JAX and backends, 2.4 GB of their 3)
+share = $(if $(filter-out $(VENV),$(1)),$(PYTHON) scripts/share_venv_files.py $(1) $(VENV))
 define venv
 	$(MAKE) --no-print-directory system-packages
 	$(PYTHON) -m venv $(1)
 	$(1)/bin/python -m pip install --quiet --upgrade pip
 	$(1)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(PYTHON) scripts/meltingpot_assets.py  # dm-meltingpot builds without downloading its bots' models
 	$(1)/bin/python -m pip install --quiet -e ".[$(2)]" "$(TORCH_SPEC)" $(3)
+	$(1)/bin/python scripts/meltingpot_install.py "$(TORCH_SPEC)" $(3)
+	$(call share,$(1))
 	touch $(1)/.installed
 endef
 
@@ -98,6 +103,7 @@ wheel-check: $(STAMP)
 	$(WHEEL_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(WHEEL_VENV)/bin/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(WHEEL_VENV)/bin/python -m pip install --quiet "$$(ls dist/*.whl)[vmas]" "$(TORCH_SPEC)"
+	$(call share,$(WHEEL_VENV))
 	$(WHEEL_VENV)/bin/python scripts/check_wheel.py README.md
 	@ls dist
 
