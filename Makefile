@@ -46,8 +46,8 @@ system-packages:
 # $(call venv,DIR,EXTRAS,PINS): a virtualenv with the CPU torch first (so that nothing pulls another), then this
 # package with EXTRAS and PINS, then Melting Pot without TensorFlow (2 GB a virtualenv; only Melting Pot's bots
 # import it), its files shared with .venv's, stamped when complete.
-# $(call share,DIR): DIR's files that are byte for byte .venv's become hard links to them (scripts/share_venv_files.py:
-# the virtualenvs beside .venv hold the same torch, JAX and backends, 2.4 GB of their 3)
+# $(call share,DIR): DIR's files that are byte for byte .venv's, and their .pyc, become hard links to them
+# (scripts/share_venv_files.py: the virtualenvs beside .venv hold the same torch, JAX and backends, 2.7 GB of their 3)
 share = $(if $(filter-out $(VENV),$(1)),$(PYTHON) scripts/share_venv_files.py $(1) $(VENV))
 define venv
 	$(MAKE) --no-print-directory system-packages
